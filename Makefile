@@ -1,0 +1,31 @@
+# Sluice: every target does its own set-up from a fresh clone.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# A CPU build by default; GPU users set SLUICE_TORCH_SPEC (e.g. "torch>=2.3").
+SLUICE_TORCH_SPEC ?= torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install test lint up bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(SLUICE_TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[worker,dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check sluice gateway workers autoscaler tests bench
+	$(VENV)/bin/mypy sluice gateway workers autoscaler
+
+bench: $(STAMP)
+	$(VENV)/bin/sluice bench queue --json bench/results/queue_hop.json
+
+clean:
+	rm -rf $(VENV) build *.egg-info

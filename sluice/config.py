@@ -1,0 +1,226 @@
+"""The Sluice config file: one YAML document validated by pydantic.
+
+Units live in names (``lease_s``, ``deadline_ms``). Defaults are safe in
+production; a bad file raises :class:`sluice.errors.ConfigError` whose message
+names the field and the value.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sluice.errors import ConfigError
+from sluice.keys import MODEL_NAME_RE
+
+PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
+CONFIG_ENV = "SLUICE_CONFIG"
+REDIS_URL_ENV = "SLUICE_REDIS_URL"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CostConfig(_Strict):
+    """How an input's cost (in tokens, or the handler's unit) is estimated."""
+
+    method: Literal["tokenizer", "words", "chars", "items"] = "words"
+    tokenizer_path: str | None = None
+    chars_per_token: float = Field(4.0, gt=0)
+    truncate: bool = False
+
+
+class QueueConfig(_Strict):
+    max_queued_jobs: int = Field(100_000, gt=0)
+    max_queued_cost: int = Field(10_000_000, gt=0)
+    default_deadline_ms: int | None = Field(None, gt=0)
+    max_deadline_ms: int = Field(3_600_000, gt=0)
+    result_ttl_s: int = Field(3600, gt=0)
+    dead_letter_ttl_s: int = Field(7 * 86400, gt=0)
+    idempotency_ttl_s: int = Field(86400, gt=0)
+    priority_weights: dict[str, float] = Field(
+        default_factory=lambda: {"high": 4.0, "normal": 2.0, "low": 1.0}
+    )
+
+    @field_validator("priority_weights")
+    @classmethod
+    def _weights(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = set(v) - set(PRIORITIES)
+        if unknown:
+            raise ValueError(f"unknown priority {sorted(unknown)}; use {list(PRIORITIES)}")
+        if any(w <= 0 for w in v.values()):
+            raise ValueError("priority weights must be > 0")
+        return {p: v.get(p, 1.0) for p in PRIORITIES}
+
+    @model_validator(mode="after")
+    def _deadlines(self) -> QueueConfig:
+        d = self.default_deadline_ms
+        if d is not None and d > self.max_deadline_ms:
+            raise ValueError(
+                f"default_deadline_ms ({d}) > max_deadline_ms ({self.max_deadline_ms})"
+            )
+        return self
+
+
+class BatchingConfig(_Strict):
+    max_batch: int = Field(32, gt=0, le=4096)
+    max_batch_tokens: int = Field(16_384, gt=0)
+    lease_s: float = Field(30.0, gt=0)
+    max_attempts: int = Field(3, gt=0, le=100)
+    # Expected service time of one job per cost unit, used to rank bucket heads
+    # (highest response ratio next) until workers report a measured rate.
+    service_ms_per_cost: float = Field(0.05, gt=0)
+    service_ms_base: float = Field(5.0, gt=0)
+
+
+class AutoscalingConfig(_Strict):
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(4, ge=0)
+    target_utilization: float = Field(0.65, gt=0, le=1)
+    p99_wait_slo_ms: float = Field(1000.0, gt=0)
+    backlog_drain_s: float = Field(30.0, gt=0)
+    period_s: float = Field(5.0, gt=0)
+    scale_up_max_percent: float = Field(100.0, gt=0)
+    scale_up_max_step: int = Field(4, gt=0)
+    scale_down_window_s: float = Field(300.0, ge=0)
+    scale_down_max_step: int = Field(1, gt=0)
+    tolerance: float = Field(0.1, ge=0, lt=1)
+    idle_s: float | None = Field(None, gt=0)
+    cold_start_s: float = Field(30.0, ge=0)
+    low_priority_max_replicas: int | None = Field(None, ge=0)
+    gpu_memory_gb: float = Field(0.0, ge=0)
+    metrics_window_s: float = Field(60.0, gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingConfig:
+        if self.max_replicas < self.min_replicas:
+            raise ValueError(
+                f"max_replicas ({self.max_replicas}) < min_replicas ({self.min_replicas})"
+            )
+        if self.idle_s is not None and self.min_replicas > 0:
+            raise ValueError(
+                f"idle_s ({self.idle_s}) scales to zero, so min_replicas must be 0 "
+                f"(got {self.min_replicas})"
+            )
+        return self
+
+
+class ModelConfig(_Strict):
+    handler: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    buckets: list[int] = Field(default_factory=lambda: [32, 128, 512])
+    cost: CostConfig = Field(default_factory=CostConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
+
+    @field_validator("buckets")
+    @classmethod
+    def _buckets(cls, v: list[int]) -> list[int]:
+        if not v:
+            raise ValueError("at least one bucket is needed")
+        if any(b <= 0 for b in v):
+            raise ValueError(f"bucket bounds must be > 0, got {v}")
+        if sorted(set(v)) != v:
+            raise ValueError(f"bucket bounds must be strictly increasing, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _budget(self) -> ModelConfig:
+        if self.batching.max_batch_tokens < self.buckets[-1]:
+            raise ValueError(
+                f"batching.max_batch_tokens ({self.batching.max_batch_tokens}) < the largest "
+                f"bucket ({self.buckets[-1]}): a job of that size could never be claimed"
+            )
+        return self
+
+    @property
+    def bucket_names(self) -> list[str]:
+        return [str(b) for b in self.buckets]
+
+
+class GatewayConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(8000, gt=0, lt=65536)
+    max_body_bytes: int = Field(1_048_576, gt=0)
+    max_batch_inputs: int = Field(256, gt=0)
+    predict_timeout_s: float = Field(30.0, gt=0, le=60)
+    redis_timeout_s: float = Field(2.0, gt=0)
+
+
+class WorkerConfig(_Strict):
+    heartbeat_s: float = Field(2.0, gt=0)
+    heartbeat_ttl_s: float = Field(10.0, gt=0)
+    quarantine_after_failures: int = Field(5, gt=0)
+    quarantine_grace_s: float = Field(30.0, ge=0)
+    overlap: bool = True
+    metrics_port: int = Field(0, ge=0, lt=65536)
+
+
+class SluiceConfig(_Strict):
+    redis_url: str | None = None
+    models: dict[str, ModelConfig]
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
+
+    @field_validator("models")
+    @classmethod
+    def _names(cls, v: dict[str, ModelConfig]) -> dict[str, ModelConfig]:
+        if not v:
+            raise ValueError("at least one model is needed")
+        for name in v:
+            if not MODEL_NAME_RE.match(name):
+                raise ValueError(
+                    f"model name {name!r} must be lowercase letters, digits, '-' or '_'"
+                )
+        return v
+
+    def model(self, name: str) -> ModelConfig:
+        return self.models[name]
+
+
+def _format_error(e: ValidationError, source: str) -> str:
+    first = e.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    extra = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+    if first["type"] in ("missing",):
+        return f"{source}: {loc}: field required{extra}"
+    return f"{source}: {loc} = {first.get('input')!r}: {msg}{extra}"
+
+
+def parse_config(data: Any, source: str = "config") -> SluiceConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level")
+    try:
+        return SluiceConfig.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e, source)) from e
+
+
+def load_config(path: str | os.PathLike[str]) -> SluiceConfig:
+    """Load and validate a config file; raises ConfigError with one clear line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read config file: {e.strerror}") from e
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{p}: not valid YAML: {e}".splitlines()[0]) from e
+    return parse_config(data, str(p))
+
+
+def resolve_redis_url(cli_value: str | None, config: SluiceConfig | None) -> str:
+    """--redis-url (or SLUICE_REDIS_URL) wins, then the file, then localhost."""
+    if cli_value:
+        return cli_value
+    if config is not None and config.redis_url:
+        return config.redis_url
+    return "redis://127.0.0.1:6379/0"

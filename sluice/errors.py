@@ -1,0 +1,59 @@
+"""Sluice's error hierarchy; the gateway maps these to HTTP in one place."""
+
+from __future__ import annotations
+
+
+class SluiceError(Exception):
+    """Base of every error Sluice raises on purpose."""
+
+    type = "internal"
+
+
+class ConfigError(SluiceError):
+    type = "config_error"
+
+
+class RedisUnavailable(SluiceError):
+    type = "redis_unavailable"
+
+
+class RedisBinaryNotFound(SluiceError):
+    type = "redis_not_found"
+
+
+class UnknownModel(SluiceError):
+    type = "unknown_model"
+
+
+class JobNotFound(SluiceError):
+    type = "job_not_found"
+
+
+class InvalidInput(SluiceError):
+    type = "invalid_input"
+
+
+class InputTooLarge(SluiceError):
+    type = "input_too_large"
+
+
+class QueueFull(SluiceError):
+    """Admission refused: the model's queue is over its job count or cost limit."""
+
+    type = "queue_full"
+
+    def __init__(self, message: str, reason: str, queued: int, queued_cost: int) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.queued = queued
+        self.queued_cost = queued_cost
+
+
+class JobConflict(SluiceError):
+    """The job is in a state that does not allow the request (e.g. cancel a finished job)."""
+
+    type = "conflict"
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status

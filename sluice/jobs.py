@@ -1,0 +1,201 @@
+"""The job model shared by the gateway, workers and tools."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from sluice.config import PRIORITIES
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+def priority_rank(priority: str) -> int:
+    """0 for high, 1 for normal, 2 for low."""
+    return PRIORITIES.index(priority)
+
+
+def new_job_id(model: str) -> str:
+    """An opaque id that still tells the server which model's keys hold the job.
+
+    Model names never contain '.', so the id is ``<model>.<time-ordered token>``.
+    """
+    return f"{model}.{int(time.time() * 1000):011x}{secrets.token_hex(8)}"
+
+
+def model_of(job_id: str) -> str | None:
+    model, sep, token = job_id.partition(".")
+    return model if sep and model and token else None
+
+
+@dataclass(frozen=True, slots=True)
+class NewJob:
+    """A job about to be submitted; ``cost`` and ``bucket`` come from the estimator."""
+
+    input: Any
+    bucket: str
+    cost: int
+    priority: str = "normal"
+    deadline_ms: int | None = None
+    metadata: dict[str, Any] | None = None
+    idempotency_key: str | None = None
+    id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    id: str
+    created: bool  # False when an idempotency key replayed an earlier job
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    id: str
+    input: Any
+    cost: int
+    attempts: int
+    enqueued_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    model: str
+    bucket: str
+    claimed_at_ms: int
+    jobs: list[ClaimedJob]
+    expired: int = 0
+    reclaimed: int = 0
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def cost(self) -> int:
+        return sum(j.cost for j in self.jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a worker reports for one job: ok (result), retry or fail (error)."""
+
+    id: str
+    kind: str
+    payload: Any
+    run_ms: float = 0.0
+
+    @classmethod
+    def ok(cls, job_id: str, result: Any, run_ms: float = 0.0) -> Outcome:
+        return cls(job_id, "ok", result, run_ms)
+
+    @classmethod
+    def retry(cls, job_id: str, err_type: str, message: str, run_ms: float = 0.0) -> Outcome:
+        return cls(job_id, "retry", {"type": err_type, "message": message}, run_ms)
+
+    @classmethod
+    def fail(cls, job_id: str, err_type: str, message: str, run_ms: float = 0.0) -> Outcome:
+        return cls(job_id, "fail", {"type": err_type, "message": message}, run_ms)
+
+
+def _int(raw: dict[str, str], name: str) -> int | None:
+    v = raw.get(name)
+    return int(v) if v not in (None, "", "0") else None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A job as stored, with timings derived from the server's clock."""
+
+    id: str
+    model: str
+    bucket: str
+    cost: int
+    priority: str
+    status: JobStatus
+    attempts: int
+    input: Any
+    result: Any
+    error: dict[str, Any] | None
+    metadata: dict[str, Any] | None
+    queued_at_ms: int
+    started_at_ms: int | None
+    finished_at_ms: int | None
+    deadline_at_ms: int | None
+    run_ms: float | None
+    worker: str | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_hash(cls, model: str, raw: dict[str, str]) -> JobRecord:
+        status = JobStatus(raw["status"])
+        queued = int(raw["enq"])
+        started, finished = _int(raw, "start"), _int(raw, "fin")
+        err = json.loads(raw["error"]) if raw.get("error") else None
+        if status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED) and err:
+            err = None  # an earlier attempt's error; the job is still going or went well
+        return cls(
+            id=raw["id"],
+            model=model,
+            bucket=raw["bucket"],
+            cost=int(raw["cost"]),
+            priority=PRIORITIES[int(raw.get("prio", "1"))],
+            status=status,
+            attempts=int(raw.get("att", "0")),
+            input=json.loads(raw["input"]) if raw.get("input") else None,
+            result=json.loads(raw["result"]) if raw.get("result") else None,
+            error=err,
+            metadata=json.loads(raw["meta"]) if raw.get("meta") else None,
+            queued_at_ms=queued,
+            started_at_ms=started,
+            finished_at_ms=finished,
+            deadline_at_ms=_int(raw, "dl"),
+            run_ms=float(raw["run_ms"]) if raw.get("run_ms") else None,
+            worker=raw.get("worker"),
+            timings={
+                "queued_at": queued / 1000,
+                "started_at": started / 1000 if started else None,
+                "finished_at": finished / 1000 if finished else None,
+                "queue_wait_ms": (started - queued) if started else None,
+                "run_ms": float(raw["run_ms"]) if raw.get("run_ms") else None,
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BucketStats:
+    bucket: str
+    queued: int
+    queued_cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """A model's queue state, read in one round trip; counters are totals since start."""
+
+    model: str
+    buckets: list[BucketStats]
+    in_flight: int
+    dead_lettered: int
+    counters: dict[str, int]
+
+    @property
+    def queued(self) -> int:
+        return sum(b.queued for b in self.buckets)
+
+    @property
+    def queued_cost(self) -> int:
+        return sum(b.queued_cost for b in self.buckets)

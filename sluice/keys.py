@@ -1,0 +1,93 @@
+"""Every Redis key name Sluice uses, and nothing else.
+
+All keys of one model share the hash tag ``{model}`` so that a Redis Cluster
+keeps a model on one slot and every script touches one slot only. No other
+module formats a key; Lua scripts receive keys (or a documented prefix with the
+same hash tag) from here.
+"""
+
+from __future__ import annotations
+
+import re
+
+PREFIX = "sluice"
+MODEL_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+def _tag(model: str) -> str:
+    return f"{PREFIX}:{{{model}}}:"
+
+
+def model_prefix(model: str) -> str:
+    """``sluice:{model}:`` -- what scripts append suffixes to (same hash tag)."""
+    return _tag(model)
+
+
+def job_prefix(model: str) -> str:
+    return f"{_tag(model)}job:"
+
+
+def job_key(model: str, job_id: str) -> str:
+    return f"{job_prefix(model)}{job_id}"
+
+
+def queue_prefix(model: str) -> str:
+    return f"{_tag(model)}q:"
+
+
+def queue_key(model: str, bucket: str) -> str:
+    return f"{queue_prefix(model)}{bucket}"
+
+
+def inflight_key(model: str) -> str:
+    return f"{_tag(model)}inflight"
+
+
+def stats_key(model: str) -> str:
+    return f"{_tag(model)}stats"
+
+
+def seq_key(model: str) -> str:
+    return f"{_tag(model)}seq"
+
+
+def dead_letter_key(model: str) -> str:
+    return f"{_tag(model)}dead"
+
+
+def idempotency_prefix(model: str) -> str:
+    return f"{_tag(model)}idem:"
+
+
+def idempotency_key(model: str, key: str) -> str:
+    return f"{idempotency_prefix(model)}{key}"
+
+
+def done_channel(model: str) -> str:
+    return f"{_tag(model)}done"
+
+
+def wait_hist_prefix(model: str) -> str:
+    """Per-window queue-wait histograms: ``<prefix><window_start_s>``."""
+    return f"{_tag(model)}waith:"
+
+
+def wait_hist_key(model: str, window_start_s: int) -> str:
+    return f"{wait_hist_prefix(model)}{window_start_s}"
+
+
+def worker_prefix(model: str) -> str:
+    return f"{_tag(model)}worker:"
+
+
+def worker_key(model: str, worker_id: str) -> str:
+    return f"{worker_prefix(model)}{worker_id}"
+
+
+def worker_control_key(model: str, worker_id: str) -> str:
+    return f"{_tag(model)}control:{worker_id}"
+
+
+def models_key() -> str:
+    """The set of model names with live state (a global key, not per model)."""
+    return f"{PREFIX}:models"

@@ -1,0 +1,140 @@
+"""Thin executors of the protocol's calls: one round trip each.
+
+``QueueClient`` (sync, redis-py) serves workers and tools; ``AsyncQueueClient``
+(redis.asyncio) serves the gateway. Both run the same :class:`QueueOps` calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sluice.config import ModelConfig
+from sluice.errors import RedisUnavailable
+from sluice.jobs import Batch, JobRecord, NewJob, Outcome, QueueStats, Submitted
+from sluice.queue.scripts import SCRIPT_NAMES, Call, QueueOps, script_source
+
+T = TypeVar("T")
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
+
+
+def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
+    """A sync client with bounded timeouts, text replies."""
+    return redis.Redis.from_url(
+        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+    )  # fmt: skip
+
+
+def connect_async(url: str, timeout_s: float = 5.0) -> aioredis.Redis:
+    return aioredis.Redis.from_url(
+        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+    )  # fmt: skip
+
+
+def _unavailable(e: Exception) -> RedisUnavailable:
+    return RedisUnavailable(f"Redis unavailable: {e}")
+
+
+class QueueClient:
+    """Synchronous protocol client (workers, CLI, benchmarks)."""
+
+    def __init__(self, r: redis.Redis, models: dict[str, ModelConfig]) -> None:
+        self.redis = r
+        self.ops = QueueOps(models)
+        self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
+
+    def run(self, call: Call[T]) -> T:
+        try:
+            if call.script:
+                reply: Any = self._scripts[call.script](keys=call.keys, args=call.args)
+            else:
+                pipe = self.redis.pipeline(transaction=False)
+                for cmd in call.commands:
+                    pipe.execute_command(*cmd)
+                reply = pipe.execute()
+        except REDIS_ERRORS as e:
+            raise _unavailable(e) from e
+        return call.parse(reply)
+
+    def submit(self, model: str, jobs: Sequence[NewJob], **limits: int) -> list[Submitted]:
+        return self.run(self.ops.submit(model, jobs, **limits))
+
+    def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
+        return self.run(self.ops.claim(model, worker_id, **kw))
+
+    def complete(self, model: str, outcomes: Sequence[Outcome]) -> tuple[int, int]:
+        return self.run(self.ops.complete(model, outcomes))
+
+    def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
+        return self.run(self.ops.renew(model, worker_id, job_ids))
+
+    def reclaim(self, model: str) -> int:
+        return self.run(self.ops.reclaim(model))
+
+    def cancel(self, job_id: str) -> str:
+        return self.run(self.ops.cancel(job_id))
+
+    def get(self, job_id: str, model: str | None = None) -> JobRecord:
+        return self.run(self.ops.get(job_id, model))
+
+    def stats(self, model: str) -> QueueStats:
+        return self.run(self.ops.stats(model))
+
+    def dead_letters(self, model: str, limit: int = 100) -> list[str]:
+        return self.run(self.ops.dead_letters(model, limit))
+
+
+class AsyncQueueClient:
+    """Asyncio protocol client (the gateway)."""
+
+    def __init__(self, r: aioredis.Redis, models: dict[str, ModelConfig]) -> None:
+        self.redis = r
+        self.ops = QueueOps(models)
+        self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
+
+    async def run(self, call: Call[T]) -> T:
+        try:
+            if call.script:
+                reply: Any = await self._scripts[call.script](keys=call.keys, args=call.args)
+            else:
+                pipe = self.redis.pipeline(transaction=False)
+                for cmd in call.commands:
+                    pipe.execute_command(*cmd)
+                reply = await pipe.execute()
+        except REDIS_ERRORS as e:
+            raise _unavailable(e) from e
+        return call.parse(reply)
+
+    async def submit(self, model: str, jobs: Sequence[NewJob], **limits: int) -> list[Submitted]:
+        return await self.run(self.ops.submit(model, jobs, **limits))
+
+    async def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
+        return await self.run(self.ops.claim(model, worker_id, **kw))
+
+    async def complete(self, model: str, outcomes: Sequence[Outcome]) -> tuple[int, int]:
+        return await self.run(self.ops.complete(model, outcomes))
+
+    async def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
+        return await self.run(self.ops.renew(model, worker_id, job_ids))
+
+    async def reclaim(self, model: str) -> int:
+        return await self.run(self.ops.reclaim(model))
+
+    async def cancel(self, job_id: str) -> str:
+        return await self.run(self.ops.cancel(job_id))
+
+    async def get(self, job_id: str, model: str | None = None) -> JobRecord:
+        return await self.run(self.ops.get(job_id, model))
+
+    async def stats(self, model: str) -> QueueStats:
+        return await self.run(self.ops.stats(model))
+
+    async def dead_letters(self, model: str, limit: int = 100) -> list[str]:
+        return await self.run(self.ops.dead_letters(model, limit))

@@ -1,0 +1,81 @@
+-- Shared helpers, prepended to every script by sluice/queue/scripts.py.
+-- Derived keys: every key built here is ARGV-supplied prefix (from sluice/keys.py,
+-- same {model} hash tag as KEYS[1]) plus a job id, bucket name or window.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function int(x)
+  return string.format('%d', x)
+end
+
+local TERMINAL = {succeeded = true, failed = true, expired = true, cancelled = true}
+
+-- Lower the backlog cost counters for a job leaving its queue.
+local function drop_cost(stats, bucket, cost)
+  redis.call('HINCRBY', stats, 'cost:' .. bucket, -cost)
+  redis.call('HINCRBY', stats, 'queued_cost', -cost)
+end
+
+local function add_cost(stats, bucket, cost)
+  redis.call('HINCRBY', stats, 'cost:' .. bucket, cost)
+  redis.call('HINCRBY', stats, 'queued_cost', cost)
+end
+
+-- Terminal failure: keep the error, remember the job in the dead-letter list.
+local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s)
+  redis.call('HSET', jk, 'status', 'failed', 'error', err, 'fin', int(now))
+  redis.call('HDEL', jk, 'worker')
+  redis.call('LPUSH', dead, id)
+  redis.call('LTRIM', dead, 0, 9999)
+  redis.call('EXPIRE', jk, dead_ttl_s)
+  redis.call('HINCRBY', stats, 'failed', 1)
+end
+
+-- A running job whose attempt ended without a result: back to its queue in its
+-- original place (the score it was first queued with), or dead-lettered.
+-- Returns true when the job reached a terminal state.
+local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
+                             max_attempts, dead_ttl_s)
+  redis.call('ZREM', inflight, id)
+  local f = redis.call('HMGET', jk, 'att', 'bucket', 'score', 'cost')
+  if tonumber(f[1] or '0') >= max_attempts then
+    dead_letter(jk, id, stats, dead, err, now, dead_ttl_s)
+    return true
+  end
+  redis.call('HSET', jk, 'status', 'queued', 'error', err)
+  redis.call('HDEL', jk, 'worker', 'start')
+  redis.call('ZADD', qprefix .. f[2], f[3], id)
+  add_cost(stats, f[2], tonumber(f[4]))
+  redis.call('HINCRBY', stats, 'retried', 1)
+  return false
+end
+
+-- Requeue or dead-letter every job whose lease ended before `now`.
+-- Returns the number reclaimed and appends terminal ids to `ended`.
+local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
+                               max_attempts, dead_ttl_s, ended)
+  local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
+  local err = cjson.encode({type = 'lease_expired',
+                            message = 'the worker holding this job stopped renewing its lease'})
+  for _, id in ipairs(ids) do
+    local jk = jprefix .. id
+    if redis.call('HGET', jk, 'status') == 'running' then
+      if retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
+                       max_attempts, dead_ttl_s) then
+        table.insert(ended, id)
+      end
+    else
+      redis.call('ZREM', inflight, id)
+    end
+  end
+  return #ids
+end
+
+local function publish_ended(channel, ended)
+  if #ended > 0 then
+    redis.call('PUBLISH', channel, table.concat(ended, ','))
+  end
+end

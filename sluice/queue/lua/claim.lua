@@ -1,0 +1,99 @@
+-- claim: reclaim expired leases, pick a bucket, lease up to max_batch jobs from it.
+-- KEYS[1] in-flight zset (score = lease expiry ms)   KEYS[2] stats hash
+-- KEYS[3] dead-letter list                            KEYS[4..] queue keys served
+-- ARGV[1] job key prefix   ARGV[2] queue key prefix   ARGV[3] wait-histogram prefix
+-- ARGV[4] done channel     ARGV[5] worker id          ARGV[6] max batch
+-- ARGV[7] max batch cost   ARGV[8] lease ms           ARGV[9] max attempts
+-- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
+-- ARGV[13..15] priority weights (high, normal, low)
+-- ARGV[16..] per served queue: bucket name, expected service ms (same order as KEYS[4..])
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window (same hash tag).
+-- Bucket choice is highest response ratio next over queue heads,
+-- weight[prio] * (wait + service) / service, so no bucket starves.
+-- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
+local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
+local jprefix, qprefix, hprefix, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local worker, max_batch, max_cost = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local lease_ms, max_attempts = tonumber(ARGV[8]), tonumber(ARGV[9])
+local reclaim_limit, result_ttl, dead_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
+local weights = {tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])}
+local now = now_ms()
+local ended = {}
+
+local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now,
+                                    reclaim_limit, max_attempts, dead_ttl, ended)
+
+-- Highest response ratio next among the heads of the served queues.
+local best, best_ratio = 0, -1
+for k = 4, #KEYS do
+  local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+  if #head > 0 then
+    local prio = math.floor(tonumber(head[2]) / 1e12)
+    local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq') or now)
+    local service = tonumber(ARGV[16 + (k - 4) * 2 + 1])
+    local ratio = (weights[prio + 1] or 1) * (math.max(now - enq, 0) + service) / service
+    if ratio > best_ratio then best, best_ratio = k, ratio end
+  end
+end
+if best == 0 then
+  publish_ended(channel, ended)
+  return {'', now, 0, n_reclaimed}
+end
+
+local queue, bucket = KEYS[best], ARGV[16 + (best - 4) * 2]
+local out = {bucket, now, 0, n_reclaimed}
+local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
+local wait_hist = {}
+local bounds = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+local full = false
+while not full do
+  local ids = redis.call('ZRANGE', queue, 0, max_batch - taken + 7)
+  if #ids == 0 then break end
+  for _, id in ipairs(ids) do
+    local jk = jprefix .. id
+    local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input')
+    local cost, dl = tonumber(f[2] or '0'), tonumber(f[3] or '0')
+    if f[1] ~= 'queued' then
+      redis.call('ZREM', queue, id)  -- a stale entry: the job hash is gone or moved on
+    elseif dl > 0 and dl < now then
+      redis.call('ZREM', queue, id)
+      drop_cost(stats, bucket, cost)
+      redis.call('HSET', jk, 'status', 'expired', 'fin', int(now))
+      redis.call('EXPIRE', jk, result_ttl)
+      redis.call('HINCRBY', stats, 'expired', 1)
+      n_expired = n_expired + 1
+      table.insert(ended, id)
+    elseif taken > 0 and cost_sum + cost > max_cost then
+      full = true  -- over budget: it stays at the front for the next batch
+      break
+    else
+      local att = tonumber(f[4]) + 1
+      redis.call('ZREM', queue, id)
+      drop_cost(stats, bucket, cost)
+      redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
+      redis.call('ZADD', inflight, now + lease_ms, id)
+      local wait = now - tonumber(f[5])
+      local slot = #bounds + 1
+      for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
+      wait_hist[slot] = (wait_hist[slot] or 0) + 1
+      for _, v in ipairs({id, f[6], f[2], int(att), f[5]}) do table.insert(out, v) end
+      taken, cost_sum = taken + 1, cost_sum + cost
+      if taken >= max_batch then full = true; break end
+    end
+  end
+  scanned = scanned + #ids
+  if scanned > 10 * max_batch + 1000 then break end
+end
+
+if taken > 0 then
+  local hkey = hprefix .. int(math.floor(now / 10000) * 10)
+  for slot, count in pairs(wait_hist) do
+    local label = bounds[slot] and int(bounds[slot]) or 'inf'
+    redis.call('HINCRBY', hkey, label, count)
+  end
+  redis.call('HINCRBY', hkey, 'count', taken)
+  redis.call('EXPIRE', hkey, 3600)
+end
+out[3] = n_expired
+publish_ended(channel, ended)
+return out

@@ -1,0 +1,56 @@
+-- complete: record the outcome of every job of a batch in one round trip.
+-- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
+-- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
+-- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
+-- ARGV[7] number of outcomes N, then N groups of 4:
+--   id, kind ('ok' | 'retry' | 'fail'), payload (result or error JSON), run ms
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket (same hash tag).
+-- The first outcome of a job wins: a job already ended (or cancelled) is left as
+-- it is and counted stale, so a late worker can never overwrite a result.
+-- Returns {accepted, stale}.
+local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
+local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
+local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local n = tonumber(ARGV[7])
+local now = now_ms()
+local ended, accepted, stale = {}, 0, 0
+local done_cost = 0
+
+for i = 0, n - 1 do
+  local b = 8 + i * 4
+  local id, kind, payload, run_ms = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+  local jk = jprefix .. id
+  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost')
+  local status = f[1]
+  if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') then
+    stale = stale + 1
+  else
+    accepted = accepted + 1
+    if status == 'queued' then
+      -- The lease had lapsed and the job was requeued, but this result is good.
+      redis.call('ZREM', qprefix .. f[2], id)
+      drop_cost(stats, f[2], tonumber(f[3]))
+    end
+    if kind == 'ok' then
+      redis.call('ZREM', inflight, id)
+      redis.call('HSET', jk, 'status', 'succeeded', 'result', payload, 'fin', int(now), 'run_ms', run_ms)
+      redis.call('HDEL', jk, 'worker', 'input')
+      redis.call('EXPIRE', jk, result_ttl)
+      redis.call('HINCRBY', stats, 'succeeded', 1)
+      done_cost = done_cost + tonumber(f[3])
+      table.insert(ended, id)
+    elseif kind == 'retry' then
+      if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl) then
+        table.insert(ended, id)
+      end
+    else
+      redis.call('ZREM', inflight, id)
+      redis.call('HSET', jk, 'run_ms', run_ms)
+      dead_letter(jk, id, stats, dead, payload, now, dead_ttl)
+      table.insert(ended, id)
+    end
+  end
+end
+if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
+publish_ended(channel, ended)
+return {accepted, stale}

@@ -1,0 +1,68 @@
+-- submit: enqueue one or many jobs in one round trip (all or none).
+-- KEYS[1] stats hash            KEYS[2] sequence counter
+-- KEYS[3..] the model's queue keys (every bucket), for the admission count
+-- ARGV[1] job key prefix        ARGV[2] queue key prefix    ARGV[3] idempotency key prefix
+-- ARGV[4] max queued jobs (0 = no limit)   ARGV[5] max queued cost (0 = no limit)
+-- ARGV[6] idempotency TTL seconds          ARGV[7] number of jobs N
+-- then N groups of 8: id, bucket, cost, priority rank (0 high .. 2 low), input JSON,
+--   metadata JSON, deadline in ms from now (0 = none), idempotency key ('' = none)
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..idempotency key (same hash tag).
+-- Returns {'ok', now, id_1, created_1, ...} or {'full', reason, queued, queued_cost}.
+local stats, seq = KEYS[1], KEYS[2]
+local jprefix, qprefix, iprefix = ARGV[1], ARGV[2], ARGV[3]
+local max_jobs, max_cost = tonumber(ARGV[4]), tonumber(ARGV[5])
+local idem_ttl, n = tonumber(ARGV[6]), tonumber(ARGV[7])
+local now = now_ms()
+
+-- Replays of an idempotency key return the job that key created.
+local existing, new_count, new_cost = {}, 0, 0
+for i = 0, n - 1 do
+  local b = 8 + i * 8
+  local ikey = ARGV[b + 7]
+  if ikey ~= '' then
+    existing[i] = redis.call('GET', iprefix .. ikey)
+  end
+  if not existing[i] then
+    new_count = new_count + 1
+    new_cost = new_cost + tonumber(ARGV[b + 2])
+  end
+end
+
+if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
+  local queued = 0
+  for k = 3, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
+  local queued_cost = tonumber(redis.call('HGET', stats, 'queued_cost') or '0')
+  if max_jobs > 0 and queued + new_count > max_jobs then
+    return {'full', 'queue_jobs', queued, queued_cost}
+  end
+  if max_cost > 0 and queued_cost + new_cost > max_cost then
+    return {'full', 'queue_cost', queued, queued_cost}
+  end
+end
+
+local out = {'ok', now}
+for i = 0, n - 1 do
+  local b = 8 + i * 8
+  if existing[i] then
+    table.insert(out, existing[i]); table.insert(out, 0)
+  else
+    local id, bucket, cost, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
+    local rel_deadline = tonumber(ARGV[b + 6])
+    local deadline = 0
+    if rel_deadline > 0 then deadline = now + rel_deadline end
+    -- Score: priority class first, then arrival order (a per-model sequence).
+    local score = int(prio * 1e12 + redis.call('INCR', seq))
+    redis.call('HSET', jprefix .. id, 'id', id, 'bucket', bucket, 'cost', int(cost),
+      'prio', int(prio), 'status', 'queued', 'input', ARGV[b + 4], 'meta', ARGV[b + 5],
+      'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', ARGV[b + 7])
+    redis.call('ZADD', qprefix .. bucket, score, id)
+    add_cost(stats, bucket, cost)
+    if ARGV[b + 7] ~= '' then
+      redis.call('SET', iprefix .. ARGV[b + 7], id, 'EX', idem_ttl)
+    end
+    table.insert(out, id); table.insert(out, 1)
+  end
+end
+redis.call('HINCRBY', stats, 'arrived', new_count)
+redis.call('HINCRBY', stats, 'arrived_cost', new_cost)
+return out

