@@ -84,6 +84,16 @@ def worker_key(model: str, worker_id: str) -> str:
     return f"{worker_prefix(model)}{worker_id}"
 
 
+def workers_key(model: str) -> str:
+    """Zset of live worker ids scored by heartbeat expiry (epoch seconds)."""
+    return f"{_tag(model)}workers"
+
+
+def workers_info_key(model: str) -> str:
+    """Hash of worker id -> last heartbeat JSON."""
+    return f"{_tag(model)}workers:info"
+
+
 def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
 

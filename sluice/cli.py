@@ -1,0 +1,93 @@
+"""The ``sluice`` command line.
+
+Core commands live here; the gateway, workers and autoscaler packages add
+their own through a ``register(app, bench_app)`` function in their ``cli``
+module, imported only if that package is installed. Heavy imports (torch,
+uvicorn) happen inside commands, never at start-up.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sluice.cli_common import JsonOpt, fail
+from sluice.errors import SluiceError
+
+app = typer.Typer(
+    name="sluice",
+    help="Queue-based load balancer and autoscaler for ML model serving.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+bench_app = typer.Typer(help="Benchmarks: print a table and write JSON.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@app.command("redis")
+def redis_cmd(
+    port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 0,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Keep an append-only file here.")
+    ] = None,
+) -> None:
+    """Run a private redis-server on loopback; prints its redis:// URL first."""
+    from sluice.redis_server import start_redis
+
+    try:
+        server = start_redis(data_dir=data_dir, port=port or None)
+    except SluiceError as e:
+        fail(str(e))
+    print(server.url, flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        while not stop.wait(0.5):
+            if server.proc is not None and server.proc.poll() is not None:
+                fail("redis-server exited unexpectedly")
+    finally:
+        server.stop()
+
+
+@bench_app.command("queue")
+def bench_queue(
+    jobs: Annotated[int, typer.Option(help="Jobs per run.")] = 20_000,
+    rq_jobs: Annotated[int, typer.Option(help="Jobs for the RQ baseline.")] = 1_000,
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,8,32,128",
+    workers: Annotated[str, typer.Option(help="Comma-separated worker process counts.")] = "1,4",
+    json_path: JsonOpt = None,
+) -> None:
+    """Queue hop: submit + claim + complete with a no-op handler, vs RQ on one server."""
+    from sluice.bench.queue_hop import main as run
+
+    run(jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers, json_path=json_path)
+
+
+def _register_plugins() -> None:
+    for name in ("gateway.cli", "workers.cli", "autoscaler.cli"):
+        if importlib.util.find_spec(name.split(".")[0]) is None:
+            continue
+        if importlib.util.find_spec(name) is None:
+            continue
+        importlib.import_module(name).register(app, bench_app)
+
+
+_register_plugins()
+
+
+def main() -> None:
+    try:
+        app()
+    except SluiceError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,77 @@
+"""Options and helpers every ``sluice`` command shares."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
+from sluice.errors import ConfigError, RedisUnavailable
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", envvar=CONFIG_ENV, help="Sluice config file (YAML)."),
+]
+RedisUrlOpt = Annotated[
+    str | None,
+    typer.Option("--redis-url", envvar=REDIS_URL_ENV, help="Redis URL (overrides the file)."),
+]
+JsonOpt = Annotated[
+    Path | None, typer.Option("--json", help="Write machine-readable results to this file.")
+]
+
+EXIT_CONFIG = 2
+EXIT_UNAVAILABLE = 3
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    """One clear line on stderr and a non-zero exit, never a traceback."""
+    typer.echo(f"sluice: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def load(config: Path | None, required: bool = True) -> SluiceConfig | None:
+    if config is None:
+        if required:
+            fail(f"no config file: pass --config or set {CONFIG_ENV}", EXIT_CONFIG)
+        return None
+    try:
+        return load_config(config)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+
+
+def load_required(config: Path | None) -> SluiceConfig:
+    cfg = load(config, required=True)
+    assert cfg is not None
+    return cfg
+
+
+def redis_url(cli_value: str | None, cfg: SluiceConfig | None) -> str:
+    return resolve_redis_url(cli_value, cfg)
+
+
+def check_redis(url: str, timeout_s: float = 2.0) -> None:
+    """Fail with one line (exit 3) when Redis does not answer."""
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        client.ping()
+        client.close()
+    except (redis.exceptions.RedisError, OSError, ValueError) as e:
+        fail(f"cannot reach Redis at {url}: {e}", EXIT_UNAVAILABLE)
+    except RedisUnavailable as e:
+        fail(str(e), EXIT_UNAVAILABLE)
+
+
+def write_json(path: Path | None, data: Any) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    print(f"wrote {path}", file=sys.stderr)

@@ -1,0 +1,111 @@
+"""Worker heartbeats: who serves which model, in what state, at what rate.
+
+A worker writes its :class:`WorkerInfo` into a hash with a TTL and keeps its id in
+the model's worker set scored by heartbeat expiry; readers list live workers in
+one round trip. The gateway, the autoscaler and ``sluice status`` all read this.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from sluice import keys
+from sluice.queue.scripts import Call
+
+WORKER_STATES = ("starting", "ready", "draining", "quarantined")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerInfo:
+    id: str
+    model: str
+    host: str
+    pid: int
+    device: str
+    buckets: list[str]
+    state: str
+    started_at: float
+    ready_at: float | None = None
+    heartbeat_at: float = 0.0
+    batches: int = 0
+    jobs: int = 0
+    failures: int = 0
+    busy: bool = False
+    service_rate: float = 0.0  # cost units per second while busy, measured
+    metrics_port: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, raw: str) -> WorkerInfo:
+        data = json.loads(raw)
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+def heartbeat(info: WorkerInfo, ttl_s: float, now_s: float) -> list[tuple[Any, ...]]:
+    """Commands (pipeline them) that publish one heartbeat.
+
+    The worker's own key expires with the TTL (liveness); the model's info hash and
+    expiry zset let readers list every live worker in one round trip.
+    """
+    ttl_ms = max(1, int(ttl_s * 1000))
+    raw = info.to_json()
+    return [
+        ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
+        ("HSET", keys.workers_info_key(info.model), info.id, raw),
+        ("ZADD", keys.workers_key(info.model), now_s + ttl_s, info.id),
+        ("SADD", keys.models_key(), info.model),
+    ]
+
+
+def deregister(model: str, worker_id: str) -> list[tuple[Any, ...]]:
+    return [
+        ("DEL", keys.worker_key(model, worker_id)),
+        ("HDEL", keys.workers_info_key(model), worker_id),
+        ("ZREM", keys.workers_key(model), worker_id),
+    ]
+
+
+def list_workers_call(model: str, now_s: float) -> Call[tuple[list[WorkerInfo], list[str]]]:
+    """Live workers of a model and the ids whose heartbeat lapsed (one round trip).
+
+    Pass the lapsed ids to :func:`prune` to forget workers that died without
+    deregistering.
+    """
+    cmds: list[tuple[Any, ...]] = [
+        ("ZRANGE", keys.workers_key(model), 0, -1, "WITHSCORES"),
+        ("HGETALL", keys.workers_info_key(model)),
+    ]
+
+    def parse(replies: list[Any]) -> tuple[list[WorkerInfo], list[str]]:
+        expiry = {wid: float(score) for wid, score in replies[0]}
+        live, stale = [], []
+        for wid, raw in replies[1].items():
+            if expiry.get(wid, 0.0) > now_s:
+                live.append(WorkerInfo.from_json(raw))
+            else:
+                stale.append(wid)
+        stale += [wid for wid, exp in expiry.items() if exp <= now_s and wid not in replies[1]]
+        return sorted(live, key=lambda w: w.started_at), stale
+
+    return Call(parse, commands=cmds)
+
+
+def prune(model: str, stale_ids: list[str]) -> list[tuple[Any, ...]]:
+    if not stale_ids:
+        return []
+    return [
+        ("HDEL", keys.workers_info_key(model), *stale_ids),
+        ("ZREM", keys.workers_key(model), *stale_ids),
+    ]
+
+
+def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:
+    counts = dict.fromkeys(WORKER_STATES, 0)
+    for w in workers:
+        counts[w.state] = counts.get(w.state, 0) + 1
+    return counts
