@@ -109,3 +109,22 @@ def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:
     for w in workers:
         counts[w.state] = counts.get(w.state, 0) + 1
     return counts
+
+
+# -- control commands ---------------------------------------------------------
+# A worker polls its control list (keys.worker_control_key) with each heartbeat,
+# so a command reaches it within one heartbeat period, and a command sent to a
+# worker that never reads it expires instead of lingering.
+DRAIN = "drain"
+CONTROL_TTL_S = 3600
+
+
+def send_control(model: str, worker_id: str, command: str = DRAIN) -> list[tuple[Any, ...]]:
+    """Commands (pipeline them) that ask one worker to act, e.g. drain and exit 0."""
+    key = keys.worker_control_key(model, worker_id)
+    return [("RPUSH", key, command), ("EXPIRE", key, CONTROL_TTL_S)]
+
+
+def poll_control(model: str, worker_id: str) -> tuple[Any, ...]:
+    """The command a worker runs to take its next control command (None when empty)."""
+    return ("LPOP", keys.worker_control_key(model, worker_id))
