@@ -95,6 +95,12 @@ class AutoscalingConfig(_Strict):
     low_priority_max_replicas: int | None = Field(None, ge=0)
     gpu_memory_gb: float = Field(0.0, ge=0)
     metrics_window_s: float = Field(60.0, gt=0)
+    # Per-replica service rate (cost units/s) assumed until workers report a
+    # measured one; None derives it from the batching block.
+    service_rate_cost_per_s: float | None = Field(None, gt=0)
+    # Kubernetes backend: the worker Deployment of this model
+    # (None = "sluice-worker-<model>").
+    deployment: str | None = None
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:
@@ -151,6 +157,28 @@ class GatewayConfig(_Strict):
     max_batch_inputs: int = Field(256, gt=0)
     predict_timeout_s: float = Field(30.0, gt=0, le=60)
     redis_timeout_s: float = Field(2.0, gt=0)
+    # A priority is shed (429) once the model's queue holds this fraction of its
+    # max_queued_jobs or max_queued_cost: low goes first, then normal, then high.
+    shed_fraction: dict[str, float] = Field(
+        default_factory=lambda: {"high": 1.0, "normal": 0.9, "low": 0.7}
+    )
+    # How often the gateway refreshes queue and worker snapshots (metrics gauges,
+    # Retry-After, workers-ready check); scrapes never cost a Redis round trip.
+    stats_refresh_s: float = Field(1.0, gt=0, le=60)
+    max_wait_s: float = Field(60.0, gt=0, le=300)
+
+    @field_validator("shed_fraction")
+    @classmethod
+    def _shed(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = set(v) - set(PRIORITIES)
+        if unknown:
+            raise ValueError(f"unknown priority {sorted(unknown)}; use {list(PRIORITIES)}")
+        if any(not 0 < f <= 1 for f in v.values()):
+            raise ValueError("shed fractions must be in (0, 1]")
+        full = {"high": 1.0, "normal": 0.9, "low": 0.7} | v
+        if not full["low"] <= full["normal"] <= full["high"]:
+            raise ValueError(f"shed fractions must satisfy low <= normal <= high, got {full}")
+        return full
 
 
 class WorkerConfig(_Strict):
@@ -162,11 +190,39 @@ class WorkerConfig(_Strict):
     metrics_port: int = Field(0, ge=0, lt=65536)
 
 
+class DeviceConfig(_Strict):
+    """A device the local autoscaler backend may place workers on."""
+
+    name: str  # what the worker gets in CUDA_VISIBLE_DEVICES ("0", "1", ...)
+    memory_gb: float = Field(gt=0)
+
+
+class AutoscalerConfig(_Strict):
+    """The autoscaler process (per-model policy lives in each model's autoscaling block)."""
+
+    backend: Literal["local", "kubernetes", "dry-run"] = "local"
+    devices: list[DeviceConfig] = Field(default_factory=list)  # empty: CPU, no memory budget
+    namespace: str = "default"
+    restart_backoff_s: float = Field(1.0, gt=0)
+    restart_backoff_max_s: float = Field(60.0, gt=0)
+    drain_timeout_s: float = Field(300.0, gt=0)
+    metrics_port: int = Field(0, ge=0, lt=65536)
+
+    @field_validator("devices")
+    @classmethod
+    def _devices(cls, v: list[DeviceConfig]) -> list[DeviceConfig]:
+        names = [d.name for d in v]
+        if len(set(names)) != len(names):
+            raise ValueError(f"device names must be unique, got {names}")
+        return v
+
+
 class SluiceConfig(_Strict):
     redis_url: str | None = None
     models: dict[str, ModelConfig]
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    autoscaler: AutoscalerConfig = Field(default_factory=AutoscalerConfig)
 
     @field_validator("models")
     @classmethod

@@ -7,6 +7,8 @@ class SluiceError(Exception):
     """Base of every error Sluice raises on purpose."""
 
     type = "internal"
+    # Seconds a client should wait before retrying (HTTP Retry-After), when known.
+    retry_after_s: float | None = None
 
 
 class ConfigError(SluiceError):
@@ -57,3 +59,23 @@ class JobConflict(SluiceError):
     def __init__(self, message: str, status: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+class Overloaded(SluiceError):
+    """Admission refused for load: e.g. the estimated wait exceeds the job's deadline."""
+
+    type = "overloaded"
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class NotReady(SluiceError):
+    """No worker can take the job and the model does not scale from zero."""
+
+    type = "not_ready"
+
+
+class UnsupportedMediaType(SluiceError):
+    type = "unsupported_media_type"
