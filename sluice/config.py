@@ -76,6 +76,9 @@ class BatchingConfig(_Strict):
     # (highest response ratio next) until workers report a measured rate.
     service_ms_per_cost: float = Field(0.05, gt=0)
     service_ms_base: float = Field(5.0, gt=0)
+    # A bucket head waiting longer than this many expected service times goes
+    # first, oldest first, whatever the ratios say (no starvation under overload).
+    overdue_factor: float = Field(20.0, gt=1)
 
 
 class AutoscalingConfig(_Strict):

@@ -112,7 +112,7 @@ class QueueOps:
             keys.done_channel(model), worker_id, max_batch or b.max_batch,
             max_batch_tokens or b.max_batch_tokens, _ms(b.lease_s), b.max_attempts,
             RECLAIM_LIMIT, cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s,
-            *(cfg.queue.priority_weights[p] for p in PRIORITIES),
+            *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
         ]  # fmt: skip
         for name in served:
             est = (service_ms or {}).get(name)

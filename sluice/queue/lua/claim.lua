@@ -5,11 +5,13 @@
 -- ARGV[4] done channel     ARGV[5] worker id          ARGV[6] max batch
 -- ARGV[7] max batch cost   ARGV[8] lease ms           ARGV[9] max attempts
 -- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
--- ARGV[13..15] priority weights (high, normal, low)
--- ARGV[16..] per served queue: bucket name, expected service ms (same order as KEYS[4..])
+-- ARGV[13..15] priority weights (high, normal, low)   ARGV[16] overdue factor
+-- ARGV[17..] per served queue: bucket name, expected service ms (same order as KEYS[4..])
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window (same hash tag).
--- Bucket choice is highest response ratio next over queue heads,
--- weight[prio] * (wait + service) / service, so no bucket starves.
+-- Bucket choice: highest response ratio next over queue heads,
+-- weight[prio] * (wait + service) / service. A head that has waited more than
+-- overdue factor x its service time is overdue, and overdue heads go first, oldest
+-- first: under sustained overload HRRN alone would let short jobs starve long ones.
 -- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
 local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
 local jprefix, qprefix, hprefix, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -24,23 +26,27 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
                                     reclaim_limit, max_attempts, dead_ttl, ended)
 
 -- Highest response ratio next among the heads of the served queues.
-local best, best_ratio = 0, -1
+local overdue_factor = tonumber(ARGV[16])
+local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
 for k = 4, #KEYS do
   local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
   if #head > 0 then
     local prio = math.floor(tonumber(head[2]) / 1e12)
     local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq') or now)
-    local service = tonumber(ARGV[16 + (k - 4) * 2 + 1])
-    local ratio = (weights[prio + 1] or 1) * (math.max(now - enq, 0) + service) / service
+    local service = tonumber(ARGV[17 + (k - 4) * 2 + 1])
+    local wait = math.max(now - enq, 0)
+    local ratio = (weights[prio + 1] or 1) * (wait + service) / service
     if ratio > best_ratio then best, best_ratio = k, ratio end
+    if wait > overdue_factor * service and enq < oldest_enq then oldest, oldest_enq = k, enq end
   end
 end
+if oldest > 0 then best = oldest end
 if best == 0 then
   publish_ended(channel, ended)
   return {'', now, 0, n_reclaimed}
 end
 
-local queue, bucket = KEYS[best], ARGV[16 + (best - 4) * 2]
+local queue, bucket = KEYS[best], ARGV[17 + (best - 4) * 2]
 local out = {bucket, now, 0, n_reclaimed}
 local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
