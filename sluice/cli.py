@@ -18,7 +18,16 @@ from typing import Annotated
 
 import typer
 
-from sluice.cli_common import JsonOpt, fail
+from sluice.cli_common import (
+    EXIT_UNAVAILABLE,
+    ConfigOpt,
+    JsonOpt,
+    RedisUrlOpt,
+    check_redis,
+    fail,
+    load_required,
+    redis_url,
+)
 from sluice.errors import SluiceError
 
 app = typer.Typer(
@@ -56,6 +65,29 @@ def redis_cmd(
                 fail("redis-server exited unexpectedly")
     finally:
         server.stop()
+
+
+@app.command("status")
+def status_cmd(
+    job_id: Annotated[str | None, typer.Argument(help="A job id to show.")] = None,
+    config: ConfigOpt = None,
+    redis_url_opt: RedisUrlOpt = None,
+) -> None:
+    """Queues per model and bucket, live workers, or one job."""
+    from sluice.errors import JobNotFound, RedisUnavailable
+    from sluice.queue import QueueClient
+    from sluice.queue.client import connect
+    from sluice.status import print_status
+
+    cfg = load_required(config)
+    url = redis_url(redis_url_opt, cfg)
+    check_redis(url)
+    try:
+        print_status(QueueClient(connect(url), dict(cfg.models)), cfg, job_id)
+    except JobNotFound as e:
+        fail(str(e))
+    except RedisUnavailable as e:
+        fail(str(e), EXIT_UNAVAILABLE)
 
 
 @bench_app.command("queue")

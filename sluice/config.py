@@ -250,7 +250,10 @@ def _format_error(e: ValidationError, source: str) -> str:
     extra = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
     if first["type"] in ("missing",):
         return f"{source}: {loc}: field required{extra}"
-    return f"{source}: {loc} = {first.get('input')!r}: {msg}{extra}"
+    value = first.get("input")
+    if isinstance(value, dict):  # a whole-section check: its message names the fields
+        return f"{source}: {loc}: {msg}{extra}"
+    return f"{source}: {loc} = {value!r}: {msg}{extra}"
 
 
 def parse_config(data: Any, source: str = "config") -> SluiceConfig:

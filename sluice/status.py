@@ -1,0 +1,74 @@
+"""``sluice status``: queues, workers and jobs as rich tables."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from sluice.config import SluiceConfig
+from sluice.jobs import JobRecord
+from sluice.queue import QueueClient
+from sluice.registry import list_workers_call
+
+STATUS_COUNTERS = ("arrived", "succeeded", "failed", "expired", "cancelled", "retried")
+
+
+def queues_table(q: QueueClient, cfg: SluiceConfig) -> Table:
+    table = Table(title="Queues", title_justify="left")
+    for col in ("model", "bucket", "queued", "cost", "in flight", "dead", *STATUS_COUNTERS):
+        table.add_column(col, justify="left" if col in ("model", "bucket") else "right")
+    for name in cfg.models:
+        stats = q.stats(name)
+        for i, b in enumerate(stats.buckets):
+            first = i == 0
+            table.add_row(
+                name if first else "", b.bucket, str(b.queued), str(b.queued_cost),
+                str(stats.in_flight) if first else "", str(stats.dead_lettered) if first else "",
+                *((str(stats.counters.get(c, 0)) if first else "") for c in STATUS_COUNTERS),
+            )  # fmt: skip
+    return table
+
+
+def workers_table(q: QueueClient, cfg: SluiceConfig) -> Table:
+    table = Table(title="Workers", title_justify="left")
+    for col in ("model", "worker", "state", "device", "buckets", "jobs", "cost/s", "busy"):
+        table.add_column(col)
+    now = time.time()
+    for name in cfg.models:
+        live, _stale = q.run(list_workers_call(name, now))
+        for w in live:
+            table.add_row(
+                name, w.id, w.state, w.device, ",".join(w.buckets), str(w.jobs),
+                f"{w.service_rate:.0f}", "yes" if w.busy else "no",
+            )  # fmt: skip
+    return table
+
+
+def job_table(rec: JobRecord) -> Table:
+    table = Table(title=f"Job {rec.id}", title_justify="left", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    rows = {
+        "model": rec.model, "status": rec.status.value, "bucket": rec.bucket,
+        "cost": str(rec.cost), "priority": rec.priority, "attempts": str(rec.attempts),
+        "queue wait ms": str(rec.timings.get("queue_wait_ms")), "run ms": str(rec.run_ms),
+        "error": json.dumps(rec.error) if rec.error else "",
+        "result": json.dumps(rec.result)[:200] if rec.result is not None else "",
+    }  # fmt: skip
+    for k, v in rows.items():
+        table.add_row(k, v)
+    return table
+
+
+def print_status(q: QueueClient, cfg: SluiceConfig, job_id: str | None) -> None:
+    # Piped output is read by scripts and tests: keep every column whole.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    if job_id:
+        console.print(job_table(q.get(job_id)))
+        return
+    console.print(queues_table(q, cfg))
+    console.print(workers_table(q, cfg))

