@@ -101,7 +101,13 @@ def bench_queue(
     """Queue hop: submit + claim + complete with a no-op handler, vs RQ on one server."""
     from sluice.bench.queue_hop import main as run
 
-    run(jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers, json_path=json_path)
+    try:
+        run(
+            jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers,
+            json_path=json_path,
+        )  # fmt: skip
+    except SluiceError as e:
+        fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
 
 
 def _register_plugins() -> None:
