@@ -1,0 +1,68 @@
+"""``sluice worker`` and ``sluice bench worker``; heavy imports happen inside the commands."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from sluice.cli_common import ConfigOpt, JsonOpt, RedisUrlOpt, check_redis, fail, load_required
+from sluice.cli_common import redis_url as resolve_url
+from sluice.errors import ConfigError
+
+
+def worker_cmd(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name from the config.")],
+    config: ConfigOpt = None,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
+    buckets: Annotated[
+        str | None, typer.Option(help="Serve only these buckets, e.g. 32,128.")
+    ] = None,
+    redis_url: RedisUrlOpt = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Prometheus port (0 = a free one, -1 = none).")
+    ] = None,
+    worker_id: Annotated[
+        str | None, typer.Option(help="Worker id; default host-pid-random.")
+    ] = None,
+    overlap: Annotated[
+        bool | None, typer.Option("--overlap/--no-overlap", help="Prefetch the next batch.")
+    ] = None,
+    burst: Annotated[bool, typer.Option(help="Exit 0 once the queue is empty.")] = False,
+    log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+) -> None:
+    """Run one worker process: pull batches of MODEL's jobs until drained (SIGTERM)."""
+    from workers.main import build_worker, parse_buckets, setup_logging
+    from workers.worker import WorkerOptions
+
+    cfg = load_required(config)
+    url = resolve_url(redis_url, cfg)
+    check_redis(url)
+    setup_logging(log_level)
+    opts = WorkerOptions(
+        model=model, buckets=parse_buckets(buckets), worker_id=worker_id, overlap=overlap,
+        metrics_port=metrics_port, burst=burst,
+    )  # fmt: skip
+    try:
+        worker = build_worker(cfg, url, opts, device)
+    except ConfigError as e:
+        fail(str(e), 2)
+    raise typer.Exit(worker.run())
+
+
+def bench_worker_cmd(
+    texts: Annotated[int, typer.Option(help="Texts per run.")] = 1200,
+    max_batch: Annotated[int, typer.Option(help="Batch size.")] = 32,
+    seed: Annotated[int, typer.Option(help="Text generator seed.")] = 7,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0 = default).")] = 0,
+    json_path: JsonOpt = None,
+) -> None:
+    """MiniLM worker vs in-process batching, and size buckets vs one bucket."""
+    from workers.bench import main as run
+
+    run(texts=texts, max_batch=max_batch, seed=seed, threads=threads, json_path=json_path)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("worker")(worker_cmd)
+    bench_app.command("worker")(bench_worker_cmd)

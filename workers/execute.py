@@ -1,0 +1,129 @@
+"""Run one claimed batch through a handler, with the fault paths.
+
+- Out of memory: free the device cache, split the batch in halves, retry each
+  half (recursively); the caller lowers its token budget.
+- Any other error: retry item by item, so a poison input fails alone. If some
+  items succeed alone, the ones that still fail are poison: they fail for good.
+  If every item fails, the batch failed (likely this worker, not the inputs):
+  the jobs go back to the queue to run elsewhere and the failure counts
+  towards quarantine.
+- ``InvalidInput`` raised for a single input fails that input for good and never
+  counts against the worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.errors import InvalidInput
+from sluice.jobs import ClaimedJob, Outcome
+from workers.handlers.base import Collated, Handler
+
+MAX_MESSAGE = 500
+
+
+@dataclass
+class BatchResult:
+    outcomes: list[Outcome]
+    failed: bool = False  # every item failed for reasons of this worker
+    oom_splits: int = 0
+    infer_s: float = 0.0  # seconds inside the handler (collate excluded when prefetched)
+    padded_tokens: int = 0
+    real_tokens: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def succeeded(self) -> int:
+        return sum(1 for o in self.outcomes if o.kind == "ok")
+
+
+def _error(exc: BaseException) -> tuple[str, str]:
+    return type(exc).__name__, (str(exc) or type(exc).__name__)[:MAX_MESSAGE]
+
+
+@dataclass
+class _Item:
+    job: ClaimedJob
+    result: Any = None
+    ok: bool = False
+    error: tuple[str, str] | None = None
+    invalid: bool = False
+    oom: bool = False
+    run_ms: float = 0.0
+
+
+class BatchRunner:
+    """Runs batches on one handler; stateless between batches."""
+
+    def __init__(self, handler: Handler, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.handler = handler
+        self.clock = clock
+
+    def run(self, jobs: list[ClaimedJob], collated: Collated | None = None) -> BatchResult:
+        res = BatchResult([])
+        items = [_Item(j) for j in jobs]
+        failed_whole = self._attempt(items, collated, res, allow_split=True)
+        if failed_whole is not None:
+            for item in items:  # item by item: one poison input must fail alone
+                if not item.ok and item.error is None:
+                    self._attempt([item], None, res, allow_split=False)
+        self._outcomes(items, res)
+        return res
+
+    def _attempt(
+        self, items: list[_Item], collated: Collated | None, res: BatchResult, allow_split: bool
+    ) -> BaseException | None:
+        """Run ``items`` as one batch; returns the error if it failed (not OOM-split)."""
+        h = self.handler
+        t0 = self.clock()
+        try:
+            if collated is None:
+                collated = h.collate([i.job.input for i in items], [i.job.cost for i in items])
+            results = h.postprocess(h.infer(collated), collated)
+            if len(results) != len(items):
+                n, want = len(results), len(items)
+                raise RuntimeError(f"handler returned {n} results for {want} inputs")
+        except Exception as e:  # noqa: BLE001 - a handler may raise anything
+            elapsed = self.clock() - t0
+            res.infer_s += elapsed
+            if h.is_oom(e) and len(items) > 1:
+                h.free_memory()
+                res.oom_splits += 1
+                mid = len(items) // 2
+                for half in (items[:mid], items[mid:]):
+                    err = self._attempt(half, None, res, allow_split)
+                    if err is not None and len(half) > 1:
+                        return err  # the caller goes item by item over what is left
+                return None
+            if len(items) == 1:
+                items[0].error, items[0].invalid = _error(e), isinstance(e, InvalidInput)
+                items[0].oom = h.is_oom(e)
+                items[0].run_ms = elapsed * 1000
+            return e
+        elapsed = self.clock() - t0
+        res.infer_s += elapsed
+        res.padded_tokens += collated.padded_tokens
+        res.real_tokens += collated.real_tokens
+        for item, value in zip(items, results, strict=True):
+            item.result, item.ok, item.error, item.run_ms = value, True, None, elapsed * 1000
+        return None
+
+    @staticmethod
+    def _outcomes(items: list[_Item], res: BatchResult) -> None:
+        any_ok = any(i.ok for i in items)
+        worker_fault = [i for i in items if not i.ok and not i.invalid]
+        res.failed = bool(worker_fault) and not any_ok and len(worker_fault) == len(items)
+        for i in items:
+            if i.ok:
+                res.outcomes.append(Outcome.ok(i.job.id, i.result, i.run_ms))
+                continue
+            err_type, message = i.error or ("RuntimeError", "no result")
+            res.errors[err_type] = res.errors.get(err_type, 0) + 1
+            # Out of memory on one input may fit a bigger device: never final here.
+            if i.invalid or (any_ok and not i.oom):
+                res.outcomes.append(Outcome.fail(i.job.id, err_type, message, i.run_ms))
+            else:
+                res.outcomes.append(Outcome.retry(i.job.id, err_type, message, i.run_ms))

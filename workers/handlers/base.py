@@ -1,0 +1,101 @@
+"""The handler protocol: what a model must provide to be served by a worker.
+
+A worker calls, in order: ``load()`` once, ``warmup(shapes)`` once, then per batch
+``collate(inputs, costs)`` -> ``infer(collated)`` -> ``postprocess(output, collated)``.
+Nothing here imports torch; torch handlers subclass
+:class:`workers.handlers.torch_base.TorchHandler`.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from sluice.config import ModelConfig
+from sluice.cost import CostEstimator
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """A batch shape: ``batch`` inputs of ``tokens`` cost units each."""
+
+    batch: int
+    tokens: int
+
+
+@dataclass
+class HandlerContext:
+    """What a handler is built with."""
+
+    model: str
+    config: ModelConfig
+    device: str = "cpu"
+    params: dict[str, Any] = field(default_factory=dict)
+    estimator: CostEstimator | None = None
+
+    def __post_init__(self) -> None:
+        if not self.params:
+            self.params = dict(self.config.params)
+        if self.estimator is None:
+            self.estimator = CostEstimator(self.config)
+
+
+@dataclass
+class Collated:
+    """A batch ready for ``infer``: the handler's data plus padding accounting."""
+
+    data: Any
+    size: int
+    padded_tokens: int  # what the device computes on: size x the longest input
+    real_tokens: int  # the sum of the inputs' own lengths
+
+
+class Handler:
+    """Base class of every handler. Override ``collate``, ``infer`` and ``postprocess``."""
+
+    def __init__(self, ctx: HandlerContext) -> None:
+        self.ctx = ctx
+        self.params = ctx.params
+
+    def load(self) -> None:
+        """Load weights onto ``ctx.device``; a worker is ``starting`` until this returns."""
+
+    def warmup(self, shapes: list[Shape]) -> None:
+        """Run once on each shape so the first real batch pays no compile/allocation cost."""
+
+    def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
+        raise NotImplementedError
+
+    def infer(self, batch: Collated) -> Any:
+        raise NotImplementedError
+
+    def postprocess(self, output: Any, batch: Collated) -> list[Any]:
+        """One JSON-serialisable result per input, in order."""
+        raise NotImplementedError
+
+    def is_oom(self, exc: BaseException) -> bool:
+        """Whether ``exc`` means the device ran out of memory (split the batch and retry)."""
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)
+
+    def free_memory(self) -> None:
+        """Called after an out-of-memory error, before the halves are retried."""
+
+    def close(self) -> None:
+        """Release the model (called once when the worker exits)."""
+
+
+def warmup_shapes(config: ModelConfig, buckets: list[str]) -> list[Shape]:
+    """The largest shape each served bucket can produce under the batching limits.
+
+    A claim fills ``max_batch`` jobs or ``max_batch_tokens`` cost, whichever comes
+    first, so the largest batch of a bucket is ``min(max_batch, budget // bound)``
+    inputs of ``bound`` tokens (at least one).
+    """
+    b = config.batching
+    shapes = []
+    for name in buckets:
+        bound = int(name)
+        shapes.append(Shape(max(1, min(b.max_batch, b.max_batch_tokens // bound)), bound))
+    return shapes

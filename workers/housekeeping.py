@@ -1,0 +1,101 @@
+"""The worker's background thread: heartbeats, lease renewal, control commands.
+
+It ticks every ``min(heartbeat_s, lease_s / 3)`` seconds so a lease is renewed
+at least twice before it could expire, even while one long batch holds the
+main thread. A failed Redis round trip is logged and retried next tick; the
+batch loop never waits on this thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from redis.exceptions import ResponseError
+
+from sluice import keys, registry
+from sluice.errors import RedisUnavailable
+from sluice.queue import QueueClient
+from sluice.queue.client import REDIS_ERRORS
+from workers.status import WorkerStatus
+
+log = logging.getLogger("sluice.worker")
+
+
+class Housekeeper:
+    def __init__(
+        self,
+        client: QueueClient,
+        status: WorkerStatus,
+        *,
+        heartbeat_s: float,
+        ttl_s: float,
+        lease_s: float,
+        on_command: Callable[[str], None],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.status = status
+        self.ttl_s = max(ttl_s, heartbeat_s * 2)
+        self.period_s = max(0.05, min(heartbeat_s, lease_s / 3))
+        self.on_command = on_command
+        self.wall = wall
+        self.lost: set[str] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="sluice-housekeeping", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.tick()
+            self._stop.wait(self.period_s)
+
+    def tick(self) -> None:
+        try:
+            self.renew()
+            command = self.beat()
+        except (RedisUnavailable, *REDIS_ERRORS) as e:
+            log.warning("housekeeping: Redis unavailable (%s); retrying", e)
+            return
+        if command:
+            self.on_command(command)
+
+    def renew(self) -> None:
+        info = self.status.snapshot()
+        held = self.status.held()
+        if held:
+            lost = self.client.renew(info.model, info.id, held)
+            if lost:
+                self.lost.update(lost)
+                log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
+
+    def beat(self) -> str | None:
+        """Publish one heartbeat and take one control command, in one round trip."""
+        now = self.wall()
+        info = self.status.update(heartbeat_at=now)
+        pipe = self.client.redis.pipeline(transaction=False)
+        for cmd in registry.heartbeat(info, self.ttl_s, now):
+            pipe.execute_command(*cmd)
+        pipe.execute_command(*registry.poll_control(info.model, info.id))
+        replies = pipe.execute(raise_on_error=False)
+        command = replies[-1]
+        if isinstance(command, ResponseError):
+            # Someone wrote a plain string instead of the list; accept it too.
+            command = self.client.redis.getdel(keys.worker_control_key(info.model, info.id))
+        return command if isinstance(command, str) and command else None
+
+    def deregister(self, model: str, worker_id: str) -> None:
+        pipe = self.client.redis.pipeline(transaction=False)
+        for cmd in registry.deregister(model, worker_id):
+            pipe.execute_command(*cmd)
+        pipe.delete(keys.worker_control_key(model, worker_id))
+        pipe.execute()

@@ -1,0 +1,62 @@
+"""Build a worker from the config and command-line options, and run it."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from sluice.config import SluiceConfig
+from sluice.errors import ConfigError
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from workers.handlers import HandlerContext, load_handler_class
+from workers.worker import Worker, WorkerOptions
+
+
+def resolve_device(spec: str, uses_torch: bool) -> str:
+    """``auto`` is the first CUDA device if torch sees one, else ``cpu``.
+
+    Handlers that do not use torch (synthetic) never import it for this.
+    """
+    if spec in ("cpu", ""):
+        return "cpu"
+    if spec == "auto":
+        if not uses_torch:
+            return "cpu"
+        import torch
+
+        return "cuda:0" if torch.cuda.is_available() else "cpu"
+    if spec == "cuda" or spec.startswith("cuda:"):
+        return "cuda:0" if spec == "cuda" else spec
+    raise ConfigError(f"--device {spec!r}: use auto, cpu, cuda or cuda:N")
+
+
+def parse_buckets(raw: str | None) -> list[str] | None:
+    if not raw:
+        return None
+    return [b.strip() for b in raw.split(",") if b.strip()]
+
+
+def build_worker(
+    cfg: SluiceConfig, redis_url: str, opts: WorkerOptions, device_spec: str = "auto"
+) -> Worker:
+    if opts.model not in cfg.models:
+        raise ConfigError(f"unknown model {opts.model!r}; the config has {sorted(cfg.models)}")
+    mcfg = cfg.model(opts.model)
+    cls = load_handler_class(mcfg.handler)
+    device = resolve_device(device_spec, getattr(cls, "uses_torch", False))
+    opts = WorkerOptions(**{**opts.__dict__, "device": device})
+    handler = cls(HandlerContext(opts.model, mcfg, device=device))
+    client = QueueClient(connect(redis_url), dict(cfg.models))
+    try:
+        return Worker(cfg, client, handler, opts)
+    except ValueError as e:
+        raise ConfigError(str(e)) from e
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s[%(process)d]: %(message)s",
+    )

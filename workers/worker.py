@@ -1,0 +1,305 @@
+"""The worker process's batch loop: claim, run, complete; drain and quarantine.
+
+Threads: the main thread runs batches; a housekeeping thread publishes
+heartbeats, renews leases and takes control commands; with overlap on, one
+prefetch thread claims and collates the next batch while the current one runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from sluice.config import ModelConfig, SluiceConfig
+from sluice.errors import RedisUnavailable
+from sluice.jobs import Batch, Outcome
+from sluice.queue import QueueClient
+from sluice.registry import DRAIN, WorkerInfo
+from workers.budget import BucketServiceMs, FailureStreak, ServiceRate, TokenBudget
+from workers.execute import BatchResult, BatchRunner
+from workers.handlers.base import Collated, Handler, warmup_shapes
+from workers.housekeeping import Housekeeper
+from workers.metrics import WorkerMetrics
+from workers.status import WorkerStatus
+
+log = logging.getLogger("sluice.worker")
+EXIT_OK = 0
+EXIT_QUARANTINED = 4
+IDLE_MIN_S = 0.002
+IDLE_MAX_S = 0.05  # the longest an idle worker waits before polling again
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    model: str
+    device: str = "cpu"
+    buckets: list[str] | None = None  # None: every bucket of the model
+    worker_id: str | None = None
+    overlap: bool | None = None  # None: the config's worker.overlap
+    metrics_port: int | None = None  # None: the config's; -1: no endpoint
+    burst: bool = False  # exit 0 once the queue is empty (benchmarks, tests)
+
+
+@dataclass
+class _Fetched:
+    batch: Batch
+    collated: Collated | None
+
+
+def new_worker_id() -> str:
+    host = socket.gethostname().split(".")[0][:32] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
+
+
+def served_buckets(model_cfg: ModelConfig, wanted: list[str] | None) -> list[str]:
+    names = model_cfg.bucket_names
+    if not wanted:
+        return names
+    unknown = [b for b in wanted if b not in names]
+    if unknown:
+        raise ValueError(f"unknown bucket(s) {unknown}; this model has {names}")
+    return [b for b in names if b in wanted]
+
+
+class Worker:
+    def __init__(
+        self,
+        config: SluiceConfig,
+        client: QueueClient,
+        handler: Handler,
+        opts: WorkerOptions,
+        *,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = config
+        self.mcfg = config.model(opts.model)
+        self.client, self.handler, self.opts, self.wall = client, handler, opts, wall
+        self.model = opts.model
+        self.buckets = served_buckets(self.mcfg, opts.buckets)
+        wc = config.worker
+        self.overlap = wc.overlap if opts.overlap is None else opts.overlap
+        self.budget = TokenBudget(self.mcfg.batching.max_batch_tokens)
+        self.rate, self.bucket_ms = ServiceRate(), BucketServiceMs()
+        self.streak = FailureStreak(wc.quarantine_after_failures)
+        self.metrics = WorkerMetrics(self.model)
+        self.runner = BatchRunner(handler)
+        self.status = WorkerStatus(WorkerInfo(
+            id=opts.worker_id or new_worker_id(), model=self.model, host=socket.gethostname(),
+            pid=os.getpid(), device=opts.device, buckets=self.buckets, state="starting",
+            started_at=wall(),
+        ))  # fmt: skip
+        self.housekeeper = Housekeeper(
+            client, self.status, heartbeat_s=wc.heartbeat_s, ttl_s=wc.heartbeat_ttl_s,
+            lease_s=self.mcfg.batching.lease_s, on_command=self._on_command, wall=wall,
+        )  # fmt: skip
+        self._stop = threading.Event()  # stop claiming: drain or quarantine
+        self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
+        self._metrics_server: object | None = None
+        self._totals = {"real": 0, "padded": 0}
+
+    @property
+    def id(self) -> str:
+        return self.status.info.id
+
+    # -- lifecycle ------------------------------------------------------------
+    def run(self) -> int:
+        """Load, warm up, serve until drained (exit 0) or quarantined (exit 4)."""
+        self._install_signals()
+        self._start_metrics()
+        self._set_state("starting")
+        self.housekeeper.start()
+        code = EXIT_OK
+        try:
+            self.handler.load()
+            self.handler.warmup(warmup_shapes(self.mcfg, self.buckets))
+            if not self._stop.is_set():
+                self._set_state("ready", ready_at=self.wall())
+                code = self._loop()
+        finally:
+            self._shutdown()
+        return code
+
+    def drain(self, reason: str = "drain requested") -> None:
+        """Stop claiming; the loop finishes what it holds and ``run`` returns 0."""
+        if not self._stop.is_set():
+            log.info("worker %s draining: %s", self.id, reason)
+            if self.status.state != "quarantined":
+                self._set_state("draining", publish=False)
+            self._stop.set()
+
+    def _on_command(self, command: str) -> None:
+        if command == DRAIN:
+            self.drain("drain command")
+        else:
+            log.warning("ignoring unknown control command %r", command)
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda s, _f: self.drain(signal.Signals(s).name))
+
+    def _start_metrics(self) -> None:
+        port = self.opts.metrics_port
+        if port is None:
+            port = self.cfg.worker.metrics_port
+        if port < 0:
+            return
+        bound, self._metrics_server = self.metrics.serve(port)
+        self.status.update(metrics_port=bound)
+
+    def _set_state(self, state: str, publish: bool = True, **changes: object) -> None:
+        self.status.update(state=state, **changes)
+        self.metrics.set_state(state)
+        if publish:
+            try:
+                self.housekeeper.beat()
+            except (RedisUnavailable, OSError) as e:
+                log.warning("could not publish state %s: %s", state, e)
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self.housekeeper.stop()
+        try:
+            self.housekeeper.deregister(self.model, self.id)
+        except Exception as e:  # noqa: BLE001 - exiting anyway; the heartbeat TTL cleans up
+            log.warning("could not deregister: %s", e)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()  # type: ignore[attr-defined]
+        self.handler.close()
+
+    # -- the batch loop -------------------------------------------------------
+    def _loop(self) -> int:
+        pending: Future[_Fetched | None] | None = None
+        idle_s = IDLE_MIN_S
+        while True:
+            if self.streak.tripped:
+                return self._quarantine(pending)
+            if pending is not None:
+                fetched, pending = self._result(pending), None
+            elif self._stop.is_set():
+                return EXIT_OK
+            else:
+                fetched = self._fetch()
+            if fetched is None:
+                if self.opts.burst and self._queue_empty():
+                    return EXIT_OK
+                self._stop.wait(idle_s)
+                idle_s = min(IDLE_MAX_S, idle_s * 2)
+                continue
+            idle_s = IDLE_MIN_S
+            if self._pool is not None and not self._stop.is_set():
+                pending = self._pool.submit(self._fetch)
+            self._process(fetched)
+
+    def _result(self, pending: Future[_Fetched | None]) -> _Fetched | None:
+        try:
+            return pending.result()
+        except Exception as e:  # noqa: BLE001 - a failed prefetch is only a missed batch
+            log.warning("prefetch failed: %s", e)
+            return None
+
+    def _fetch(self) -> _Fetched | None:
+        """Claim one batch and collate it (in the prefetch thread when overlapping)."""
+        if self._stop.is_set():
+            return None
+        try:
+            batch = self.client.claim(
+                self.model, self.id, buckets=self.buckets,
+                max_batch_tokens=self.budget.current, service_ms=self.bucket_ms.ms or None,
+            )  # fmt: skip
+        except RedisUnavailable as e:
+            log.warning("claim failed: %s", e)
+            self._stop.wait(0.5)
+            return None
+        if not batch.jobs:
+            return None
+        self.status.hold([j.id for j in batch.jobs])
+        try:
+            collated: Collated | None = self.handler.collate(
+                [j.input for j in batch.jobs], [j.cost for j in batch.jobs]
+            )
+        except Exception:  # noqa: BLE001 - the runner retries item by item and records why
+            collated = None
+        return _Fetched(batch, collated)
+
+    def _queue_empty(self) -> bool:
+        stats = self.client.stats(self.model)
+        return sum(b.queued for b in stats.buckets if b.bucket in self.buckets) == 0
+
+    def _process(self, f: _Fetched) -> None:
+        batch = f.batch
+        self.status.update(busy=True)
+        waits = [(batch.claimed_at_ms - j.enqueued_at_ms) / 1000 for j in batch.jobs]
+        self.metrics.observe_waits(batch.bucket, waits)
+        result = self.runner.run(batch.jobs, f.collated)
+        self._complete(result.outcomes)
+        self.status.release([j.id for j in batch.jobs])
+        self._account(batch, result)
+
+    def _complete(self, outcomes: list[Outcome]) -> None:
+        for delay in (0.2, 0.5, 1.0, 0.0):
+            try:
+                self.client.complete(self.model, outcomes)
+                return
+            except RedisUnavailable as e:
+                if not delay:
+                    # The leases will expire and the jobs run again elsewhere.
+                    log.error("could not complete %d job(s): %s", len(outcomes), e)
+                    return
+                time.sleep(delay)
+
+    def _account(self, batch: Batch, result: BatchResult) -> None:
+        kinds: dict[str, int] = {}
+        for o in result.outcomes:
+            kinds[o.kind] = kinds.get(o.kind, 0) + 1
+        self.metrics.count_jobs(kinds)
+        if result.oom_splits:
+            self.metrics.oom_total.labels(self.model).inc(result.oom_splits)
+            self.budget.on_oom(batch.cost)
+        elif not result.failed:
+            self.budget.on_success()
+        if not result.failed and result.succeeded:
+            self.rate.add(batch.cost, result.infer_s)
+            self.bucket_ms.add(batch.bucket, len(batch), result.infer_s)
+            self.metrics.observe_batch(batch.bucket, len(batch), result.padded_tokens,
+                                       result.real_tokens, result.infer_s)  # fmt: skip
+        self.streak.record(result.failed)
+        self.metrics.service_rate.labels(self.model).set(self.rate.rate)
+        self.metrics.token_budget.labels(self.model).set(self.budget.current)
+        info = self.status.snapshot()
+        self.status.update(
+            busy=False, batches=info.batches + 1, jobs=info.jobs + len(batch),
+            failures=info.failures + (1 if result.failed else 0), service_rate=self.rate.rate,
+            extra={"token_budget": self.budget.current, "overlap": self.overlap,
+                   "padding_efficiency": round(self.metrics.padding_efficiency_value, 4),
+                   "failure_streak": self.streak.count, "handler": self.mcfg.handler},
+        )  # fmt: skip
+
+    def _quarantine(self, pending: Future[_Fetched | None] | None) -> int:
+        log.error("worker %s quarantined after %d failed batches", self.id, self.streak.count)
+        self._stop.set()
+        self._set_state("quarantined")
+        fetched = self._result(pending) if pending is not None else None
+        if fetched is not None:
+            # Never run: hand the jobs back so a healthy worker takes them.
+            self._complete([Outcome.retry(j.id, "worker_quarantined", "worker quarantined")
+                            for j in fetched.batch.jobs])  # fmt: skip
+            self.status.release([j.id for j in fetched.batch.jobs])
+        self._sigterm_wait(self.cfg.worker.quarantine_grace_s)
+        return EXIT_QUARANTINED
+
+    def _sigterm_wait(self, seconds: float) -> None:
+        # _stop is already set, so wait on a fresh event the signal handler cannot set:
+        # the grace period keeps the quarantined heartbeat visible to operators.
+        time.sleep(max(0.0, seconds))
