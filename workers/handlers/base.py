@@ -54,6 +54,8 @@ class Collated:
 class Handler:
     """Base class of every handler. Override ``collate``, ``infer`` and ``postprocess``."""
 
+    uses_torch = False  # True makes ``--device auto`` look for CUDA (imports torch)
+
     def __init__(self, ctx: HandlerContext) -> None:
         self.ctx = ctx
         self.params = ctx.params
