@@ -1,0 +1,173 @@
+"""Python client for a Sluice gateway.
+
+    from sluice.client import Client
+    with Client("http://127.0.0.1:8000") as c:
+        job = c.submit("minilm", "hello world")
+        print(c.result(job["id"], timeout_s=30)["result"])
+        vectors = c.map("minilm", texts, concurrency=16)
+
+Submissions answered 429 or 503 are retried after the gateway's Retry-After,
+so ``map`` rides out admission control instead of failing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+
+TERMINAL = frozenset({"succeeded", "failed", "expired", "cancelled"})
+RETRYABLE = frozenset({429, 503})
+
+
+class SluiceClientError(Exception):
+    """The gateway refused a request; ``status`` and ``type`` say why."""
+
+    def __init__(self, status: int, err_type: str, message: str) -> None:
+        super().__init__(f"{status} {err_type}: {message}")
+        self.status = status
+        self.type = err_type
+        self.message = message
+
+
+class JobFailed(SluiceClientError):
+    """A job ended without a result (failed, expired or cancelled)."""
+
+    def __init__(self, job: dict[str, Any]) -> None:
+        err = job.get("error") or {}
+        super().__init__(200, err.get("type", job["status"]), err.get("message", job["status"]))
+        self.job = job
+
+
+def _error(resp: httpx.Response) -> SluiceClientError:
+    try:
+        err = resp.json()["error"]
+        return SluiceClientError(resp.status_code, err["type"], err["message"])
+    except (ValueError, KeyError, TypeError):
+        return SluiceClientError(resp.status_code, "http_error", resp.text[:200])
+
+
+def _retry_after(resp: httpx.Response, attempt: int) -> float:
+    try:
+        return min(30.0, max(0.05, float(resp.headers.get("Retry-After", ""))))
+    except ValueError:
+        return min(5.0, 0.1 * 2**attempt)
+
+
+class Client:
+    """A synchronous client; thread-safe, so ``map`` shares one connection pool."""
+
+    def __init__(
+        self, base_url: str, *, timeout_s: float = 70.0, max_retries: int = 20,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:  # fmt: skip
+        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+        self.http = httpx.Client(
+            base_url=base_url.rstrip("/"), timeout=timeout_s, limits=limits, transport=transport
+        )
+        self.max_retries = max_retries
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.http.close()
+
+    def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        for attempt in range(self.max_retries + 1):
+            resp = self.http.request(method, url, **kw)
+            if resp.status_code not in RETRYABLE or attempt == self.max_retries:
+                break
+            time.sleep(_retry_after(resp, attempt))
+        if resp.status_code >= 400:
+            raise _error(resp)
+        return resp
+
+    def submit(
+        self, model: str, input: Any, *, priority: str | None = None,
+        deadline_ms: int | None = None, metadata: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Queue one job; returns the gateway's job description (``id``, ``bucket``, ...)."""
+        body: dict[str, Any] = {"input": input}
+        for name, value in (("priority", priority), ("deadline_ms", deadline_ms),
+                            ("metadata", metadata)):  # fmt: skip
+            if value is not None:
+                body[name] = value
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return self._request("POST", f"/v1/models/{model}/jobs", json=body, headers=headers).json()
+
+    def submit_many(self, model: str, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
+        body = {"inputs": list(inputs), **{k: v for k, v in options.items() if v is not None}}
+        return self._request("POST", f"/v1/models/{model}/jobs/batch", json=body).json()["jobs"]
+
+    def get(self, job_id: str, *, wait_s: float | None = None) -> dict[str, Any]:
+        params = {"wait": wait_s} if wait_s else None
+        return self._request("GET", f"/v1/jobs/{job_id}", params=params).json()
+
+    def result(self, job_id: str, *, timeout_s: float = 300.0) -> dict[str, Any]:
+        """Long-poll until the job ends; the finished job, or JobFailed / TimeoutError."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            job = self.get(job_id, wait_s=max(0.1, min(30.0, left)))
+            if job["status"] == "succeeded":
+                return job
+            if job["status"] in TERMINAL:
+                raise JobFailed(job)
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} still {job['status']} after {timeout_s}s")
+
+    def predict(self, model: str, input: Any, **options: Any) -> dict[str, Any]:
+        """Submit and wait: the finished job (long-polling past the gateway's own wait)."""
+        resp = self._request("POST", f"/v1/models/{model}/predict", json={"input": input, **options})
+        job = resp.json()
+        if job["status"] == "succeeded":
+            return job
+        if job["status"] in TERMINAL:
+            raise JobFailed(job)
+        return self.result(job["id"])
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/jobs/{job_id}").json()
+
+    def models(self) -> dict[str, Any]:
+        return self._request("GET", "/v1/models").json()
+
+    def map(
+        self, model: str, inputs: Iterable[Any], *, concurrency: int = 16,
+        progress: bool = False, timeout_s: float = 600.0, **options: Any,
+    ) -> list[Any]:  # fmt: skip
+        """Run every input through the model; results in input order.
+
+        At most ``concurrency`` jobs are outstanding at once; a failed job raises
+        JobFailed after the others finish (their results are not lost to the error).
+        """
+        items = list(inputs)
+
+        def one(value: Any) -> Any:
+            job = self.submit(model, value, **options)
+            return self.result(job["id"], timeout_s=timeout_s)["result"]
+
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            futures = [pool.submit(one, v) for v in items]
+            if progress:
+                _progress(futures, f"{model}")
+            return [f.result() for f in futures]
+
+
+def _progress(futures: list[Any], label: str) -> None:
+    from concurrent.futures import as_completed
+
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=len(futures))
+        for _ in as_completed(futures):
+            bar.advance(task)
