@@ -1,0 +1,203 @@
+"""The scaling decision: a pure function of (policy, observation, state, now).
+
+No Redis, no clock, no I/O: the control loop and the offline simulator call the
+same :func:`decide`, so a policy replayed against a trace behaves exactly as it
+would in production. The replica arithmetic follows the Kubernetes HPA (ratio,
+tolerance band, scale-down stabilisation window taking the highest recent
+recommendation); the inputs are queue signals, never CPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from sluice.config import AutoscalingConfig, ModelConfig
+
+RECENT_RATE_S = 15.0  # the short arrival-rate window (the long one is metrics_window_s)
+
+# Bounded reason labels (they become a Prometheus label).
+REASONS = (
+    "missing-metrics", "no-service-rate", "steady", "load", "backlog", "tolerance",
+    "slo-breach", "low-priority-cap", "wake", "idle", "min", "max", "stabilizing",
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the observer saw for one model; ``None`` fields were not readable."""
+
+    current: int  # replicas the backend runs or is starting (draining ones excluded)
+    ready: int = 0
+    starting: int = 0
+    draining: int = 0
+    queued: int | None = 0
+    queued_cost: float | None = 0.0
+    queued_non_low: int | None = None  # None: unknown, assume not all low priority
+    in_flight: int = 0
+    arrival_rate_cost: float | None = 0.0  # cost units/s over the metrics window
+    arrival_rate_cost_recent: float | None = None  # over the last RECENT_RATE_S: reacts fast
+    completion_rate_cost: float | None = None
+    service_rate: float | None = None  # measured cost units/s per busy worker
+    p99_wait_ms: float | None = None  # recent queue-wait p99 (recorded at claim)
+    oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here
+    cold_start_s: float | None = None  # measured spawn-to-ready
+
+    @property
+    def missing(self) -> bool:
+        return self.queued is None or self.queued_cost is None or self.arrival_rate_cost is None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyState:
+    """What decide() remembers between calls (returned inside each Decision)."""
+
+    recommendations: tuple[tuple[float, int], ...] = ()  # (now_s, replicas) in the window
+    last_active_s: float | None = None
+    service_rate: float | None = None  # last measured, kept while scaled to zero
+    cold_start_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    current: int
+    desired: int
+    reason: str
+    needed: float  # replicas the load and backlog call for, before limits
+    state: PolicyState = field(default_factory=PolicyState)
+
+    @property
+    def direction(self) -> str:
+        if self.desired > self.current:
+            return "up"
+        return "down" if self.desired < self.current else "none"
+
+
+def default_service_rate(model: ModelConfig) -> float:
+    """Cost units/s of one replica before any is measured: the configured value, else a
+    full token-budget batch at the batching block's expected cost per unit."""
+    if model.autoscaling.service_rate_cost_per_s is not None:
+        return model.autoscaling.service_rate_cost_per_s
+    b = model.batching
+    batch_ms = b.service_ms_base + b.service_ms_per_cost * b.max_batch_tokens
+    return 1000.0 * b.max_batch_tokens / batch_ms
+
+
+def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) -> tuple[float, str]:
+    """Replicas for the arrival rate at target utilisation, plus the backlog's drain."""
+    lam = obs.arrival_rate_cost or 0.0
+    recent = obs.arrival_rate_cost_recent or 0.0
+    # The short window reacts to a step within seconds, but it is noisy: trust it only
+    # once it eats into the headroom (past the midpoint between target and full load).
+    if recent > lam and recent > obs.ready * mu * (1 + p.target_utilization) / 2:
+        lam = recent
+    backlog = obs.queued_cost or 0.0
+    load = lam / (mu * p.target_utilization)
+    if backlog <= 0:
+        return load, "load"
+    spare = obs.ready * mu - lam
+    if spare > 0 and backlog / spare <= cold_s:
+        # The ready workers clear it before a new one could be ready: adding is waste.
+        return load, "load"
+    return load + backlog / (mu * p.backlog_drain_s), "backlog"
+
+
+def _breach(p: AutoscalingConfig, obs: Observation) -> bool:
+    p99 = obs.p99_wait_ms or 0.0
+    return (p99 > p.p99_wait_slo_ms and (obs.queued or 0) > 0) or (
+        obs.oldest_wait_ms > p.p99_wait_slo_ms
+    )
+
+
+def _floor(p: AutoscalingConfig, obs: Observation, last_active_s: float, now_s: float) -> int:
+    """min_replicas, except that a scale-to-zero model keeps one until idle long enough."""
+    if p.min_replicas > 0 or obs.current == 0:
+        return p.min_replicas
+    idle_s = p.idle_s if p.idle_s is not None else p.scale_down_window_s
+    return 0 if now_s - last_active_s >= idle_s else 1
+
+
+def _want(
+    p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float
+) -> tuple[int, float, str]:
+    """The recommendation before bounds, step limits and stabilisation."""
+    cur = obs.current
+    needed, reason = _needed(p, obs, mu, cold_s)
+    want = math.ceil(needed - 1e-9)
+    if cur > 0 and want != cur and abs(needed / cur - 1.0) <= p.tolerance:
+        want, reason = cur, "tolerance"
+    if _breach(p, obs):
+        # A breach blocks any scale-down; it adds one replica when nothing is starting
+        # already and the backlog will not be gone before a new replica is ready.
+        if want <= cur and obs.starting == 0 and reason == "backlog":
+            want = cur + 1
+        want, reason = max(want, cur), "slo-breach"
+    cap = p.low_priority_max_replicas
+    queued = obs.queued or 0
+    if cap is not None and queued > 0 and obs.queued_non_low == 0 and want > max(cap, cur):
+        want, reason = max(cap, cur), "low-priority-cap"
+    if cur == 0 and queued > 0 and want < 1:
+        want, reason = 1, "wake"
+    return want, needed, reason
+
+
+def _bound(p: AutoscalingConfig, want: int, floor: int, reason: str) -> tuple[int, str]:
+    if want < floor:
+        return floor, "min"
+    if want > p.max_replicas:
+        return p.max_replicas, "max"
+    return want, reason
+
+
+def _limit_up(p: AutoscalingConfig, cur: int, want: int) -> int:
+    step = max(math.ceil(cur * p.scale_up_max_percent / 100.0), p.scale_up_max_step)
+    return min(want, cur + step)
+
+
+def _stabilise_down(
+    p: AutoscalingConfig, cur: int, recs: tuple[tuple[float, int], ...], reason: str
+) -> tuple[int, str]:
+    """Down only to the highest recommendation in the window, a bounded step at a time."""
+    highest = max(w for _, w in recs)
+    if highest >= cur:
+        return cur, "stabilizing"
+    return max(highest, cur - p.scale_down_max_step), reason
+
+
+def decide(
+    policy: AutoscalingConfig, obs: Observation | None, state: PolicyState, now_s: float
+) -> Decision:
+    """Desired replicas for one model, and why. Never scales down on missing data."""
+    if obs is None or obs.missing:
+        cur = obs.current if obs is not None else 0
+        return Decision(cur, cur, "missing-metrics", float(cur), state)
+    p, cur = policy, obs.current
+    active = (obs.queued or 0) > 0 or obs.in_flight > 0 or (obs.arrival_rate_cost or 0) > 0
+    last_active = now_s if active or state.last_active_s is None else state.last_active_s
+    measured = obs.service_rate if obs.service_rate and obs.service_rate > 0 else None
+    mu = measured or state.service_rate or p.service_rate_cost_per_s
+    cold_s = obs.cold_start_s or state.cold_start_s or p.cold_start_s
+    new_state = replace(
+        state, last_active_s=last_active, service_rate=mu,
+        cold_start_s=obs.cold_start_s or state.cold_start_s,
+    )  # fmt: skip
+    if mu is None:
+        # Nothing measured or configured yet: hold, but wake a sleeping model for work.
+        want = 1 if cur == 0 and (obs.queued or 0) > 0 else cur
+        desired, reason = _bound(p, want, p.min_replicas, "no-service-rate")
+        return Decision(cur, desired, reason, float(want), new_state)
+    floor = _floor(p, obs, last_active, now_s)
+    if floor == 0 and not active and cur > 0 and p.min_replicas == 0:
+        return Decision(cur, 0, "idle", 0.0, replace(new_state, recommendations=()))
+    want, needed, reason = _want(p, obs, mu, cold_s)
+    want, reason = _bound(p, want, floor, reason)
+    window = p.scale_down_window_s
+    recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)
+    recs += ((now_s, want),)
+    new_state = replace(new_state, recommendations=recs)
+    if want > cur:
+        return Decision(cur, _limit_up(p, cur, want), reason, needed, new_state)
+    if want < cur:
+        desired, reason = _stabilise_down(p, cur, recs, reason)
+        return Decision(cur, desired, reason, needed, new_state)
+    return Decision(cur, cur, reason if reason != "load" else "steady", needed, new_state)

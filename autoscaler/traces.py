@@ -1,0 +1,143 @@
+"""Traffic traces for the simulator: built-in shapes and CSV files.
+
+A trace is a list of arrivals (time in seconds, cost in the model's units). The
+built-in shapes also keep their true rate function, which is what the oracle
+provisions for. Every built-in is seeded, so a run is reproducible.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sluice.errors import ConfigError
+
+BUILTIN = ("step", "spike", "diurnal", "noisy")
+COST_MIN, COST_MAX = 8, 512  # log-uniform job costs (tokens): mean about 121
+
+
+@dataclass(frozen=True)
+class Trace:
+    name: str
+    times_s: list[float]
+    costs: list[float]
+    duration_s: float
+    rate_jobs: Callable[[float], float] | None = None  # true rate, when known
+    mean_cost: float = 0.0
+
+
+def _cost(rng: random.Random) -> float:
+    return float(int(math.exp(rng.uniform(math.log(COST_MIN), math.log(COST_MAX)))))
+
+
+def _mean_cost() -> float:
+    # E[floor(exp(U))] is close to E[exp(U)] - 0.5 over this range.
+    a, b = math.log(COST_MIN), math.log(COST_MAX)
+    return (COST_MAX - COST_MIN) / (b - a) - 0.5
+
+
+def poisson(
+    name: str, rate: Callable[[float], float], peak: float, duration_s: float, seed: int
+) -> Trace:
+    """A non-homogeneous Poisson process by thinning (rate <= peak jobs/s)."""
+    rng = random.Random(seed)
+    times, costs, t = [], [], 0.0
+    while True:
+        t += rng.expovariate(peak)
+        if t >= duration_s:
+            break
+        if rng.random() * peak <= rate(t):
+            times.append(t)
+            costs.append(_cost(rng))
+    return Trace(name, times, costs, duration_s, rate, _mean_cost())
+
+
+def step(base: float = 30.0, factor: float = 2.0, at_s: float = 600.0,
+         duration_s: float = 1800.0, seed: int = 1) -> Trace:  # fmt: skip
+    """Load doubles at 10 min and stays."""
+    return poisson("step", lambda t: base * (factor if t >= at_s else 1.0),
+                   base * factor, duration_s, seed)  # fmt: skip
+
+
+def spike(base: float = 30.0, factor: float = 3.0, at_s: float = 600.0, length_s: float = 60.0,
+          duration_s: float = 1800.0, seed: int = 2) -> Trace:  # fmt: skip
+    """A 60 s burst at three times the base rate."""
+    return poisson("spike", lambda t: base * (factor if at_s <= t < at_s + length_s else 1.0),
+                   base * factor, duration_s, seed)  # fmt: skip
+
+
+def diurnal(peak: float = 40.0, trough_share: float = 0.1, duration_s: float = 3600.0,
+            seed: int = 3) -> Trace:  # fmt: skip
+    """A day compressed into an hour: trough at both ends, peak in the middle."""
+    lo = trough_share
+
+    def rate(t: float) -> float:
+        return peak * (lo + (1 - lo) * 0.5 * (1 - math.cos(2 * math.pi * t / duration_s)))
+
+    return poisson("diurnal", rate, peak, duration_s, seed)
+
+
+def noisy(base: float = 30.0, noise: float = 0.2, change_s: float = 10.0,
+          duration_s: float = 1800.0, seed: int = 4) -> Trace:  # fmt: skip
+    """Steady on average; the rate jumps by up to +-20% every 10 s on top of Poisson noise."""
+    rng = random.Random(seed * 7919)
+    n = int(duration_s / change_s) + 1
+    levels = [base * (1 + rng.uniform(-noise, noise)) for _ in range(n)]
+
+    def rate(t: float) -> float:
+        return levels[min(int(t / change_s), n - 1)]
+
+    return poisson("noisy", rate, base * (1 + noise), duration_s, seed)
+
+
+def builtin(name: str, factor: float | None = None) -> Trace:
+    """A built-in shape; ``factor`` is the step's or spike's multiple, the diurnal
+    peak-to-trough ratio's inverse share, or the noisy trace's +-share."""
+    if name == "step":
+        return step(factor=factor or 2.0)
+    if name == "spike":
+        return spike(factor=factor or 3.0)
+    if name == "diurnal":
+        return diurnal(trough_share=factor or 0.1)
+    return noisy(noise=factor or 0.2)
+
+
+def load_csv(path: Path) -> Trace:
+    """CSV with a header naming ``time_s`` (or ``t``) and ``cost`` columns; rows in any order."""
+    try:
+        with path.open(newline="") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read trace: {e.strerror}") from e
+    if not rows:
+        raise ConfigError(f"{path}: empty trace")
+    tcol = "time_s" if "time_s" in rows[0] else "t"
+    if tcol not in rows[0] or "cost" not in rows[0]:
+        raise ConfigError(f"{path}: need columns time_s and cost, got {list(rows[0])}")
+    try:
+        pairs = sorted((float(r[tcol]), float(r["cost"])) for r in rows)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"{path}: bad number in trace: {e}") from e
+    t0 = pairs[0][0]
+    times = [t - t0 for t, _ in pairs]
+    costs = [c for _, c in pairs]
+    return Trace(path.stem, times, costs, times[-1] + 1.0, None, sum(costs) / len(costs))
+
+
+def resolve(spec: str) -> Trace:
+    """``step``, ``spike:1.5`` (a built-in and its factor) or a CSV path."""
+    name, _, arg = spec.partition(":")
+    if name in BUILTIN:
+        try:
+            factor = float(arg) if arg else None
+        except ValueError as e:
+            raise ConfigError(f"trace {spec!r}: factor must be a number") from e
+        if factor is not None and factor <= 0:
+            raise ConfigError(f"trace {spec!r}: factor must be > 0")
+        trace = builtin(name, factor)
+        return replace(trace, name=spec)
+    return load_csv(Path(spec))

@@ -1,0 +1,56 @@
+"""Queue-wait histograms: the claim script's buckets, read back as a p99.
+
+The claim script (sluice/queue/lua/claim.lua) adds each claimed job's wait to a
+hash per 10 s window; the observer sums the recent windows and the simulator
+keeps the same histograms, so both feed decide() the same kind of number.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Mapping
+
+WINDOW_S = 10  # the claim script's window length
+BOUNDS_MS: tuple[float, ...] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+LABELS: tuple[str, ...] = (*(str(b) for b in BOUNDS_MS), "inf")
+INF_WAIT_MS = 120_000.0  # what the open-ended bucket reports (finite, JSON-safe)
+RECENT_S = 30.0  # p99 over the windows of the last 30 s: recent enough to end with a breach
+
+
+def window_start(now_s: float) -> int:
+    return int(now_s // WINDOW_S) * WINDOW_S
+
+
+def recent_windows(now_s: float, span_s: float = RECENT_S) -> list[int]:
+    """Window starts covering [now - span, now], the current (partial) one included."""
+    last = window_start(now_s)
+    first = window_start(max(0.0, now_s - span_s))
+    return list(range(first, last + 1, WINDOW_S))
+
+
+def slot(wait_ms: float) -> int:
+    """Index into LABELS of the bucket that counts this wait (upper bounds inclusive)."""
+    return bisect.bisect_left(BOUNDS_MS, wait_ms)
+
+
+def merge(hists: Iterable[Mapping[str, int | str]]) -> list[int]:
+    """Sum histogram hashes (label -> count) into counts per LABELS slot."""
+    counts = [0] * len(LABELS)
+    for h in hists:
+        for i, label in enumerate(LABELS):
+            counts[i] += int(h.get(label, 0) or 0)
+    return counts
+
+
+def quantile_ms(counts: list[int], q: float = 0.99) -> float | None:
+    """The upper bound of the bucket holding the q-quantile (conservative); None if empty."""
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank = q * total
+    seen = 0
+    for i, c in enumerate(counts):
+        seen += c
+        if seen >= rank:
+            return BOUNDS_MS[i] if i < len(BOUNDS_MS) else INF_WAIT_MS
+    return INF_WAIT_MS
