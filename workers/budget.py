@@ -31,6 +31,12 @@ class TokenBudget:
         self._good = 0
         return self.current
 
+    def cap(self, limit: int) -> int:
+        """A limit the device showed at warm-up: lowers the ceiling for good."""
+        self.ceiling = max(self.floor, min(self.ceiling, limit))
+        self.current = min(self.current, self.ceiling)
+        return self.current
+
     def on_success(self) -> int:
         if self.current >= self.ceiling:
             return self.current

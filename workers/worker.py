@@ -25,7 +25,7 @@ from sluice.queue import QueueClient
 from sluice.registry import DRAIN, WorkerInfo
 from workers.budget import BucketServiceMs, FailureStreak, ServiceRate, TokenBudget
 from workers.execute import BatchResult, BatchRunner
-from workers.handlers.base import Collated, Handler, warmup_shapes
+from workers.handlers.base import Collated, Handler, Shape, warmup_shapes
 from workers.housekeeping import Housekeeper
 from workers.metrics import WorkerMetrics
 from workers.status import WorkerStatus
@@ -33,6 +33,7 @@ from workers.status import WorkerStatus
 log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
 EXIT_QUARANTINED = 4
+EXIT_LOAD_FAILED = 5
 IDLE_MIN_S = 0.002
 IDLE_MAX_S = 0.05  # the longest an idle worker waits before polling again
 
@@ -118,14 +119,33 @@ class Worker:
         self.housekeeper.start()
         code = EXIT_OK
         try:
-            self.handler.load()
-            self.handler.warmup(warmup_shapes(self.mcfg, self.buckets))
+            try:
+                self.handler.load()
+                self._warm_up()
+            except Exception:
+                log.exception("worker %s could not load or warm up its model", self.id)
+                return EXIT_LOAD_FAILED
             if not self._stop.is_set():
                 self._set_state("ready", ready_at=self.wall())
                 code = self._loop()
         finally:
             self._shutdown()
         return code
+
+    def _warm_up(self) -> None:
+        """Each served bucket's largest shape; on OOM halve the batch and cap the budget."""
+        for shape in warmup_shapes(self.mcfg, self.buckets):
+            while True:
+                try:
+                    self.handler.warmup([shape])
+                    break
+                except Exception as e:
+                    if not self.handler.is_oom(e) or shape.batch == 1:
+                        raise
+                    self.handler.free_memory()
+                    shape = Shape(shape.batch // 2, shape.tokens)
+                    limit = self.budget.cap(shape.batch * shape.tokens)
+                    log.warning("out of memory at warm-up; token budget now %d", limit)
 
     def drain(self, reason: str = "drain requested") -> None:
         """Stop claiming; the loop finishes what it holds and ``run`` returns 0."""

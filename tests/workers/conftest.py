@@ -1,0 +1,100 @@
+"""Helpers for worker tests: configs, in-thread workers, job submission."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from sluice.config import SluiceConfig, parse_config
+from sluice.cost import CostEstimator
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from workers.handlers import HandlerContext, make_handler
+from workers.worker import Worker, WorkerOptions
+
+MODEL = "m"
+
+
+def worker_config(
+    handler: str = "tiny",
+    params: dict[str, Any] | None = None,
+    batching: dict[str, Any] | None = None,
+    worker: dict[str, Any] | None = None,
+    buckets: list[int] | None = None,
+) -> SluiceConfig:
+    model: dict[str, Any] = {
+        "handler": handler,
+        "params": params or {},
+        "buckets": buckets or [32, 128, 512],
+        "cost": {"method": "words"},
+        "batching": {"max_batch": 8, "max_batch_tokens": 4096, "lease_s": 5, **(batching or {})},
+    }
+    return parse_config({
+        "models": {MODEL: model},
+        "worker": {"heartbeat_s": 0.2, "quarantine_grace_s": 0.3, **(worker or {})},
+    })  # fmt: skip
+
+
+def submit(qc: QueueClient, cfg: SluiceConfig, texts: list[Any], model: str = MODEL) -> list[str]:
+    est = CostEstimator(cfg.model(model))
+    jobs = []
+    for t in texts:
+        e = est.estimate(t)
+        jobs.append(NewJob(t, e.bucket, e.cost))
+    return [s.id for s in qc.submit(model, jobs)]
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float = 10.0, every_s: float = 0.02) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"condition not met within {timeout_s} s")
+
+
+@dataclass
+class Running:
+    worker: Worker
+    thread: threading.Thread
+    code: int | None = None
+
+    def join(self, timeout_s: float = 20.0) -> int:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "worker did not exit"
+        assert self.code is not None
+        return self.code
+
+
+@pytest.fixture
+def start_worker(redis_url: str) -> Iterator[Callable[..., Running]]:
+    """``start_worker(cfg, **WorkerOptions fields) -> Running`` (a thread); drained at teardown."""
+    running: list[Running] = []
+
+    def start(cfg: SluiceConfig, **opts: Any) -> Running:
+        opts.setdefault("metrics_port", -1)
+        wopts = WorkerOptions(model=opts.pop("model", MODEL), **opts)
+        handler = make_handler(HandlerContext(wopts.model, cfg.model(wopts.model)))
+        client = QueueClient(connect(redis_url), dict(cfg.models))
+        run = Running(Worker(cfg, client, handler, wopts), threading.Thread(daemon=True))
+
+        def target() -> None:
+            run.code = run.worker.run()
+
+        run.thread = threading.Thread(target=target, daemon=True)
+        run.thread.start()
+        running.append(run)
+        return run
+
+    yield start
+    for run in running:
+        run.worker.drain("test teardown")
+    for run in running:
+        run.thread.join(10)

@@ -1,0 +1,50 @@
+"""Handlers that misbehave on purpose, loaded as ``tests.workers.fault_handlers:Class``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from sluice.cost import input_text
+from workers.handlers.base import Collated, Shape
+from workers.handlers.synthetic import SyntheticHandler
+from workers.handlers.tiny import TinyHandler
+
+
+class PoisonHandler(TinyHandler):
+    """Any batch holding an input with the word ``poison`` raises."""
+
+    def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
+        if any("poison" in input_text(x) for x in inputs):
+            raise ValueError("poison input")
+        return super().collate(inputs, costs)
+
+
+class OomHandler(TinyHandler):
+    """Raises CUDA out-of-memory (on CPU too) above ``params.oom_above`` padded tokens.
+
+    At warm-up only if ``params.oom_in_warmup``: otherwise a bucket whose single
+    largest input is over the limit would (rightly) stop the worker from starting.
+    """
+
+    seen: list[int] = []  # batch sizes that ran, for assertions
+
+    def warmup(self, shapes: list[Shape]) -> None:
+        if self.params.get("oom_in_warmup"):
+            for s in shapes:
+                if s.batch * s.tokens > int(self.params.get("oom_above", 16)):
+                    raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    def infer(self, batch: Collated) -> Any:
+        if batch.padded_tokens > int(self.params.get("oom_above", 16)):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        OomHandler.seen.append(batch.size)
+        return super().infer(batch)
+
+
+class BrokenHandler(SyntheticHandler):
+    """Every batch fails, as on a worker whose device is gone."""
+
+    def infer(self, batch: Collated) -> Any:
+        raise RuntimeError("device lost")
