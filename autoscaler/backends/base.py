@@ -1,0 +1,63 @@
+"""What the control loop needs from a backend, and the dry-run one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from sluice.registry import WorkerInfo
+
+log = logging.getLogger("sluice.autoscaler")
+
+
+class Backend(Protocol):
+    name: str
+
+    def current(self, model: str) -> int:
+        """Replicas running or starting (draining ones excluded)."""
+        ...
+
+    def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
+        """Move toward ``desired``; ``workers`` (live, from heartbeats) say who is idle."""
+        ...
+
+    def tick(self, now_s: float) -> None:
+        """Housekeeping between decisions (reap exits, restart crashes)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def idlest_first(workers: list[WorkerInfo]) -> list[WorkerInfo]:
+    """Drain order: starting (no work yet), then idle ready, then busy; within a
+    group, the one that has done the least (nothing warm to lose) first."""
+    rank = {"starting": 0, "ready": 1, "quarantined": 0}
+
+    def key(w: WorkerInfo) -> tuple[int, int, int]:
+        return (rank.get(w.state, 3), 1 if w.busy else 0, w.jobs)
+
+    return sorted((w for w in workers if w.state != "draining"), key=key)
+
+
+class DryRunBackend:
+    """Decides and logs only; ``current`` is what the heartbeats show running."""
+
+    name = "dry-run"
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    def observe(self, model: str, workers: list[WorkerInfo]) -> None:
+        self._seen[model] = sum(1 for w in workers if w.state in ("starting", "ready"))
+
+    def current(self, model: str) -> int:
+        return self._seen.get(model, 0)
+
+    def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
+        log.info("dry-run: would scale %s from %d to %d", model, self.current(model), desired)
+
+    def tick(self, now_s: float) -> None:
+        return None
+
+    def close(self) -> None:
+        return None

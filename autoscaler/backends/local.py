@@ -1,0 +1,203 @@
+"""Spawn and drain ``sluice worker`` processes on this machine.
+
+A scale-up spawns workers (on a device with room, see autoscaler/devices.py); a
+scale-down sends SIGTERM -- the worker's drain: it stops claiming, finishes
+what it holds, deregisters and exits 0 -- to the idlest workers and waits for
+them. A busy worker is never killed: only a drained worker that outlives
+``drain_timeout_s`` while idle (or gone from the registry) is. A worker that
+exits on its own is restarted with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from autoscaler.backends.base import idlest_first
+from autoscaler.devices import DevicePool
+from sluice.config import SluiceConfig
+from sluice.registry import WorkerInfo
+
+log = logging.getLogger("sluice.autoscaler")
+
+
+@dataclass
+class LocalWorker:
+    id: str
+    model: str
+    proc: subprocess.Popen[bytes]
+    device: str | None
+    spawned_at: float
+    log_file: IO[bytes] | None = None
+    draining_since: float | None = None
+
+
+@dataclass
+class _ModelState:
+    workers: list[LocalWorker] = field(default_factory=list)
+    restarts_due: list[float] = field(default_factory=list)  # monotonic times
+    crashes: int = 0
+    info: dict[str, WorkerInfo] = field(default_factory=dict)  # latest heartbeats by id
+
+
+def sluice_command() -> list[str]:
+    exe = shutil.which("sluice", path=str(Path(sys.executable).parent)) or shutil.which("sluice")
+    return [exe] if exe else [sys.executable, "-m", "sluice"]
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, cfg: SluiceConfig, config_path: Path, redis_url: str, *,
+                 command: list[str] | None = None, log_dir: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.cfg, self.config_path, self.redis_url = cfg, config_path, redis_url
+        self.command = command or sluice_command()
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-workers-"))
+        self.clock = clock
+        self.pool = DevicePool(list(cfg.autoscaler.devices))
+        self.models = {m: _ModelState() for m in cfg.models}
+        self._seq = 0
+
+    # -- what the loop asks ---------------------------------------------------
+    def observe(self, model: str, workers: list[WorkerInfo]) -> None:
+        st = self.models[model]
+        st.info = {w.id: w for w in workers}
+        if any(w.state == "ready" for w in workers):
+            st.crashes = 0  # a worker got to ready: the backoff starts over
+
+    def current(self, model: str) -> int:
+        st = self.models[model]
+        live = sum(1 for w in st.workers if w.draining_since is None)
+        return live + len(st.restarts_due)
+
+    def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
+        if workers:
+            self.observe(model, workers)
+        cur = self.current(model)
+        if desired > cur:
+            for _ in range(desired - cur):
+                if not self._spawn(model):
+                    break
+        elif desired < cur:
+            self._shrink(model, cur - desired)
+
+    def tick(self, now_s: float) -> None:
+        now = self.clock()
+        for model, st in self.models.items():
+            self._reap(model, st, now)
+            due = [t for t in st.restarts_due if t <= now]
+            st.restarts_due = [t for t in st.restarts_due if t > now]
+            for _ in due:
+                self._spawn(model)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Drain every worker and wait (then kill what is left)."""
+        limit = self.cfg.autoscaler.drain_timeout_s if timeout_s is None else timeout_s
+        for st in self.models.values():
+            st.restarts_due.clear()
+            for w in st.workers:
+                self._drain(w)
+        deadline = time.monotonic() + limit
+        for st in self.models.values():
+            for w in st.workers:
+                try:
+                    w.proc.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    log.warning("local: worker %s did not drain in %.0f s; killing", w.id, limit)
+                    w.proc.kill()
+                    w.proc.wait()
+                self._release(w)
+            st.workers.clear()
+
+    # -- mechanics ----------------------------------------------------------------
+    def _spawn(self, model: str) -> bool:
+        need = self.cfg.models[model].autoscaling.gpu_memory_gb
+        try:
+            device = self.pool.place(need)
+        except LookupError as e:
+            log.warning("local: cannot start another %s worker: %s", model, e)
+            return False
+        self._seq += 1
+        wid = f"local-{os.getpid()}-{self._seq}"
+        args = [*self.command, "worker", "--config", str(self.config_path), "--model", model,
+                "--worker-id", wid, "--redis-url", self.redis_url]  # fmt: skip
+        env = dict(os.environ)
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+            args += ["--device", "cuda"]
+        out = (self.log_dir / f"{wid}.log").open("ab")
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+        self.models[model].workers.append(
+            LocalWorker(wid, model, proc, device, self.clock(), out))
+        log.info("local: started %s worker %s (pid %d, device %s)", model, wid, proc.pid,
+                 device or "cpu")  # fmt: skip
+        return True
+
+    def _shrink(self, model: str, n: int) -> None:
+        st = self.models[model]
+        while n > 0 and st.restarts_due:  # not started yet: cheapest to drop
+            st.restarts_due.pop()
+            n -= 1
+        ours = {w.id: w for w in st.workers if w.draining_since is None}
+        # Not heartbeating yet means still loading: those go first, then the idlest.
+        unseen = [w for wid, w in ours.items() if wid not in st.info]
+        seen = [ours[i.id] for i in idlest_first(list(st.info.values())) if i.id in ours]
+        for w in (unseen + seen)[:n]:
+            self._drain(w)
+
+    def _drain(self, w: LocalWorker) -> None:
+        if w.draining_since is None and w.proc.poll() is None:
+            w.draining_since = self.clock()
+            log.info("local: draining %s worker %s (SIGTERM)", w.model, w.id)
+            w.proc.send_signal(signal.SIGTERM)
+
+    def _reap(self, model: str, st: _ModelState, now: float) -> None:
+        keep = []
+        for w in st.workers:
+            code = w.proc.poll()
+            if code is None:
+                self._maybe_kill(st, w, now)
+                keep.append(w)
+                continue
+            self._release(w)
+            if w.draining_since is not None:
+                log.info("local: %s worker %s drained (exit %d)", model, w.id, code)
+                continue
+            st.crashes += 1
+            backoff = min(self.cfg.autoscaler.restart_backoff_s * 2 ** (st.crashes - 1),
+                          self.cfg.autoscaler.restart_backoff_max_s)  # fmt: skip
+            st.restarts_due.append(now + backoff)
+            log.warning("local: %s worker %s exited with %d; restarting in %.1f s",
+                        model, w.id, code, backoff)  # fmt: skip
+        st.workers = keep
+
+    def _maybe_kill(self, st: _ModelState, w: LocalWorker, now: float) -> None:
+        """A drain that outlived its timeout is killed only if the worker is not busy."""
+        if w.draining_since is None:
+            return
+        if now - w.draining_since < self.cfg.autoscaler.drain_timeout_s:
+            return
+        info = st.info.get(w.id)
+        if info is not None and info.busy:
+            return
+        log.warning("local: worker %s still running %.0f s after drain; killing",
+                    w.id, now - w.draining_since)  # fmt: skip
+        w.proc.kill()
+
+    def _release(self, w: LocalWorker) -> None:
+        self.pool.release(w.device, self.cfg.models[w.model].autoscaling.gpu_memory_gb)
+        if w.log_file is not None:
+            w.log_file.close()
+            w.log_file = None

@@ -1,0 +1,138 @@
+"""``sluice autoscaler``, ``sluice simulate`` and ``sluice bench autoscaler``."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sluice.cli_common import (
+    EXIT_CONFIG,
+    ConfigOpt,
+    JsonOpt,
+    RedisUrlOpt,
+    check_redis,
+    fail,
+    load_required,
+    redis_url,
+    write_json,
+)
+from sluice.config import SluiceConfig
+from sluice.errors import ConfigError, SluiceError
+
+BENCH_CONFIG = Path(__file__).resolve().parent.parent / "bench" / "autoscaler_sim.yaml"
+
+
+def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> Any:
+    if name == "dry-run":
+        from autoscaler.backends.base import DryRunBackend
+
+        return DryRunBackend()
+    if name == "kubernetes":
+        from autoscaler.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend(cfg)
+    from autoscaler.backends.local import LocalBackend
+
+    return LocalBackend(cfg, config_path, url)
+
+
+def autoscaler_cmd(
+    config: ConfigOpt = None,
+    backend: Annotated[
+        str | None, typer.Option(help="local, kubernetes or dry-run (default: the file's).")
+    ] = None,
+    redis_url_opt: RedisUrlOpt = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Prometheus port on 127.0.0.1 (0 = none).")
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
+) -> None:
+    """Scale each model's workers from queue backlog and p99 wait; reloads the file on change."""
+    from autoscaler.loop import Autoscaler
+    from autoscaler.metrics import AutoscalerMetrics
+    from autoscaler.observe import Observer
+    from autoscaler.reload import PolicySource
+    from sluice.queue import QueueClient
+    from sluice.queue.client import connect
+
+    cfg = load_required(config)
+    assert config is not None
+    which = backend or cfg.autoscaler.backend
+    if which not in ("local", "kubernetes", "dry-run"):
+        fail(f"--backend {which!r}: use local, kubernetes or dry-run", EXIT_CONFIG)
+    url = redis_url(redis_url_opt, cfg)
+    check_redis(url)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    metrics = AutoscalerMetrics()
+    port = cfg.autoscaler.metrics_port if metrics_port is None else metrics_port
+    if port:
+        metrics.serve(port)
+    source = PolicySource(config, cfg, on_error=lambda _msg: metrics.reload_errors.inc())
+    client = QueueClient(connect(url), dict(cfg.models))
+    try:
+        act = make_backend(which, cfg, config, url)
+    except SluiceError as e:
+        fail(str(e))
+    loop = Autoscaler(source, Observer(client, dict(cfg.models)), act, metrics)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    logging.getLogger("sluice.autoscaler").info(
+        "autoscaler: %s backend, models %s", which, list(cfg.models))
+    loop.run(stop)
+
+
+def simulate_cmd(
+    trace: Annotated[str, typer.Option(help="step, spike, diurnal, noisy (NAME:FACTOR) or a CSV "
+                                            "of time_s,cost.")],  # fmt: skip
+    config: ConfigOpt = None,
+    model: Annotated[str | None, typer.Option(help="Model (if the file has several).")] = None,
+    policy: Annotated[str, typer.Option(help="Comma-separated: sluice, fixed:N, queue-length[:T], "
+                                             "ongoing[:T]. The oracle always runs.")] = "sluice",
+    service_rate: Annotated[float | None, typer.Option(
+        help="Cost units/s per replica (default: the model's configured or derived rate).")] = None,
+    cold_start_s: Annotated[float | None, typer.Option(
+        help="Simulated cold start (default: the policy's cold_start_s).")] = None,
+    json_path: JsonOpt = None,
+    plot: Annotated[Path | None, typer.Option(help="Draw replicas, queue, p99 to a PNG.")] = None,
+) -> None:  # fmt: skip
+    """Replay a trace through the policy (and baselines) before deploying it."""
+    from autoscaler import replay
+
+    cfg = load_required(config)
+    try:
+        _, mc = replay.pick_model(dict(cfg.models), model)
+        out = replay.simulate_cmd(mc, trace, [p.strip() for p in policy.split(",") if p.strip()],
+                                  service_rate, cold_start_s, plot)  # fmt: skip
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    write_json(json_path, out)
+
+
+def bench_autoscaler_cmd(
+    config: ConfigOpt = None,
+    traces: Annotated[str, typer.Option(help="Comma-separated trace specs.")] = ",".join(
+        ("step", "step:1.5", "spike", "spike:1.5", "diurnal", "noisy")),
+    json_path: JsonOpt = None,
+) -> None:  # fmt: skip
+    """Sluice's policy vs the oracle and three baselines on the built-in traces."""
+    from autoscaler import replay
+
+    cfg = load_required(config or BENCH_CONFIG)
+    try:
+        _, mc = replay.pick_model(dict(cfg.models), None)
+        out = replay.bench_cmd(mc, traces.split(","), list(replay.BENCH_POLICIES), None)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    write_json(json_path, out)
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("autoscaler")(autoscaler_cmd)
+    app.command("simulate")(simulate_cmd)
+    bench_app.command("autoscaler")(bench_autoscaler_cmd)

@@ -1,0 +1,102 @@
+"""The control loop: read, then decide, then act, per model, every period.
+
+The observer reads, :func:`autoscaler.policy.decide` decides, the backend acts.
+A failed read holds (decide() sees no observation); a failed backend action is
+logged and counted and retried next period. One structured log line per
+decision.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+from autoscaler.backends.base import Backend
+from autoscaler.metrics import AutoscalerMetrics
+from autoscaler.observe import Observer
+from autoscaler.policy import Decision, Observation, PolicyState, decide, default_service_rate
+from autoscaler.reload import PolicySource
+from sluice.errors import SluiceError
+
+log = logging.getLogger("sluice.autoscaler")
+
+
+class Autoscaler:
+    def __init__(self, source: PolicySource, observer: Observer, backend: Backend,
+                 metrics: AutoscalerMetrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        self.source = source
+        self.observer = observer
+        self.backend = backend
+        self.metrics = metrics or AutoscalerMetrics()
+        self.clock = clock
+        self.models = list(source.config.models)
+        self.states = {m: PolicyState() for m in self.models}
+        self.due = dict.fromkeys(self.models, 0.0)
+        self.last: dict[str, Decision] = {}
+
+    def step(self, now_s: float | None = None) -> dict[str, Decision]:
+        """Decide for every model whose period is due; returns those decisions."""
+        now = self.clock() if now_s is None else now_s
+        self.source.check()
+        self.backend.tick(now)
+        out = {}
+        for model in self.models:
+            if now < self.due[model] or model not in self.source.config.models:
+                continue
+            self.due[model] = now + self.source.policy(model).period_s
+            d = self.decide_one(model, now)
+            if d is not None:
+                out[model] = d
+        return out
+
+    def _observe(self, model: str) -> Observation | None:
+        obs = self.observer.read(model, 0)
+        workers = self.observer.last_workers.get(model, [])
+        note = getattr(self.backend, "observe", None)
+        if note is not None:
+            note(model, workers)
+        current = self.backend.current(model)
+        return replace(obs, current=current) if obs is not None else Observation(
+            current=current, queued=None, queued_cost=None, arrival_rate_cost=None)
+
+    def decide_one(self, model: str, now: float) -> Decision | None:
+        try:
+            obs = self._observe(model)
+        except SluiceError as e:
+            log.warning("autoscaler: %s: cannot read the current replicas (%s): holding", model, e)
+            self.metrics.backend_errors.labels(model).inc()
+            return None
+        cfg = self.source.config.models[model]
+        policy = cfg.autoscaling
+        if policy.service_rate_cost_per_s is None:
+            rate = default_service_rate(cfg)
+            policy = policy.model_copy(update={"service_rate_cost_per_s": rate})
+        d = decide(policy, obs, self.states[model], now)
+        self.states[model] = d.state
+        self.last[model] = d
+        self.metrics.record(model, d)
+        log.info(json.dumps({"event": "autoscaler_decision", "model": model,
+                             "current": d.current, "desired": d.desired, "reason": d.reason,
+                             "needed": round(d.needed, 2), "queued": obs.queued if obs else None,
+                             "p99_wait_ms": obs.p99_wait_ms if obs else None}))  # fmt: skip
+        if d.desired != d.current:
+            try:
+                self.backend.scale(model, d.desired, self.observer.last_workers.get(model, []))
+            except SluiceError as e:
+                log.error("autoscaler: %s: scaling to %d failed: %s", model, d.desired, e)
+                self.metrics.backend_errors.labels(model).inc()
+        return d
+
+    def run(self, stop: threading.Event, tick_s: float = 0.5) -> None:
+        """Until ``stop`` is set; the backend is closed (workers drained) on the way out."""
+        try:
+            while not stop.is_set():
+                self.step()
+                stop.wait(tick_s)
+        finally:
+            self.backend.close()

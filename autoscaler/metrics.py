@@ -1,0 +1,35 @@
+"""The autoscaler's Prometheus metrics (one registry per process; labels are bounded)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from autoscaler.policy import Decision
+
+
+class AutoscalerMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.desired = Gauge("sluice_autoscaler_desired_replicas",
+                             "Replicas the policy asked for.", ["model"], registry=r)  # fmt: skip
+        self.current = Gauge("sluice_autoscaler_current_replicas",
+                             "Replicas running or starting (not draining).", ["model"],
+                             registry=r)  # fmt: skip
+        self.decisions = Counter("sluice_autoscaler_decisions_total",
+                                 "Scaling decisions by direction and reason.",
+                                 ["model", "direction", "reason"], registry=r)  # fmt: skip
+        self.reload_errors = Counter("sluice_autoscaler_config_reload_errors_total",
+                                     "Config reloads rejected (the last good policy stayed).",
+                                     registry=r)  # fmt: skip
+        self.backend_errors = Counter("sluice_autoscaler_backend_errors_total",
+                                      "Backend actions that failed.", ["model"],
+                                      registry=r)  # fmt: skip
+
+    def record(self, model: str, d: Decision) -> None:
+        self.desired.labels(model).set(d.desired)
+        self.current.labels(model).set(d.current)
+        self.decisions.labels(model, d.direction, d.reason).inc()
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, addr="127.0.0.1", registry=self.registry)

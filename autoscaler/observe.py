@@ -1,0 +1,178 @@
+"""Read one model's queue, latency and worker signals from Redis into an Observation.
+
+Three round trips per model and period: the stats read (counts, cost, counters),
+a pipeline of the queue heads per priority, recent wait histograms and the
+worker registry, then the enqueue times of those heads (the age of the oldest
+job: the wait histogram is written at claim time, so a queue nobody claims from
+would otherwise look healthy). Rates come from the counters' deltas over the
+windows this observer keeps. A failed read returns None: decide() then holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from autoscaler import waits
+from autoscaler.policy import RECENT_RATE_S, Observation
+from sluice import keys, registry
+from sluice.config import PRIORITIES, ModelConfig
+from sluice.errors import RedisUnavailable
+from sluice.jobs import QueueStats
+from sluice.queue import QueueClient
+from sluice.queue.client import REDIS_ERRORS
+from sluice.queue.scripts import Call
+from sluice.registry import WorkerInfo
+
+log = logging.getLogger("sluice.autoscaler")
+PRIO_SCALE = 1e12  # queue score = priority rank * 1e12 + sequence
+LOW_RANK = PRIORITIES.index("low")
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    t_s: float
+    arrived_cost: int
+    completed_cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One model's raw signals at one instant (before rates)."""
+
+    now_s: float
+    stats: QueueStats
+    queued_non_low: int
+    oldest_wait_ms: float
+    p99_wait_ms: float | None
+    workers: list[WorkerInfo]
+
+
+def _rate(samples: deque[Sample], now: Sample, span_s: float) -> tuple[float, float] | None:
+    """(arrival, completion) cost rates over the last span_s, from the oldest sample
+    inside it; None until two samples a second apart exist."""
+    base = next((s for s in samples if s.t_s >= now.t_s - span_s - 1e-6), None)
+    if base is None or now.t_s - base.t_s < 1.0:
+        return None
+    dt = now.t_s - base.t_s
+    arrived = (now.arrived_cost - base.arrived_cost) / dt
+    return arrived, (now.completed_cost - base.completed_cost) / dt
+
+
+def _worker_signals(workers: list[WorkerInfo]) -> tuple[dict[str, int], float | None, float | None]:
+    counts = registry.workers_by_state(workers)
+    rates = [w.service_rate for w in workers if w.state == "ready" and w.service_rate > 0]
+    colds = [w.ready_at - w.started_at for w in workers if w.ready_at and w.started_at]
+    rate = statistics.fmean(rates) if rates else None
+    cold = statistics.median(colds) if colds else None
+    return counts, rate, cold
+
+
+class Observer:
+    """Keeps each model's counter samples between reads (for the rate windows)."""
+
+    def __init__(self, client: QueueClient, models: dict[str, ModelConfig],
+                 wall: Callable[[], float] = time.time) -> None:  # fmt: skip
+        self.client = client
+        self.models = models
+        self.wall = wall
+        self.samples: dict[str, deque[Sample]] = {}
+        self.last_workers: dict[str, list[WorkerInfo]] = {}  # from the latest good read
+
+    def read(self, model: str, current: int) -> Observation | None:
+        try:
+            reading = self._read(model)
+        except (RedisUnavailable, *REDIS_ERRORS, redis.RedisError) as e:
+            log.warning("autoscaler: cannot read %s's metrics (%s): holding", model, e)
+            return None
+        self.last_workers[model] = reading.workers
+        return self._observe(model, reading, current)
+
+    def _read(self, model: str) -> Reading:
+        cfg = self.models[model]
+        stats = self.client.stats(model)
+        r = self.client.redis
+        names = cfg.bucket_names
+        pipe = r.pipeline(transaction=False)
+        pipe.time()
+        for b in names:
+            q = keys.queue_key(model, b)
+            pipe.zcount(q, "-inf", f"({LOW_RANK * PRIO_SCALE:.0f}")
+            for rank in range(len(PRIORITIES)):
+                lo, hi = rank * PRIO_SCALE, (rank + 1) * PRIO_SCALE
+                pipe.zrangebyscore(q, f"{lo:.0f}", f"({hi:.0f}", start=0, num=1)
+        wall = self.wall()
+        windows = waits.recent_windows(wall)
+        for w in windows:
+            pipe.hgetall(keys.wait_hist_key(model, w))
+        wcall = registry.list_workers_call(model, wall)
+        for cmd in wcall.commands:
+            pipe.execute_command(*cmd)
+        replies = pipe.execute()
+        return self._parse(model, stats, replies, len(names), len(windows), wcall)
+
+    def _parse(self, model: str, stats: QueueStats, replies: list[Any], n_buckets: int,
+               n_windows: int, wcall: Any) -> Reading:  # fmt: skip
+        secs, micros = replies[0]
+        server_ms = int(secs) * 1000 + int(micros) // 1000
+        per_bucket = 1 + len(PRIORITIES)
+        non_low, heads = 0, []
+        for i in range(n_buckets):
+            chunk = replies[1 + i * per_bucket : 1 + (i + 1) * per_bucket]
+            non_low += int(chunk[0])
+            heads += [ids[0] for ids in chunk[1:] if ids]
+        at = 1 + n_buckets * per_bucket
+        counts = waits.merge(replies[at : at + n_windows])
+        workers, stale = wcall.parse(replies[at + n_windows :])
+        if stale:
+            self.client.run(Call(lambda r: r, commands=registry.prune(model, stale)))
+        oldest = self._oldest_wait_ms(model, heads, server_ms)
+        return Reading(self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers)
+
+    def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
+        if not heads:
+            return 0.0
+        pipe = self.client.redis.pipeline(transaction=False)
+        for jid in heads:
+            pipe.hget(keys.job_key(model, jid), "enq")
+        enqs = [int(float(e)) for e in pipe.execute() if e is not None]
+        return float(max(0, server_ms - min(enqs))) if enqs else 0.0
+
+    def _observe(self, model: str, rd: Reading, current: int) -> Observation:
+        c = rd.stats.counters
+        now = Sample(rd.now_s, c.get("arrived_cost", 0), c.get("completed_cost", 0))
+        samples = self.samples.setdefault(model, deque())
+        if samples and (now.arrived_cost < samples[-1].arrived_cost
+                        or now.completed_cost < samples[-1].completed_cost):  # fmt: skip
+            samples.clear()  # counters went back (Redis flushed): rates start over
+        span = self.models[model].autoscaling.metrics_window_s
+        long, short = _rate(samples, now, span), _rate(samples, now, RECENT_RATE_S)
+        samples.append(now)
+        while samples and samples[0].t_s < now.t_s - span - 60:
+            samples.popleft()
+        counts, rate, cold = _worker_signals(rd.workers)
+        return Observation(
+            current=current, ready=counts.get("ready", 0), starting=counts.get("starting", 0),
+            draining=counts.get("draining", 0), queued=rd.stats.queued,
+            queued_cost=float(rd.stats.queued_cost), queued_non_low=rd.queued_non_low,
+            in_flight=rd.stats.in_flight, arrival_rate_cost=long[0] if long else None,
+            arrival_rate_cost_recent=short[0] if short else None,
+            completion_rate_cost=long[1] if long else None, service_rate=rate,
+            p99_wait_ms=rd.p99_wait_ms, oldest_wait_ms=rd.oldest_wait_ms, cold_start_s=cold,
+        )  # fmt: skip
+
+    def workers(self, model: str) -> list[WorkerInfo]:
+        """Live workers of a model (for backends choosing whom to drain); [] on failure."""
+        try:
+            live, _ = self.client.run(registry.list_workers_call(model, self.wall()))
+        except (RedisUnavailable, *REDIS_ERRORS, redis.RedisError):
+            return []
+        return live
+
