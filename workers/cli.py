@@ -51,16 +51,24 @@ def worker_cmd(
 
 
 def bench_worker_cmd(
-    texts: Annotated[int, typer.Option(help="Texts per run.")] = 1200,
+    texts: Annotated[int, typer.Option(help="Texts per run.")] = 300,
     max_batch: Annotated[int, typer.Option(help="Batch size.")] = 32,
     seed: Annotated[int, typer.Option(help="Text generator seed.")] = 7,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0 = default).")] = 0,
+    rounds: Annotated[int, typer.Option(help="Interleaved rounds; the best run counts.")] = 2,
     json_path: JsonOpt = None,
 ) -> None:
     """MiniLM worker vs in-process batching, and size buckets vs one bucket."""
     from workers.bench import main as run
 
-    run(texts=texts, max_batch=max_batch, seed=seed, threads=threads, json_path=json_path)
+    run(
+        texts=texts,
+        max_batch=max_batch,
+        seed=seed,
+        threads=threads,
+        rounds=rounds,
+        json_path=json_path,
+    )
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
