@@ -92,11 +92,12 @@ def status_cmd(
 
 @bench_app.command("queue")
 def bench_queue(
-    jobs: Annotated[int, typer.Option(help="Jobs per run.")] = 20_000,
+    jobs: Annotated[int, typer.Option(help="Jobs per run.")] = 10_000,
     rq_jobs: Annotated[int, typer.Option(help="Jobs for the RQ baseline.")] = 1_000,
     batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,8,32,128",
     workers: Annotated[str, typer.Option(help="Comma-separated worker process counts.")] = "1,4",
     json_path: JsonOpt = None,
+    repeat: Annotated[int, typer.Option(help="Runs per case; the median is reported.")] = 3,
 ) -> None:
     """Queue hop: submit + claim + complete with a no-op handler, vs RQ on one server."""
     from sluice.bench.queue_hop import main as run
@@ -104,7 +105,7 @@ def bench_queue(
     try:
         run(
             jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers,
-            json_path=json_path,
+            json_path=json_path, repeats=repeat,
         )  # fmt: skip
     except SluiceError as e:
         fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
