@@ -14,7 +14,7 @@ import multiprocessing as mp
 import platform
 import queue as stdlib_queue
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from sluice.bench.redis_count import (
     reset_round_trips,
 )
 from sluice.bench.report import render, summary
-from sluice.bench.rq_baseline import RqResult, run_rq
+from sluice.bench.rq_baseline import RqResult, run_rq_median
 from sluice.config import ModelConfig, parse_config
 from sluice.errors import SluiceError
 from sluice.jobs import NewJob, Outcome
@@ -81,6 +81,7 @@ class HopResult:
     worker_commands: int
     worker_script_us: int
     worker_calls: dict[str, int] = field(default_factory=dict)
+    drain_runs: tuple[float, ...] = ()  # drain jobs/s of every repetition
 
     @property
     def submit_jobs_per_s(self) -> float:
@@ -117,6 +118,7 @@ class HopResult:
             "worker_script_us_per_job": round(self.worker_script_us / self.jobs, 2),
             "worker_script_share_of_drain": round(self.worker_script_us / 1e6 / self.drain_s, 3),
             "worker_command_calls": dict(sorted(self.worker_calls.items())),
+            "drain_jobs_per_s_runs": list(self.drain_runs),
         }  # fmt: skip
         if rq is not None:
             out["drain_vs_rq_worker"] = round(self.drain_jobs_per_s / rq.worker_jobs_per_s, 1)
@@ -124,25 +126,26 @@ class HopResult:
         return out
 
 
-def _drain_worker(url: str, batch: int, index: int, go: Any, results: Any) -> None:
-    """A worker process: claim and complete until the queue is empty, then report."""
+def _drain_worker(url: str, batch: int, index: int, gos: list[Any], results: Any) -> None:
+    """A worker process: per repetition, claim and complete until the queue is empty."""
     r = counting_client(url)
     client = QueueClient(r, bench_models())
     worker_id = f"bench-{index}"
     r.ping()  # connect (and its handshake) before the clock starts
     results.put(("ready", index))
-    go.wait()
-    reset_round_trips()
-    start = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes
-    jobs = batches = 0
-    while True:
-        claimed = client.claim(MODEL, worker_id, max_batch=batch)
-        if not claimed.jobs:
-            break
-        client.complete(MODEL, [Outcome.ok(j.id, noop(j.input)) for j in claimed.jobs])
-        jobs, batches = jobs + len(claimed.jobs), batches + 1
-    end = time.monotonic()
-    results.put(("done", index, start, end, jobs, batches, CountingConnection.round_trips))
+    for go in gos:
+        go.wait()
+        reset_round_trips()
+        start = time.monotonic()  # CLOCK_MONOTONIC: comparable across processes
+        jobs = batches = 0
+        while True:
+            claimed = client.claim(MODEL, worker_id, max_batch=batch)
+            if not claimed.jobs:
+                break
+            client.complete(MODEL, [Outcome.ok(j.id, noop(j.input)) for j in claimed.jobs])
+            jobs, batches = jobs + len(claimed.jobs), batches + 1
+        end = time.monotonic()
+        results.put(("done", index, start, end, jobs, batches, CountingConnection.round_trips))
     r.close()
 
 
@@ -172,38 +175,21 @@ def _submit_all(client: QueueClient, jobs: int) -> tuple[float, int, int]:
     return time.perf_counter() - t0, len(chunks), CountingConnection.round_trips
 
 
-def run_case(url: str, batch: int, workers: int, jobs: int) -> HopResult:
-    """Submit ``jobs``, then drain them with ``workers`` processes claiming ``batch``."""
-    ctx = mp.get_context("spawn")
-    go, results = ctx.Event(), ctx.Queue()
-    procs = [
-        ctx.Process(target=_drain_worker, args=(url, batch, i, go, results), daemon=True)
-        for i in range(workers)
-    ]
-    admin = redis.Redis.from_url(url, decode_responses=True)
-    submitter = counting_client(url)
-    try:
-        admin.flushall()  # scripts survive FLUSHALL; the previous case's jobs do not
-        for p in procs:
-            p.start()
-        _expect(results, "ready", workers, WORKER_START_TIMEOUT_S)
-        submitter.ping()  # its handshake is not part of submit
-        reset_commandstats(admin)
-        submit_s, calls, submit_rt = _submit_all(QueueClient(submitter, bench_models()), jobs)
-        submit_stats = read_commandstats(admin)
-        reset_commandstats(admin)
-        go.set()
-        done = _expect(results, "done", workers, DRAIN_TIMEOUT_S)
-        worker_stats = read_commandstats(admin)
-        succeeded = int(admin.hget(keys.stats_key(MODEL), "succeeded") or 0)
-    finally:
-        for p in procs:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-        submitter.close()
-        admin.close()
+def _one_run(
+    admin: redis.Redis, submitter: redis.Redis, go: Any, results: Any, case: tuple[int, int, int]
+) -> HopResult:
+    """One repetition with the workers already waiting on ``go``."""
+    batch, workers, jobs = case
+    admin.flushall()  # scripts survive FLUSHALL; the previous run's jobs do not
+    reset_commandstats(admin)
+    submit_s, calls, submit_rt = _submit_all(QueueClient(submitter, bench_models()), jobs)
+    submit_stats = read_commandstats(admin)
+    reset_commandstats(admin)
+    go.set()
+    done = _expect(results, "done", workers, DRAIN_TIMEOUT_S)
+    worker_stats = read_commandstats(admin)
     drained = sum(m[4] for m in done)
+    succeeded = int(admin.hget(keys.stats_key(MODEL), "succeeded") or 0)
     if drained != jobs or succeeded != jobs:
         raise SluiceError(f"drained {drained} and recorded {succeeded} of {jobs} jobs")
     return HopResult(
@@ -219,6 +205,38 @@ def run_case(url: str, batch: int, workers: int, jobs: int) -> HopResult:
     )  # fmt: skip
 
 
+def run_case(url: str, batch: int, workers: int, jobs: int, repeats: int = 1) -> HopResult:
+    """Submit ``jobs``, then drain them with ``workers`` processes claiming ``batch``.
+
+    Repeated ``repeats`` times with the same processes; the run with the median
+    drain rate is returned (this machine is shared, so one run can be unlucky).
+    """
+    ctx = mp.get_context("spawn")
+    gos, results = [ctx.Event() for _ in range(repeats)], ctx.Queue()
+    procs = [
+        ctx.Process(target=_drain_worker, args=(url, batch, i, gos, results), daemon=True)
+        for i in range(workers)
+    ]
+    admin = redis.Redis.from_url(url, decode_responses=True)
+    submitter = counting_client(url)
+    try:
+        for p in procs:
+            p.start()
+        _expect(results, "ready", workers, WORKER_START_TIMEOUT_S)
+        submitter.ping()  # its handshake is not part of submit
+        runs = [_one_run(admin, submitter, go, results, (batch, workers, jobs)) for go in gos]
+    finally:
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+        submitter.close()
+        admin.close()
+    runs_per_s = tuple(round(r.drain_jobs_per_s, 1) for r in runs)
+    median = sorted(runs, key=lambda r: r.drain_jobs_per_s)[len(runs) // 2]
+    return replace(median, drain_runs=runs_per_s)
+
+
 def _load_scripts(url: str) -> str:
     """Load every script once, so no case pays (or counts) a NOSCRIPT retry."""
     r = redis.Redis.from_url(url, decode_responses=True)
@@ -230,13 +248,15 @@ def _load_scripts(url: str) -> str:
         r.close()
 
 
-def run(jobs: int, rq_jobs: int, batch_sizes: list[int], workers: list[int]) -> dict[str, Any]:
+def run(
+    jobs: int, rq_jobs: int, batch_sizes: list[int], workers: list[int], repeats: int = 1
+) -> dict[str, Any]:
     """Run every case and the RQ baseline on one private redis-server; JSON-ready."""
     server = start_redis()
     try:
         version = _load_scripts(server.url)
-        rq = run_rq(server.url, rq_jobs) if rq_jobs > 0 else None
-        cases = [run_case(server.url, b, w, jobs) for w in workers for b in batch_sizes]
+        rq = run_rq_median(server.url, rq_jobs, repeats) if rq_jobs > 0 else None
+        cases = [run_case(server.url, b, w, jobs, repeats) for w in workers for b in batch_sizes]
     finally:
         server.stop()
     return {
@@ -245,6 +265,7 @@ def run(jobs: int, rq_jobs: int, batch_sizes: list[int], workers: list[int]) -> 
             "redis_version": version,
             "python": platform.python_version(),
             "cpus": mp.cpu_count(),
+            "repeats": repeats,
             "submit_chunk": SUBMIT_CHUNK,
             "buckets": bench_models()[MODEL].bucket_names,
             "job_bucket": "32",
@@ -256,20 +277,22 @@ def run(jobs: int, rq_jobs: int, batch_sizes: list[int], workers: list[int]) -> 
 
 
 def main(
-    jobs: int = 20_000,
+    jobs: int = 10_000,
     rq_jobs: int = 1_000,
     batch_sizes: str = "1,8,32,128",
     workers: str = "1,4",
     json_path: Path | None = None,
+    repeats: int = 3,
 ) -> dict[str, Any]:
     """``sluice bench queue``: print the table, write JSON when asked."""
     from sluice.cli_common import write_json
 
-    if jobs <= 0 or rq_jobs < 0:
-        raise SluiceError(f"jobs must be > 0 and rq_jobs >= 0, got {jobs} and {rq_jobs}")
-    data = run(
-        jobs, rq_jobs, parse_sizes(batch_sizes, "batch sizes"), parse_sizes(workers, "workers")
-    )
+    if jobs <= 0 or rq_jobs < 0 or repeats <= 0:
+        raise SluiceError(
+            f"need jobs > 0, rq_jobs >= 0 and repeats > 0, got {jobs}, {rq_jobs}, {repeats}"
+        )
+    sizes, counts = parse_sizes(batch_sizes, "batch sizes"), parse_sizes(workers, "workers")
+    data = run(jobs, rq_jobs, sizes, counts, repeats)
     render(data)
     write_json(json_path, data)
     return data

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 
 def test_queue_hop_runs_and_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "hop.json"
-    main(jobs=120, rq_jobs=10, batch_sizes="1,8", workers="1,2", json_path=out)
+    main(jobs=120, rq_jobs=10, batch_sizes="1,8", workers="1,2", json_path=out, repeats=2)
     data = json.loads(out.read_text())
 
     assert [(c["batch"], c["workers"]) for c in data["cases"]] == [(1, 1), (8, 1), (1, 2), (8, 2)]
@@ -32,9 +32,14 @@ def test_queue_hop_runs_and_writes_json(tmp_path: Path) -> None:
         assert c["worker_command_calls"]["evalsha"] == 2 * c["batches"] + c["workers"]
         assert c["worker_commands_per_job"] > 0 and c["submit_commands_per_job"] > 0
         assert c["drain_vs_rq_worker"] > 0
+        assert (
+            len(c["drain_jobs_per_s_runs"]) == 2
+            and c["drain_jobs_per_s"] in c["drain_jobs_per_s_runs"]
+        )
 
     rq = data["rq"]
     assert rq["jobs"] == 10 and rq["worker_jobs_per_s"] > 0 and rq["commands_per_job"] > 0
+    assert len(rq["worker_jobs_per_s_runs"]) == 2
     assert data["summary"]["max_worker_round_trips_per_batch"] <= 3.0
     assert data["summary"]["batch32_1worker_drain_vs_rq_worker"] is None  # batch 32 not run
 
