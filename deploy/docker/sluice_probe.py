@@ -56,7 +56,7 @@ def main(argv: list[str]) -> int:
         status, text = fetch(f"http://127.0.0.1:{int(argv[1])}/metrics")
         if status == 200 and worker_ready(text):
             return 0
-        print("sluice-probe: worker is not ready (loading, draining or quarantined)", file=sys.stderr)
+        print("sluice-probe: worker not ready (loading, draining or quarantined)", file=sys.stderr)
         return 1
     print(__doc__, file=sys.stderr)
     return 2
