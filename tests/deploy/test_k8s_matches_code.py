@@ -1,0 +1,181 @@
+"""The Kubernetes manifests use the ports, paths, flags, names, RBAC verbs and
+environment variables the code actually uses (each read from the code)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice.config import REDIS_URL_ENV, SluiceConfig
+from tests.deploy import commands as cmd
+from tests.deploy.code_facts import (
+    env_vars_read,
+    gateway_routes,
+    kubernetes_backend,
+    kubernetes_permissions,
+)
+from tests.deploy.conftest import RENDERS, config_in, containers, find, one
+
+EXTERNAL_ENV = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "PYTHONUNBUFFERED"}
+
+
+Obj = dict[str, Any]
+Render = tuple[list[Obj], SluiceConfig]
+
+
+def _sluice_containers(objs: list[Obj]) -> list[tuple[Obj, Obj]]:
+    images = ("sluice", "sluice-worker")
+    return [(d, c) for d in find(objs, "Deployment") for c in containers(d)
+            if c["image"].rsplit("/", 1)[-1].split(":")[0] in images]  # fmt: skip
+
+
+def _by_role(objs: list[Obj], role: str) -> list[tuple[Obj, Obj]]:
+    return [(d, c) for d, c in _sluice_containers(objs) if c["args"][0] == role]
+
+
+def _pod_annotations(d: dict[str, Any]) -> dict[str, str]:
+    return dict(d["spec"]["template"]["metadata"].get("annotations", {}))
+
+
+def _port(c: dict[str, Any], name: str) -> int:
+    return next(int(p["containerPort"]) for p in c["ports"] if p["name"] == name)
+
+
+@pytest.fixture(scope="module", params=RENDERS)
+def render(request: pytest.FixtureRequest, rendered: dict[str, Any]) -> Render:
+    objs = rendered[request.param]
+    return objs, config_in(objs)
+
+
+def test_every_sluice_command_is_real(render: Render) -> None:
+    objs, cfg = render
+    pairs = _sluice_containers(objs)
+    assert {c["args"][0] for _, c in pairs} == set(cmd.SUBCOMMANDS)
+    for d, c in pairs:
+        assert cmd.command_problems(c["args"], cfg) == [], d["metadata"]["name"]
+
+
+def test_config_mounted_as_a_directory(render: Render) -> None:
+    """A subPath mount never sees ConfigMap edits: the autoscaler could not reload."""
+    objs, _ = render
+    cm = one(objs, "ConfigMap", "sluice-config")
+    for d, c in _sluice_containers(objs):
+        path = cmd.config_path(c["args"])
+        volumes = {v["name"]: v for v in d["spec"]["template"]["spec"]["volumes"]}
+        mount = next(m for m in c["volumeMounts"] if m["mountPath"] == str(path.parent))
+        assert "subPath" not in mount
+        assert volumes[mount["name"]]["configMap"]["name"] == "sluice-config"
+        assert path.name in cm["data"]
+
+
+def test_gateway_port_and_probe_paths(render: Render) -> None:
+    objs, cfg = render
+    routes = gateway_routes()
+    ((d, c),) = _by_role(objs, "gateway")
+    port = cmd.gateway_port(c["args"], cfg)
+    assert _port(c, "http") == port == int(_pod_annotations(d)["prometheus.io/port"])
+    assert _pod_annotations(d)["prometheus.io/path"] in routes
+    ready, live = c["readinessProbe"]["httpGet"]["path"], c["livenessProbe"]["httpGet"]["path"]
+    assert {ready, live, c["startupProbe"]["httpGet"]["path"]} <= routes
+    # Readiness checks Redis; liveness must not, or a Redis blip restarts every gateway.
+    assert ready != live
+    svc = one(objs, "Service", "sluice-gateway")
+    assert svc["spec"]["ports"][0]["targetPort"] == "http"
+    assert "--workers" in c["args"] and cmd.flag(c["args"], "--workers") == "1"
+
+
+def test_worker_ports_probes_and_drain(render: Render) -> None:
+    objs, cfg = render
+    workers = _by_role(objs, "worker")
+    assert workers
+    for d, c in workers:
+        model = cfg.model(cmd.flag(c["args"], "--model") or "")
+        port = cmd.worker_metrics_port(c["args"], cfg)
+        assert port > 0, "a worker pod needs a fixed metrics port (worker.metrics_port)"
+        assert _port(c, "metrics") == port == int(_pod_annotations(d)["prometheus.io/port"])
+        for probe in ("startupProbe", "readinessProbe"):
+            assert c[probe]["exec"]["command"] == ["sluice-probe", "worker-ready", str(port)]
+        start = c["startupProbe"]
+        window_s = start["periodSeconds"] * start["failureThreshold"]
+        assert window_s >= 2 * model.autoscaling.cold_start_s
+        grace = d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        # The drain finishes the batch in hand; a batch runs under one lease (renewed),
+        # so the grace period must outlast at least two of them.
+        assert grace >= 2 * model.batching.lease_s
+        assert "preStop" in c["lifecycle"]
+        assert "nvidia.com/gpu" in c["resources"]["limits"]
+
+
+def test_worker_deployments_are_the_autoscaler_targets(render: Render) -> None:
+    objs, cfg = render
+    backend = kubernetes_backend(cfg)
+    for d in find(objs, "Deployment"):
+        assert d["metadata"]["namespace"] == backend.namespace
+    for model, name in backend.deployments.items():
+        d = one(objs, "Deployment", name)
+        # The autoscaler owns the count: a re-apply must not reset it.
+        assert "replicas" not in d["spec"]
+        ((c,),) = [containers(d)]
+        assert cmd.flag(c["args"], "--model") == model
+        assert c["image"].rsplit("/", 1)[-1].startswith("sluice-worker")
+
+
+def test_autoscaler_role_grants_exactly_what_the_backend_calls(
+    render: Render,
+) -> None:
+    objs, _ = render
+    used = kubernetes_permissions()
+    assert used, "autoscaler/ makes no Kubernetes API call: the reader is broken"
+    role = one(objs, "Role", "sluice-autoscaler")
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    assert granted == set(used)
+    binding = one(objs, "RoleBinding", "sluice-autoscaler")
+    ((d, c),) = _by_role(objs, "autoscaler")
+    sa = d["spec"]["template"]["spec"]["serviceAccountName"]
+    ns = d["metadata"]["namespace"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
+    assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
+
+
+def test_autoscaler_backend_and_metrics_port(render: Render) -> None:
+    objs, cfg = render
+    ((d, c),) = _by_role(objs, "autoscaler")
+    backend = cmd.flag(c["args"], "--backend") or cfg.autoscaler.backend
+    keda = bool(find(objs, "ScaledObject"))
+    # With KEDA scaling the workers, the Sluice autoscaler must only advise.
+    assert backend == ("dry-run" if keda else "kubernetes")
+    port = cmd.autoscaler_metrics_port(c["args"], cfg)
+    assert port > 0 and _port(c, "metrics") == port
+    assert int(_pod_annotations(d)["prometheus.io/port"]) == port
+    assert c["livenessProbe"]["exec"]["command"][-1] == f"http://127.0.0.1:{port}/metrics"
+
+
+def test_env_vars_are_the_ones_the_code_reads(render: Render) -> None:
+    objs, cfg = render
+    read = env_vars_read()
+    secret = one(
+        objs,
+        "Secret",
+        next(r["secretRef"]["name"] for _, c in _sluice_containers(objs) for r in c["envFrom"]),
+    )
+    assert set(secret.get("data", {})) | set(secret.get("stringData", {})) == {REDIS_URL_ENV}
+    assert REDIS_URL_ENV in read and cfg.redis_url is None
+    for _, c in _sluice_containers(objs):
+        for e in c.get("env", []):
+            assert e["name"] in read or e["name"] in EXTERNAL_ENV, e["name"]
+
+
+def test_keda_matches_the_policy(rendered: dict[str, Any]) -> None:
+    objs = rendered["keda"]
+    cfg = config_in(objs)
+    backend = kubernetes_backend(cfg)
+    for so in find(objs, "ScaledObject"):
+        model = next(m for m, n in backend.deployments.items()
+                     if n == so["spec"]["scaleTargetRef"]["name"])  # fmt: skip
+        policy = cfg.model(model).autoscaling
+        assert so["spec"]["minReplicaCount"] == policy.min_replicas
+        assert so["spec"]["maxReplicaCount"] == policy.max_replicas
+        for t in so["spec"]["triggers"]:
+            assert f'model="{model}"' in t["metadata"]["query"]
