@@ -21,7 +21,7 @@ from typing import Any
 import redis
 
 from autoscaler import waits
-from autoscaler.policy import RECENT_RATE_S, Observation
+from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
 from sluice import keys, registry
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import RedisUnavailable
@@ -57,9 +57,9 @@ class Reading:
 
 def _rate(samples: deque[Sample], now: Sample, span_s: float) -> tuple[float, float] | None:
     """(arrival, completion) cost rates over the last span_s, from the oldest sample
-    inside it; None until two samples a second apart exist."""
+    inside it; None until the samples cover MIN_RATE_COVERAGE of the span."""
     base = next((s for s in samples if s.t_s >= now.t_s - span_s - 1e-6), None)
-    if base is None or now.t_s - base.t_s < 1.0:
+    if base is None or now.t_s - base.t_s < max(1.0, MIN_RATE_COVERAGE * span_s):
         return None
     dt = now.t_s - base.t_s
     arrived = (now.arrived_cost - base.arrived_cost) / dt

@@ -15,6 +15,9 @@ from dataclasses import dataclass, field, replace
 from sluice.config import AutoscalingConfig, ModelConfig
 
 RECENT_RATE_S = 15.0  # the short arrival-rate window (the long one is metrics_window_s)
+# A rate is reported once its samples cover this share of its window: a 5 s average
+# after a restart is noise, and acting on it would flap.
+MIN_RATE_COVERAGE = 0.5
 
 # Bounded reason labels (they become a Prometheus label).
 REASONS = (
@@ -45,7 +48,8 @@ class Observation:
 
     @property
     def missing(self) -> bool:
-        return self.queued is None or self.queued_cost is None or self.arrival_rate_cost is None
+        """The queue read failed: nothing may be decided from this observation."""
+        return self.queued is None or self.queued_cost is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +60,9 @@ class PolicyState:
     last_active_s: float | None = None
     service_rate: float | None = None  # last measured, kept while scaled to zero
     cold_start_s: float | None = None
+    # When decide() first ran: a fresh (restarted) autoscaler has no window of history,
+    # so it does not scale down before it has watched for one.
+    started_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +95,8 @@ def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) ->
     lam = obs.arrival_rate_cost or 0.0
     recent = obs.arrival_rate_cost_recent or 0.0
     # The short window reacts to a step within seconds, but it is noisy: trust it only
-    # once it eats into the headroom (past the midpoint between target and full load).
-    if recent > lam and recent > obs.ready * mu * (1 + p.target_utilization) / 2:
+    # once it is more than the ready workers can serve (the queue is growing for sure).
+    if recent > lam and recent > obs.ready * mu:
         lam = recent
     backlog = obs.queued_cost or 0.0
     load = lam / (mu * p.target_utilization)
@@ -126,6 +133,10 @@ def _want(
     want = math.ceil(needed - 1e-9)
     if cur > 0 and want != cur and abs(needed / cur - 1.0) <= p.tolerance:
         want, reason = cur, "tolerance"
+    elif want < cur:
+        # Land a scale-down a tolerance band below the new count, not at its edge, so
+        # ordinary noise does not bounce it straight back up (a flap).
+        want = min(cur, math.ceil(needed * (1.0 + p.tolerance) - 1e-9))
     if _breach(p, obs):
         # A breach blocks any scale-down; it adds one replica when nothing is starting
         # already and the backlog will not be gone before a new replica is ready.
@@ -155,11 +166,12 @@ def _limit_up(p: AutoscalingConfig, cur: int, want: int) -> int:
 
 
 def _stabilise_down(
-    p: AutoscalingConfig, cur: int, recs: tuple[tuple[float, int], ...], reason: str
+    p: AutoscalingConfig, cur: int, state: PolicyState, now_s: float, reason: str
 ) -> tuple[int, str]:
     """Down only to the highest recommendation in the window, a bounded step at a time."""
-    highest = max(w for _, w in recs)
-    if highest >= cur:
+    highest = max(w for _, w in state.recommendations)
+    watched = now_s - (state.started_s if state.started_s is not None else now_s)
+    if highest >= cur or watched < p.scale_down_window_s:
         return cur, "stabilizing"
     return max(highest, cur - p.scale_down_max_step), reason
 
@@ -171,6 +183,12 @@ def decide(
     if obs is None or obs.missing:
         cur = obs.current if obs is not None else 0
         return Decision(cur, cur, "missing-metrics", float(cur), state)
+    if obs.arrival_rate_cost is None:
+        # No rate yet (just started): hold, but a sleeping model still wakes for work.
+        cur = obs.current
+        wake = cur == 0 and (obs.queued or 0) > 0 and policy.max_replicas > 0
+        return Decision(cur, 1 if wake else cur, "wake" if wake else "missing-metrics",
+                        float(cur), state)  # fmt: skip
     p, cur = policy, obs.current
     active = (obs.queued or 0) > 0 or obs.in_flight > 0 or (obs.arrival_rate_cost or 0) > 0
     last_active = now_s if active or state.last_active_s is None else state.last_active_s
@@ -180,6 +198,7 @@ def decide(
     new_state = replace(
         state, last_active_s=last_active, service_rate=mu,
         cold_start_s=obs.cold_start_s or state.cold_start_s,
+        started_s=now_s if state.started_s is None else state.started_s,
     )  # fmt: skip
     if mu is None:
         # Nothing measured or configured yet: hold, but wake a sleeping model for work.
@@ -198,6 +217,6 @@ def decide(
     if want > cur:
         return Decision(cur, _limit_up(p, cur, want), reason, needed, new_state)
     if want < cur:
-        desired, reason = _stabilise_down(p, cur, recs, reason)
+        desired, reason = _stabilise_down(p, cur, new_state, now_s, reason)
         return Decision(cur, desired, reason, needed, new_state)
     return Decision(cur, cur, reason if reason != "load" else "steady", needed, new_state)

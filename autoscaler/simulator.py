@@ -20,7 +20,7 @@ from typing import Any
 
 from autoscaler import waits
 from autoscaler.controllers import Controller, Oracle
-from autoscaler.policy import RECENT_RATE_S, Observation
+from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
 from autoscaler.traces import Trace
 from sluice.config import AutoscalingConfig
 
@@ -129,8 +129,8 @@ class _Sim:
         return Observation(
             current=f.current, ready=ready, starting=len(f.starting), draining=len(f.draining),
             queued=len(self.queue), queued_cost=max(0.0, self.queued_cost),
-            in_flight=len(f.busy), arrival_rate_cost=self.window_cost / min(span, max(t, 1.0)),
-            arrival_rate_cost_recent=self.recent_cost / min(RECENT_RATE_S, max(t, 1.0)),
+            in_flight=len(f.busy), arrival_rate_cost=_rate(self.window_cost, span, t),
+            arrival_rate_cost_recent=_rate(self.recent_cost, RECENT_RATE_S, t),
             service_rate=self.mu if ready > 0 else None,
             p99_wait_ms=waits.quantile_ms(counts) if counts else None, oldest_wait_ms=oldest,
             cold_start_s=self.cold_s if f.next_id > 0 else None,
@@ -193,6 +193,13 @@ class _Sim:
         for j in range(n):  # never served: waited until the end
             if self.waits[j] == math.inf:
                 self.waits[j] = end - times[j]
+
+
+def _rate(total: float, span_s: float, t: float) -> float | None:
+    """As the observer reports it: None until the window is covered enough."""
+    if t < MIN_RATE_COVERAGE * span_s:
+        return None
+    return total / min(span_s, t)
 
 
 def _flaps(events: list[int]) -> int:
@@ -258,5 +265,5 @@ def oracle(trace: Trace, policy: AutoscalingConfig, service_rate: float,
 
 
 def initial_replicas(trace: Trace, policy: AutoscalingConfig, service_rate: float) -> int:
-    """Every controller starts warm, with what the trace's opening rate needs."""
-    return oracle(trace, policy, service_rate, 0.0).schedule(0.0)
+    """Every controller starts warm, sized for the highest rate of the first metrics window."""
+    return oracle(trace, policy, service_rate, policy.metrics_window_s).schedule(0.0)

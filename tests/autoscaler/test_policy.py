@@ -1,0 +1,203 @@
+"""decide() as tables (arithmetic in the comments) and hypothesis properties."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autoscaler import simulator, traces
+from autoscaler.controllers import SluicePolicy
+from autoscaler.policy import Decision, Observation, PolicyState, decide
+from sluice.config import AutoscalingConfig
+
+NOW = 10_000.0
+# One replica serves mu = 1000 cost/s; at u = 0.5 it is sized for 500 cost/s.
+BASE: dict[str, Any] = dict(
+    min_replicas=1, max_replicas=20, target_utilization=0.5, p99_wait_slo_ms=1000,
+    backlog_drain_s=10, scale_up_max_percent=100, scale_up_max_step=4,
+    scale_down_window_s=300, scale_down_max_step=1, tolerance=0.1, cold_start_s=30,
+    service_rate_cost_per_s=1000,
+)  # fmt: skip
+
+
+def pol(**kw: Any) -> AutoscalingConfig:
+    return AutoscalingConfig(**{**BASE, **kw})
+
+
+def obs(cur: int, lam: float = 0.0, **kw: Any) -> Observation:
+    fields: dict[str, Any] = dict(current=cur, ready=cur, arrival_rate_cost=lam,
+                                  service_rate=1000.0)  # fmt: skip
+    fields.update(kw)
+    return Observation(**fields)
+
+
+def recs(*pairs: tuple[float, int], active_ago_s: float | None = None) -> PolicyState:
+    """Recommendations made ``age`` seconds ago, by a policy running for an hour."""
+    return PolicyState(recommendations=tuple((NOW - age, n) for age, n in pairs),
+                       started_s=NOW - 3600,
+                       last_active_s=None if active_ago_s is None else NOW - active_ago_s)
+
+
+CASES = [
+    # id, policy overrides, observation, state, desired, reason
+    # 2000 / (1000 * 0.5) = 4 replicas: no change.
+    ("steady", {}, obs(4, 2000), PolicyState(), 4, "steady"),
+    # 2150 / 500 = 4.3; |4.3 / 4 - 1| = 0.075 <= 0.1: inside the band.
+    ("tolerance", {}, obs(4, 2150), PolicyState(), 4, "tolerance"),
+    # 3000 / 500 = 6 > 4 * 1.1.
+    ("load-up", {}, obs(4, 3000), PolicyState(), 6, "load"),
+    # 10000 / 500 = 20, but one step is max(2 * 100%, 4) = 4: 2 + 4 = 6.
+    ("step-limit", {}, obs(2, 10_000), PolicyState(), 6, "load"),
+    # Backlog 60000; ready spare = 4 * 1000 - 2000 = 2000/s: gone in 30 s <= cold start 30 s.
+    ("backlog-gone-before-cold-start", {}, obs(4, 2000, queued=500, queued_cost=60_000),
+     PolicyState(), 4, "steady"),
+    # Backlog 80000 takes 40 s > 30 s: 4 + 80000 / (1000 * 10) = 12, step-limited to 4 + 4.
+    ("backlog", {}, obs(4, 2000, queued=600, queued_cost=80_000), PolicyState(), 8, "backlog"),
+    # 20000 / 500 = 40 > max 20.
+    ("max", {}, obs(18, 20_000), PolicyState(), 20, "max"),
+    # The queue read failed: hold whatever the load was.
+    ("missing", {}, obs(6, 0, queued=None), PolicyState(), 6, "missing-metrics"),
+    # Just started, no rate yet: hold, even though 6 looks like too many.
+    ("no-rate-yet", {}, obs(6, None), PolicyState(), 6, "missing-metrics"),
+    # ... but a model at zero wakes for its first queued job.
+    ("no-rate-wake", {"min_replicas": 0}, obs(0, None, ready=0, queued=1, queued_cost=5),
+     PolicyState(), 1, "wake"),
+    # Wants 4, but 6 was recommended 100 s ago (inside the 300 s window).
+    ("stabilizing", {}, obs(6, 2000), recs((100, 6)), 6, "stabilizing"),
+    # The 6 is 400 s old: needs 4, lands a band above it (ceil(4 * 1.1) = 5), and one
+    # step (6 - 1) per period allows it.
+    ("down-one-step", {}, obs(6, 2000), recs((400, 6)), 5, "load"),
+    # Needs 2 (1000 / 500): ceil(2 * 1.1) = 3, but only one step down: 6 - 1 = 5.
+    ("down-step-limited", {}, obs(6, 1000), recs((400, 6)), 5, "load"),
+    # From 4, needing 2.9 (1450 / 500; 2.9 / 4 = 0.725, outside the band): lands at
+    # ceil(2.9 * 1.1) = 4, not 3, where +10% noise would bounce it back up.
+    ("down-lands-inside-band", {}, obs(4, 1450), recs((400, 4)), 4, "steady"),
+    # Wants 4, but the oldest job waited 2000 ms > SLO 1000 ms: no scale-down.
+    ("breach-blocks-down", {}, obs(6, 2000, queued=5, queued_cost=500, oldest_wait_ms=2000),
+     PolicyState(), 6, "slo-breach"),
+    # drain 1000 s: 4000 / 500 + 200000 / (1000 * 1000) = 8.2 -> 9 < 10; spare 6000/s needs
+    # 33 s > 30 s, so the backlog outlasts a cold start: the breach adds one: 11.
+    ("breach-adds-one", {"backlog_drain_s": 1000},
+     obs(10, 4000, queued=2000, queued_cost=200_000, p99_wait_ms=2500), PolicyState(), 11,
+     "slo-breach"),
+    # Same, but 2 replicas are already starting: they are the added capacity; hold 10.
+    ("breach-starting-counts", {"backlog_drain_s": 1000},
+     obs(10, 4000, ready=8, starting=2, queued=2000, queued_cost=200_000, p99_wait_ms=2500),
+     PolicyState(), 10, "slo-breach"),
+    # Scaled to zero; a first job arrives: wake to one.
+    ("wake", {"min_replicas": 0, "idle_s": 60}, obs(0, 0, ready=0, queued=1, queued_cost=10),
+     PolicyState(last_active_s=NOW - 500), 1, "backlog"),
+    # Nothing queued, running or arriving for 61 s >= idle_s 60: to zero at once.
+    ("idle", {"min_replicas": 0, "idle_s": 60}, obs(2, 0), PolicyState(last_active_s=NOW - 61),
+     0, "idle"),
+    # Idle for only 30 s: keep one (floor 1), stepping down 2 -> 1.
+    ("not-idle-yet", {"min_replicas": 0, "idle_s": 60}, obs(2, 0), recs(active_ago_s=30), 1,
+     "min"),
+    # A fresh autoscaler (no history) wants 4 of 6, but has not watched for a window yet.
+    ("fresh-no-down", {}, obs(6, 2000), PolicyState(), 6, "stabilizing"),
+    # A low-only backlog: 100 jobs, cost 1e6, wants far more, capped at max(2, 1) = 2.
+    ("low-priority-cap", {"low_priority_max_replicas": 2},
+     obs(1, 0, queued=100, queued_cost=1_000_000, queued_non_low=0), PolicyState(), 2,
+     "low-priority-cap"),
+    # Long window 2000/s, but the last 15 s ran at 4500/s > 4 ready * 1000 = 4000 they can
+    # serve: trusted, 4500 / 500 = 9, step-limited to 4 + max(4 * 100%, 4) = 8.
+    ("recent-rate-trusted", {}, obs(4, 2000, arrival_rate_cost_recent=4500), PolicyState(), 8,
+     "load"),
+    # 3900/s < 4000: the ready workers keep up, so it may be noise; the long window rules.
+    ("recent-rate-ignored", {}, obs(4, 2000, arrival_rate_cost_recent=3900), PolicyState(), 4,
+     "steady"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "o", "state", "desired", "reason"),
+                         [c[1:] for c in CASES], ids=[c[0] for c in CASES])  # fmt: skip
+def test_decide_table(overrides: dict[str, Any], o: Observation, state: PolicyState,
+                      desired: int, reason: str) -> None:  # fmt: skip
+    d = decide(pol(**overrides), o, state, NOW)
+    assert (d.desired, d.reason) == (desired, reason)
+
+
+def test_no_observation_holds_and_keeps_state() -> None:
+    state = recs((10, 5))
+    d = decide(pol(), None, state, NOW)
+    assert d.desired == d.current == 0 and d.reason == "missing-metrics" and d.state is state
+
+
+def test_measured_service_rate_is_remembered_while_scaled_to_zero() -> None:
+    p = pol(service_rate_cost_per_s=None, min_replicas=0, idle_s=60)
+    d1 = decide(p, obs(2, 4000, service_rate=2000.0), PolicyState(), NOW)
+    assert d1.state.service_rate == 2000.0
+    # No workers left to measure: the remembered 2000/s sizes the wake-up (4000 / 1000 = 4).
+    d2 = decide(p, obs(0, 4000, ready=0, service_rate=None, queued=1, queued_cost=1), d1.state,
+                NOW + 5)  # fmt: skip
+    assert d2.desired == 4
+
+
+# -- properties ---------------------------------------------------------------
+observations = st.builds(
+    lambda cur, starting, lam, recent, q, cost, p99, oldest, non_low: Observation(
+        current=cur, ready=max(0, cur - starting), starting=min(starting, cur), queued=q,
+        queued_cost=float(cost) if q else 0.0, queued_non_low=non_low, in_flight=0,
+        arrival_rate_cost=lam, arrival_rate_cost_recent=recent, service_rate=1000.0,
+        p99_wait_ms=p99, oldest_wait_ms=oldest if q else 0.0),
+    st.integers(0, 30), st.integers(0, 5), st.floats(0, 50_000), st.floats(0, 50_000),
+    st.integers(0, 5000), st.integers(1, 2_000_000), st.none() | st.floats(0, 60_000),
+    st.floats(0, 60_000), st.none() | st.integers(0, 10),
+)  # fmt: skip
+policies = st.builds(
+    lambda lo, span, low_cap, window: pol(min_replicas=lo, max_replicas=lo + span,
+                                          low_priority_max_replicas=low_cap,
+                                          scale_down_window_s=window),
+    st.integers(1, 5), st.integers(0, 20), st.none() | st.integers(0, 10), st.floats(1, 600),
+)  # fmt: skip
+states = st.builds(
+    lambda pairs: PolicyState(recommendations=tuple((NOW - a, n) for a, n in pairs),
+                              last_active_s=NOW - 1000, started_s=NOW - 3600),
+    st.lists(st.tuples(st.floats(0, 900), st.integers(0, 40)), max_size=5),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(policies, observations, states)
+def test_bounds_hold(p: AutoscalingConfig, o: Observation, s: PolicyState) -> None:
+    o = replace(o, current=min(max(o.current, p.min_replicas), p.max_replicas))
+    d = decide(p, o, s, NOW)
+    assert p.min_replicas <= d.desired <= p.max_replicas
+
+
+@settings(max_examples=300, deadline=None)
+@given(policies, observations, states, st.integers(0, 2_000_000), st.integers(0, 2000))
+def test_more_backlog_never_fewer_replicas(p: AutoscalingConfig, o: Observation,
+                                           s: PolicyState, extra_cost: int,
+                                           extra_jobs: int) -> None:  # fmt: skip
+    more = replace(o, queued=(o.queued or 0) + extra_jobs,
+                   queued_cost=(o.queued_cost or 0) + extra_cost)  # fmt: skip
+    if o.queued == 0 and more.queued and more.queued_non_low == 0:
+        more = replace(more, queued_non_low=None)  # a low-only backlog appearing is capped
+    assert decide(p, more, s, NOW).desired >= decide(p, o, s, NOW).desired
+
+
+@settings(max_examples=300, deadline=None)
+@given(policies, observations, st.floats(0, 1), st.integers(0, 10))
+def test_no_scale_down_inside_the_window(p: AutoscalingConfig, o: Observation,
+                                         frac: float, above: int) -> None:  # fmt: skip
+    # Some recommendation at or above the current count, made inside the window.
+    s = PolicyState(recommendations=((NOW - frac * p.scale_down_window_s * 0.999,
+                                      o.current + above),), started_s=NOW - 3600)  # fmt: skip
+    d: Decision = decide(p, o, s, NOW)
+    assert d.desired >= min(o.current, p.max_replicas)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(1, 10_000), st.floats(0.05, 0.25))
+def test_no_flapping_on_a_noisy_steady_trace(seed: int, noise: float) -> None:
+    p = pol(max_replicas=50, target_utilization=0.65)
+    tr = traces.noisy(base=30.0, noise=noise, duration_s=900.0, seed=seed)
+    init = simulator.initial_replicas(tr, p, 1000.0)
+    r = simulator.simulate(tr, SluicePolicy(p), p, 1000.0, 30.0, init)
+    assert r.flaps == 0, r.summary()
+    assert r.slo_attainment >= 0.99
