@@ -1,0 +1,104 @@
+"""The observer against a real Redis: queue, rates, waits, workers; failures hold."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from autoscaler.observe import Observer
+from autoscaler.policy import PolicyState, decide
+from sluice import keys, registry
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.registry import WorkerInfo
+from tests.conftest import make_config
+
+pytestmark = pytest.mark.redis
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = time.time()
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def _jobs(n: int, cost: int, priority: str = "normal", bucket: str = "128") -> list[NewJob]:
+    return [NewJob(input={"x": i}, bucket=bucket, cost=cost, priority=priority) for i in range(n)]
+
+
+def _heartbeat(r: redis.Redis, **kw: object) -> None:
+    info = WorkerInfo(**{"id": "w1", "model": "m", "host": "h", "pid": 1, "device": "cpu",
+                         "buckets": ["32", "128", "512"], "state": "ready",
+                         "started_at": time.time() - 12, "ready_at": time.time() - 2,
+                         **kw})  # type: ignore[arg-type]  # fmt: skip
+    pipe = r.pipeline(transaction=False)
+    for cmd in registry.heartbeat(info, 10.0, time.time()):
+        pipe.execute_command(*cmd)
+    pipe.execute()
+
+
+def test_counts_costs_priorities_and_oldest_wait(r: redis.Redis) -> None:
+    cfg = make_config()
+    client = QueueClient(r, dict(cfg.models))
+    client.submit("m", _jobs(3, 100) + _jobs(2, 50, "low", "32"))
+    # Age the oldest low job by rewriting its enqueue time 4 s into the past.
+    low_head = r.zrange(keys.queue_key("m", "32"), 0, 0)[0]
+    r.hset(keys.job_key("m", low_head), "enq", int(time.time() * 1000) - 4000)
+    _heartbeat(r, service_rate=1234.0)
+    obs = Observer(client, dict(cfg.models)).read("m", current=1)
+    assert obs is not None
+    assert (obs.queued, obs.queued_cost, obs.queued_non_low) == (5, 400.0, 3)
+    assert 3900 <= obs.oldest_wait_ms <= 6000  # a low-priority job, behind normal ones
+    assert (obs.ready, obs.starting, obs.service_rate) == (1, 0, 1234.0)
+    assert obs.cold_start_s == pytest.approx(10.0, abs=0.5)
+    assert obs.arrival_rate_cost is None  # one sample: no rate yet, decide() holds
+    assert decide(cfg.models["m"].autoscaling, obs, PolicyState(), 0.0).reason == "missing-metrics"
+
+
+def test_rates_over_the_windows_and_p99_from_claims(r: redis.Redis) -> None:
+    cfg = make_config(autoscaling={"metrics_window_s": 60})
+    client = QueueClient(r, dict(cfg.models))
+    clock = Clock()
+    ob = Observer(client, dict(cfg.models), wall=clock)
+    assert ob.read("m", 0) is not None
+    client.submit("m", _jobs(10, 300))  # 3000 cost units
+    clock.t += 30.0
+    obs = ob.read("m", 0)
+    assert obs is not None
+    # 3000 units over 30 s; the 15 s window has only this sample's neighbour at 30 s back.
+    assert obs.arrival_rate_cost == pytest.approx(100.0)
+    # A claim records the waits; they were short, so the p99 bucket is small.
+    r.zadd(keys.workers_key("m"), {"x": 0})  # a stale worker id gets pruned
+    batch = client.claim("m", "w1")
+    assert len(batch.jobs) == 10
+    obs = ob.read("m", 0)
+    assert obs is not None and obs.p99_wait_ms is not None and obs.p99_wait_ms <= 1000
+    assert obs.in_flight == 10 and obs.queued == 0 and obs.oldest_wait_ms == 0.0
+    assert r.zscore(keys.workers_key("m"), "x") is None
+
+
+def test_a_flushed_redis_restarts_the_rate_window(r: redis.Redis) -> None:
+    cfg = make_config()
+    client = QueueClient(r, dict(cfg.models))
+    clock = Clock()
+    ob = Observer(client, dict(cfg.models), wall=clock)
+    client.submit("m", _jobs(5, 100))
+    ob.read("m", 0)
+    r.flushall()
+    clock.t += 40
+    obs = ob.read("m", 0)
+    assert obs is not None and obs.arrival_rate_cost is None  # never a negative rate
+
+
+def test_unreachable_redis_reads_none_and_decide_holds() -> None:
+    cfg = make_config()
+    dead = connect("redis://127.0.0.1:1/0", timeout_s=0.2)
+    obs = Observer(QueueClient(dead, dict(cfg.models)), dict(cfg.models)).read("m", 3)
+    assert obs is None
+    d = decide(cfg.models["m"].autoscaling, obs, PolicyState(), 0.0)
+    assert d.reason == "missing-metrics" and d.direction == "none"
