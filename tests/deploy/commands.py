@@ -61,3 +61,10 @@ def worker_metrics_port(args: list[str], cfg: SluiceConfig) -> int:
 
 def autoscaler_metrics_port(args: list[str], cfg: SluiceConfig) -> int:
     return int(flag(args, "--metrics-port") or cfg.autoscaler.metrics_port)
+
+
+def served_port(args: list[str], cfg: SluiceConfig) -> int:
+    """The port Prometheus scrapes for ``sluice <args>``."""
+    ports = {"gateway": gateway_port, "worker": worker_metrics_port,
+             "autoscaler": autoscaler_metrics_port}  # fmt: skip
+    return ports[args[0]](args, cfg)

@@ -1,0 +1,107 @@
+"""The probe the images and manifests use (deploy/docker/sluice_probe.py), run
+against the worker's real metrics endpoint: ready only while the worker is."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import yaml
+
+from sluice.cost import CostEstimator
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
+from sluice.registry import WORKER_STATES
+from tests.conftest import make_config
+from tests.deploy.code_facts import DEPLOY
+from workers.metrics import WorkerMetrics
+
+PROBE = DEPLOY / "docker" / "sluice_probe.py"
+SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
+
+
+def probe(*args: str) -> int:
+    out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, timeout=20)
+    return out.returncode
+
+
+def wait_for(pred: Callable[[], Any], timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if value := pred():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"not true within {timeout_s} s")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[WorkerMetrics, int]]:
+    metrics = WorkerMetrics("m")
+    port, server = metrics.serve(0, addr="127.0.0.1")
+    yield metrics, port
+    server.shutdown()
+
+
+def test_worker_ready_follows_the_state_gauge(served: tuple[WorkerMetrics, int]) -> None:
+    metrics, port = served
+    seen = {}
+    for state in WORKER_STATES:
+        metrics.set_state(state)
+        seen[state] = probe("worker-ready", str(port))
+    assert seen == {s: (0 if s == "ready" else 1) for s in WORKER_STATES}
+
+
+def test_url_mode(served: tuple[WorkerMetrics, int]) -> None:
+    _, port = served
+    assert probe("url", f"http://127.0.0.1:{port}/metrics") == 0
+    assert probe("url", f"http://127.0.0.1:{free_port()}/healthz") == 1
+    assert probe("worker-ready", str(free_port())) == 1
+    assert probe("bogus") == 2
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_real_worker_is_ready_after_warmup_and_not_while_draining(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    """The k8s readiness semantics end to end: a `sluice worker` process is not
+    ready, then ready, then not ready while SIGTERM drains a batch, then exits 0."""
+    cfg = make_config(params={"base_ms": 2500, "per_token_ms": 0},
+                      batching={"max_batch": 1, "lease_s": 10})  # fmt: skip
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
+    port = free_port()
+    proc = subprocess.Popen(
+        [*SLUICE, "worker", "-c", str(path), "-m", "m", "--redis-url", redis_url,
+         "--metrics-port", str(port), "--no-overlap"],
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: probe("worker-ready", str(port)) == 0, timeout_s=30)
+        qc = QueueClient(r, dict(cfg.models))
+        est = CostEstimator(cfg.model("m")).estimate("hello")
+        qc.submit("m", [NewJob("hello", est.bucket, est.cost)])
+        wait_for(lambda: qc.stats("m").in_flight == 1, timeout_s=10)
+        proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: probe("worker-ready", str(port)) == 1, timeout_s=2)
+        assert proc.poll() is None, "still finishing the batch it holds"
+        assert proc.wait(timeout=20) == 0
+        assert qc.stats("m").in_flight == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
