@@ -44,9 +44,11 @@ RUN apt-get update \
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /opt/sluice /opt/sluice
 COPY --chmod=0755 deploy/docker/sluice_probe.py /usr/local/bin/sluice-probe
-# The model ships inside the image: never reach for a hub at run time.
+# The model ships inside the image: never reach for a hub at run time. Caches
+# (torch, Triton, Hugging Face) go under /tmp: the root filesystem is read-only
+# in Kubernetes, and the sluice user has no home directory.
 ENV PATH=/opt/venv/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
-    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_HOME=/tmp/hf
+    HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HOME=/tmp HF_HOME=/tmp/hf
 USER 10001:10001
 EXPOSE 9100
 # Healthy = ready: model loaded and warm (loading can take a minute on a GPU node).
