@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import re
 
+from sluice.registry import WORKER_STATES
 from tests.deploy.code_facts import Metric
+
+# Label values the code defines, so a query cannot ask for a state no worker has.
+KNOWN_VALUES = {"state": set(WORKER_STATES)}
 
 IDENT = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
@@ -17,7 +21,7 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "boo
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _SELECTOR = re.compile(rf"({IDENT})\s*\{{([^}}]*)\}}")  # run on string-free text only
 _MATCHER = re.compile(rf'({IDENT})\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
-_GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+_GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
 _RANGE_FN = re.compile(rf"\b(rate|irate|increase)\s*\(\s*({IDENT})")
 _HIST_Q = re.compile(rf"histogram_quantile\s*\(\s*[0-9.]+\s*,.*?\b({IDENT}_bucket)\b")
 
@@ -77,6 +81,8 @@ def problems(expr: str, series: dict[str, Metric], routes: frozenset[str]) -> li
                 out.append(f"{name} has no label {label!r}")
             if label == "route" and value not in routes:
                 out.append(f"route {value!r} is not a gateway route")
+            if label in KNOWN_VALUES and value not in KNOWN_VALUES[label]:
+                out.append(f"{label}={value!r}: not one of {sorted(KNOWN_VALUES[label])}")
     for group in _GROUPING.findall(expr):
         for label in (x.strip() for x in group.split(",") if x.strip()):
             if label not in labels:
