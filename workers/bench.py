@@ -90,6 +90,18 @@ def grouped_batches(cfg: SluiceConfig, model: str, texts: list[str]) -> list[lis
 
 
 def run_in_process(handler: Handler, cfg: SluiceConfig, texts: list[str]) -> RunResult:
+    """On a thread of its own, as the worker's loop runs here: torch's CPU speed differs
+    between the main thread and others (see docs/benchmarks/workers.md)."""
+    out: list[RunResult] = []
+    thread = threading.Thread(target=lambda: out.append(_in_process(handler, cfg, texts)))
+    thread.start()
+    thread.join()
+    if not out:
+        raise RuntimeError("in-process run failed")
+    return out[0]
+
+
+def _in_process(handler: Handler, cfg: SluiceConfig, texts: list[str]) -> RunResult:
     batches = grouped_batches(cfg, "bucketed", texts)
     real = padded = 0
     t0 = time.perf_counter()
@@ -116,7 +128,12 @@ def run_worker(
     opts = WorkerOptions(model=model, overlap=overlap, burst=True, metrics_port=-1)
     worker = Worker(cfg, qc, handler, opts)
     done = threading.Event()
-    thread = threading.Thread(target=lambda: (worker.run(), done.set()), daemon=True)
+
+    def target() -> None:
+        worker.run()
+        done.set()
+
+    thread = threading.Thread(target=target, daemon=True)
     thread.start()
     ready = None
     while ready is None and not done.is_set():  # time from ready to empty, not load/warm-up

@@ -35,12 +35,14 @@ class Housekeeper:
         lease_s: float,
         on_command: Callable[[str], None],
         wall: Callable[[], float] = time.time,
+        on_tick: Callable[[], object] | None = None,
     ) -> None:
         self.client = client
         self.status = status
         self.ttl_s = max(ttl_s, heartbeat_s * 2)
         self.period_s = max(0.05, min(heartbeat_s, lease_s / 3))
         self.on_command = on_command
+        self.on_tick = on_tick
         self.wall = wall
         self.lost: set[str] = set()
         self._stop = threading.Event()
@@ -60,6 +62,8 @@ class Housekeeper:
             self._stop.wait(self.period_s)
 
     def tick(self) -> None:
+        if self.on_tick is not None:
+            self.on_tick()
         try:
             self.renew()
             command = self.beat()

@@ -7,6 +7,7 @@ prefetch thread claims and collates the next batch while the current one runs.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import secrets
@@ -55,6 +56,15 @@ class _Fetched:
     collated: Collated | None
 
 
+def _serialisable(o: Outcome) -> Outcome:
+    """The outcome itself, or a failure if its result cannot be stored as JSON."""
+    try:
+        json.dumps(o.payload)
+        return o
+    except (TypeError, ValueError) as e:
+        return Outcome.fail(o.id, "result_not_json", str(e)[:500], o.run_ms)
+
+
 def new_worker_id() -> str:
     host = socket.gethostname().split(".")[0][:32] or "host"
     return f"{host}-{os.getpid()}-{secrets.token_hex(2)}"
@@ -100,8 +110,10 @@ class Worker:
         self.housekeeper = Housekeeper(
             client, self.status, heartbeat_s=wc.heartbeat_s, ttl_s=wc.heartbeat_ttl_s,
             lease_s=self.mcfg.batching.lease_s, on_command=self._on_command, wall=wall,
+            on_tick=self._stopping,
         )  # fmt: skip
         self._stop = threading.Event()  # stop claiming: drain or quarantine
+        self._signalled = ""  # set by the signal handler, acted on by the threads
         self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
         self._metrics_server: object | None = None
         self._totals = {"real": 0, "padded": 0}
@@ -125,7 +137,7 @@ class Worker:
             except Exception:
                 log.exception("worker %s could not load or warm up its model", self.id)
                 return EXIT_LOAD_FAILED
-            if not self._stop.is_set():
+            if not self._stopping():
                 self._set_state("ready", ready_at=self.wall())
                 code = self._loop()
         finally:
@@ -165,7 +177,17 @@ class Worker:
         if threading.current_thread() is not threading.main_thread():
             return
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda s, _f: self.drain(signal.Signals(s).name))
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        # Runs between any two bytecodes of the main thread, maybe while it holds a
+        # lock, so it only sets a plain attribute; the threads act on it.
+        self._signalled = signal.Signals(signum).name
+
+    def _stopping(self) -> bool:
+        if self._signalled and not self._stop.is_set():
+            self.drain(self._signalled)
+        return self._stop.is_set()
 
     def _start_metrics(self) -> None:
         port = self.opts.metrics_port
@@ -207,7 +229,7 @@ class Worker:
                 return self._quarantine(pending)
             if pending is not None:
                 fetched, pending = self._result(pending), None
-            elif self._stop.is_set():
+            elif self._stopping():
                 return EXIT_OK
             else:
                 fetched = self._fetch()
@@ -218,7 +240,7 @@ class Worker:
                 idle_s = min(IDLE_MAX_S, idle_s * 2)
                 continue
             idle_s = IDLE_MIN_S
-            if self._pool is not None and not self._stop.is_set():
+            if self._pool is not None and not self._stopping():
                 pending = self._pool.submit(self._fetch)
             self._process(fetched)
 
@@ -231,7 +253,7 @@ class Worker:
 
     def _fetch(self) -> _Fetched | None:
         """Claim one batch and collate it (in the prefetch thread when overlapping)."""
-        if self._stop.is_set():
+        if self._stopping():
             return None
         try:
             batch = self.client.claim(
@@ -254,7 +276,10 @@ class Worker:
         return _Fetched(batch, collated)
 
     def _queue_empty(self) -> bool:
-        stats = self.client.stats(self.model)
+        try:
+            stats = self.client.stats(self.model)
+        except RedisUnavailable:
+            return False
         return sum(b.queued for b in stats.buckets if b.bucket in self.buckets) == 0
 
     def _process(self, f: _Fetched) -> None:
@@ -262,7 +287,13 @@ class Worker:
         self.status.update(busy=True)
         waits = [(batch.claimed_at_ms - j.enqueued_at_ms) / 1000 for j in batch.jobs]
         self.metrics.observe_waits(batch.bucket, waits)
-        result = self.runner.run(batch.jobs, f.collated)
+        try:
+            result = self.runner.run(batch.jobs, f.collated)
+        except Exception as e:  # noqa: BLE001 - a bug must not kill the worker holding leases
+            log.exception("batch runner failed")
+            msg = f"{type(e).__name__}: {e}"[:500]
+            result = BatchResult([Outcome.retry(j.id, "worker_error", msg) for j in batch.jobs],
+                                 failed=True)  # fmt: skip
         self._complete(result.outcomes)
         self.status.release([j.id for j in batch.jobs])
         self._account(batch, result)
@@ -272,6 +303,8 @@ class Worker:
             try:
                 self.client.complete(self.model, outcomes)
                 return
+            except (TypeError, ValueError):
+                outcomes = [_serialisable(o) for o in outcomes]  # then try again
             except RedisUnavailable as e:
                 if not delay:
                     # The leases will expire and the jobs run again elsewhere.

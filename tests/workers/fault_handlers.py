@@ -48,3 +48,10 @@ class BrokenHandler(SyntheticHandler):
 
     def infer(self, batch: Collated) -> Any:
         raise RuntimeError("device lost")
+
+
+class NotJsonHandler(SyntheticHandler):
+    """Returns a result that cannot be stored as JSON for inputs saying so."""
+
+    def postprocess(self, output: Any, batch: Collated) -> list[Any]:
+        return [{"tokens": c} if c != 3 else {"oops": object()} for c in output]

@@ -167,3 +167,13 @@ def test_a_model_that_cannot_load_exits_non_zero(r: redis.Redis, start_worker: S
     run = start_worker(cfg)
     assert run.join() == EXIT_LOAD_FAILED  # even one input of 32 tokens does not fit
     assert workers(client(r, cfg)) == []  # and it deregistered
+
+
+def test_a_result_that_is_not_json_fails_alone(r: redis.Redis, start_worker: StartWorker) -> None:
+    cfg = worker_config("tests.workers.fault_handlers:NotJsonHandler", {"base_ms": 0})
+    qc = client(r, cfg)
+    ids = submit(qc, cfg, ["a b c", "a b"])  # costs 3 (bad) and 2
+    assert start_worker(cfg, burst=True).join() == EXIT_OK
+    bad, good = qc.get(ids[0]), qc.get(ids[1])
+    assert bad.status == JobStatus.FAILED and bad.error["type"] == "result_not_json"
+    assert good.status == JobStatus.SUCCEEDED and good.result == {"tokens": 2}
