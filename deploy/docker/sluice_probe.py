@@ -3,6 +3,9 @@
 
     sluice-probe url URL            exit 0 if URL answers 2xx (gateway /healthz, /readyz)
     sluice-probe worker-ready PORT  exit 0 if the worker on PORT reports state "ready"
+    sluice-probe drain [--parent P] send SIGTERM (the drain) to every `sluice worker`
+                                    process in this PID namespace (or child of P)
+                                    and return at once: a worker's preStop hook
 
 A worker has no readiness endpoint of its own: its Prometheus port serves the
 same text on every path. Its ``sluice_worker_state{state="ready"}`` gauge is 1
@@ -13,10 +16,13 @@ signal (tests/deploy runs this script against a real worker metrics server).
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 TIMEOUT_S = 3.0
 READY_METRIC = "sluice_worker_state"
@@ -48,6 +54,52 @@ def worker_ready(metrics_text: str) -> bool:
     return False
 
 
+def is_sluice_worker(argv: list[str]) -> bool:
+    """``.../sluice worker ...``, ``python -m sluice worker``, ``-c "..sluice.cli.." worker``."""
+    for i, arg in enumerate(argv[:-1]):
+        if arg.rsplit("/", 1)[-1] == "sluice" or "sluice.cli" in arg:
+            return argv[i + 1] == "worker"
+    return False
+
+
+def _ppid(proc: Path) -> int:
+    # /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces or parens.
+    return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def worker_pids(proc_root: Path = Path("/proc"), parent: int | None = None) -> list[int]:
+    pids = []
+    for proc in proc_root.iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().decode("utf-8", "replace").split("\0")
+            if parent is not None and _ppid(proc) != parent:
+                continue
+        except OSError:
+            continue  # the process exited meanwhile
+        if is_sluice_worker([a for a in argv if a]):
+            pids.append(int(proc.name))
+    return sorted(pids)
+
+
+def drain(parent: int | None) -> int:
+    """SIGTERM (the worker's drain) to every worker process; never waits.
+
+    Signalling the worker itself, not PID 1, drains it even when a command
+    override wraps sluice in a shell that does not forward SIGTERM. Returning at
+    once keeps the kubelet from reporting a failed hook when the container exits.
+    """
+    pids = worker_pids(parent=parent)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError as e:
+            print(f"sluice-probe: drain {pid}: {e}", file=sys.stderr)
+    print(f"sluice-probe: drain sent to {len(pids)} worker(s): {pids}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "url":
         status, _ = fetch(argv[1])
@@ -58,6 +110,12 @@ def main(argv: list[str]) -> int:
             return 0
         print("sluice-probe: worker not ready (loading, draining or quarantined)", file=sys.stderr)
         return 1
+    if argv[:1] == ["drain"]:
+        rest = argv[1:]
+        if rest and (len(rest) != 2 or rest[0] != "--parent"):
+            print(__doc__, file=sys.stderr)
+            return 2
+        return drain(int(rest[1]) if rest else None)
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -103,7 +103,7 @@ def test_worker_ports_probes_and_drain(render: Render) -> None:
         # The drain finishes the batch in hand; a batch runs under one lease (renewed),
         # so the grace period must outlast at least two of them.
         assert grace >= 2 * model.batching.lease_s
-        assert "preStop" in c["lifecycle"]
+        assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sluice-probe", "drain"]
         assert "nvidia.com/gpu" in c["resources"]["limits"]
 
 

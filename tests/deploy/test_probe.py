@@ -3,7 +3,8 @@ against the worker's real metrics endpoint: ready only while the worker is."""
 
 from __future__ import annotations
 
-import signal
+import importlib.util
+import os
 import socket
 import subprocess
 import sys
@@ -26,6 +27,17 @@ from workers.metrics import WorkerMetrics
 
 PROBE = DEPLOY / "docker" / "sluice_probe.py"
 SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
+
+
+def _load_probe_module():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("sluice_probe", PROBE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+sluice_probe = _load_probe_module()
 
 
 def probe(*args: str) -> int:
@@ -73,13 +85,45 @@ def test_url_mode(served: tuple[WorkerMetrics, int]) -> None:
     assert probe("bogus") == 2
 
 
+@pytest.mark.parametrize(
+    ("argv", "worker"),
+    [
+        (["/opt/venv/bin/python3", "/opt/venv/bin/sluice", "worker", "--model", "m"], True),
+        (["python", "-m", "sluice", "worker", "-c", "x"], True),
+        (["python", "-c", "from sluice.cli import main; main()", "worker"], True),
+        (["/opt/venv/bin/python3", "/opt/venv/bin/sluice", "gateway"], False),
+        (["/opt/venv/bin/python3", "/opt/venv/bin/sluice", "autoscaler", "worker"], False),
+        (["sleep", "worker"], False),
+        ([], False),
+    ],
+)
+def test_drain_recognises_worker_processes(argv: list[str], worker: bool) -> None:
+    assert sluice_probe.is_sluice_worker(argv) is worker
+
+
+def test_drain_scans_proc_and_filters_by_parent(tmp_path: Path) -> None:
+    def fake(pid: int, ppid: int, argv: list[str]) -> None:
+        d = tmp_path / str(pid)
+        d.mkdir()
+        (d / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+        (d / "stat").write_text(f"{pid} (py (x) y) S {ppid} 1 1 0")
+
+    fake(10, 1, ["/opt/venv/bin/python3", "/opt/venv/bin/sluice", "worker", "-m", "m"])
+    fake(11, 7, ["python", "-m", "sluice", "worker"])
+    fake(12, 1, ["/opt/venv/bin/python3", "/opt/venv/bin/sluice", "gateway"])
+    (tmp_path / "self").mkdir()
+    assert sluice_probe.worker_pids(tmp_path) == [10, 11]
+    assert sluice_probe.worker_pids(tmp_path, parent=7) == [11]
+
+
 @pytest.mark.redis
 @pytest.mark.slow
 def test_real_worker_is_ready_after_warmup_and_not_while_draining(
     tmp_path: Path, redis_url: str, r: redis.Redis
 ) -> None:
-    """The k8s readiness semantics end to end: a `sluice worker` process is not
-    ready, then ready, then not ready while SIGTERM drains a batch, then exits 0."""
+    """The k8s probe and preStop hook end to end: a `sluice worker` process is not
+    ready, then ready; `sluice-probe drain` returns at once, the worker is not
+    ready while it finishes the batch it holds, then exits 0."""
     cfg = make_config(params={"base_ms": 2500, "per_token_ms": 0},
                       batching={"max_batch": 1, "lease_s": 10})  # fmt: skip
     path = tmp_path / "sluice.yaml"
@@ -96,7 +140,10 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
         est = CostEstimator(cfg.model("m")).estimate("hello")
         qc.submit("m", [NewJob("hello", est.bucket, est.cost)])
         wait_for(lambda: qc.stats("m").in_flight == 1, timeout_s=10)
-        proc.send_signal(signal.SIGTERM)
+        # --parent: only this test's child, never another worker on this machine.
+        started = time.monotonic()
+        assert probe("drain", "--parent", str(os.getpid())) == 0
+        assert time.monotonic() - started < 2.0, "a preStop hook must not wait"
         wait_for(lambda: probe("worker-ready", str(port)) == 1, timeout_s=2)
         assert proc.poll() is None, "still finishing the batch it holds"
         assert proc.wait(timeout=20) == 0
