@@ -141,7 +141,7 @@ def test_tokenizer_path_exists_in_both_images(configs: list[SluiceConfig]) -> No
 
 def test_gateway_image_port_and_healthcheck(configs: list[SluiceConfig]) -> None:
     path = IMAGES["gateway"]
-    port = GatewayConfig().port
+    port = GatewayConfig.model_validate({}).port
     assert all(c.gateway.port == port for c in configs)
     assert final(path, "EXPOSE") == [str(port)]
     probe = exec_form(final(path, "HEALTHCHECK")[0].split("CMD", 1)[1])
