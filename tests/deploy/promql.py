@@ -1,81 +1,92 @@
-"""Just enough PromQL reading to check a query against the metrics the code exports.
+"""Check a PromQL query against the metrics the code exports.
 
-Not a parser: it finds metric selectors, their label matchers, the labels of
-``by``/``without`` clauses and the series under ``rate``/``increase``, which is
-all a name check needs. Every problem comes back as one readable line.
+Queries are parsed by ``promql-parser`` (a port of Prometheus' own parser), so a
+syntax error fails too. On the syntax tree we check: every selected series is
+exported; every label a selector, ``by``/``without`` or ``on``/``ignoring``
+names exists on the metrics involved; ``rate``-like functions never take a
+gauge; ``histogram_quantile`` takes a histogram's buckets; route labels name a
+real gateway route; worker states are ones the registry defines.
 """
 
 from __future__ import annotations
 
-import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import promql_parser as pp
 
 from sluice.registry import WORKER_STATES
 from tests.deploy.code_facts import Metric
 
 # Label values the code defines, so a query cannot ask for a state no worker has.
 KNOWN_VALUES = {"state": set(WORKER_STATES)}
-
-IDENT = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or",
-            "unless", "offset", "inf", "nan"}  # fmt: skip
-_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_SELECTOR = re.compile(rf"({IDENT})\s*\{{([^}}]*)\}}")  # run on string-free text only
-_MATCHER = re.compile(rf'({IDENT})\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"')
-_GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
-_RANGE_FN = re.compile(rf"\b(rate|irate|increase)\s*\(\s*({IDENT})")
-_HIST_Q = re.compile(rf"histogram_quantile\s*\(\s*[0-9.]+\s*,.*?\b({IDENT}_bucket)\b")
+# Grafana's range variables, replaced by a duration so the query parses.
+GRAFANA_RANGES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+RANGE_FUNCTIONS = {"rate", "irate", "increase", "delta", "deriv"}
+COUNTER_ONLY = {"rate", "irate", "increase"}
 
 
-def _masked(expr: str) -> tuple[str, list[str]]:
-    """``expr`` with each string literal replaced by ``"<i>"`` (braces inside strings,
-    such as a route template's ``{model}``, would fool the patterns below)."""
-    strings: list[str] = []
-
-    def keep(m: re.Match[str]) -> str:
-        strings.append(m.group(0)[1:-1])
-        return f'"{len(strings) - 1}"'
-
-    return _STRING.sub(keep, expr), strings
+@dataclass
+class Query:
+    selectors: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    grouping_labels: set[str] = field(default_factory=set)
+    range_args: list[tuple[str, str]] = field(default_factory=list)  # (function, series)
+    quantile_args: list[str] = field(default_factory=list)
 
 
-def _selectors(expr: str) -> list[tuple[str, list[tuple[str, str]]]]:
-    """(metric, [(label, value), ...]) for each ``metric{...}`` selector."""
-    text, strings = _masked(expr)
-    out = []
-    for m in _SELECTOR.finditer(text):
-        pairs = [(label, strings[int(i)]) for label, _, i in _MATCHER.findall(m.group(2))]
-        out.append((m.group(1), pairs))
-    return out
+def _selector_names(node: Any) -> list[str]:
+    names: list[str] = []
+
+    def visit(n: Any) -> None:
+        if isinstance(n, pp.VectorSelector) and n.name:
+            names.append(n.name)
+
+    pp.walk(node, visit)
+    return names
+
+
+def read(expr: str) -> Query:
+    """The parts of ``expr`` the checks need; raises ValueError on a syntax error."""
+    for var, duration in GRAFANA_RANGES.items():
+        expr = expr.replace(var, duration)
+    q = Query()
+
+    def visit(n: Any) -> None:
+        if isinstance(n, pp.VectorSelector) and n.name:
+            pairs = [(m.name, m.value) for m in n.matchers.matchers if m.name != "__name__"]
+            q.selectors.append((n.name, pairs))
+        elif isinstance(n, pp.AggregateExpr) and n.modifier is not None:
+            q.grouping_labels.update(n.modifier.labels)
+        elif isinstance(n, pp.BinaryExpr) and n.modifier is not None:
+            if n.modifier.matching is not None:
+                q.grouping_labels.update(n.modifier.matching.labels)
+            q.grouping_labels.update(n.modifier.group_labels or [])
+        elif isinstance(n, pp.Call) and n.func.name in RANGE_FUNCTIONS:
+            q.range_args += [(n.func.name, s) for s in _selector_names(n.args[0])]
+        elif isinstance(n, pp.Call) and n.func.name == "histogram_quantile":
+            q.quantile_args += _selector_names(n.args[1])
+
+    pp.walk(pp.parse(expr), visit)
+    return q
 
 
 def metric_names(expr: str) -> set[str]:
     """Series names an expression selects."""
-    text, _ = _masked(expr)
-    text = _GROUPING.sub(" ", text)
-    text = re.sub(r"\{[^}]*\}", " ", text)
-    text = re.sub(r"\[[^\]]*\]", " ", text)
-    text = _STRING.sub(" ", text)
-    names = set()
-    for m in re.finditer(rf"(?<![\w$]){IDENT}", text):
-        rest = text[m.end() :].lstrip()
-        word = m.group(0)
-        if rest.startswith("(") or word.lower() in KEYWORDS or word[0].isdigit():
-            continue
-        names.add(word)
-    return names
+    return {name for name, _ in read(expr).selectors}
 
 
 def problems(expr: str, series: dict[str, Metric], routes: frozenset[str]) -> list[str]:
     """What is wrong with ``expr`` given ``series`` (sample name -> family)."""
-    out: list[str] = []
-    names = metric_names(expr)
-    if not names:
-        out.append("selects no metric")
-    unknown = sorted(n for n in names if n not in series)
-    out += [f"{n}: not exported by the code" for n in unknown]
+    try:
+        q = read(expr)
+    except ValueError as e:
+        return [f"does not parse: {e}"]
+    names = {name for name, _ in q.selectors}
+    out = [] if names else ["selects no metric"]
+    out += [f"{n}: not exported by the code" for n in sorted(names - set(series))]
     known = [series[n] for n in names if n in series]
-    labels = set().union(*(m.labels for m in known)) | {"le"} if known else {"le"}
-    for name, pairs in _selectors(expr):
+    labels = set().union(*(m.labels for m in known)) | {"le"}
+    for name, pairs in q.selectors:
         for label, value in pairs:
             if name in series and label not in series[name].labels | {"le"}:
                 out.append(f"{name} has no label {label!r}")
@@ -83,22 +94,20 @@ def problems(expr: str, series: dict[str, Metric], routes: frozenset[str]) -> li
                 out.append(f"route {value!r} is not a gateway route")
             if label in KNOWN_VALUES and value not in KNOWN_VALUES[label]:
                 out.append(f"{label}={value!r}: not one of {sorted(KNOWN_VALUES[label])}")
-    for group in _GROUPING.findall(expr):
-        for label in (x.strip() for x in group.split(",") if x.strip()):
-            if label not in labels:
-                out.append(f"by/without label {label!r}: none of {sorted(names)} has it")
-    return out + _type_problems(expr, series)
+    for label in sorted(q.grouping_labels - labels):
+        out.append(f"grouping label {label!r}: none of {sorted(names)} has it")
+    return out + _type_problems(q, series)
 
 
-def _type_problems(expr: str, series: dict[str, Metric]) -> list[str]:
-    """rate() over a gauge, histogram_quantile() over something not a histogram."""
+def _type_problems(q: Query, series: dict[str, Metric]) -> list[str]:
+    """rate() over a gauge, histogram_quantile() over something not a histogram's buckets."""
     out = []
-    for fn, name in _RANGE_FN.findall(expr):
+    for fn, name in q.range_args:
         fam = series.get(name)
-        if fam is not None and fam.type == "gauge":
+        if fam is not None and fn in COUNTER_ONLY and fam.type == "gauge":
             out.append(f"{fn}() over gauge {name}")
-    for name in _HIST_Q.findall(expr):
+    for name in q.quantile_args:
         fam = series.get(name)
-        if fam is not None and fam.type != "histogram":
-            out.append(f"histogram_quantile over {name}, a {fam.type}")
+        if fam is not None and (fam.type != "histogram" or not name.endswith("_bucket")):
+            out.append(f"histogram_quantile over {name}, not a histogram's buckets")
     return out

@@ -67,6 +67,9 @@ def test_the_checker_catches_a_wrong_name(series: dict[str, Metric]) -> None:
     hist = next(m.name for m in series.values() if "route" in m.labels and m.type == "histogram")
     assert problems(f'rate({hist}_bucket{{route="/v1/no/such/route"}}[5m])', series, routes)
     assert metric_names('max by (bucket) (sluice_queue_cost{model="m"})') == {"sluice_queue_cost"}
+    assert problems("sum(rate(sluice_worker_jobs_total[5m])", series, routes)  # unbalanced
+    counter = next(n for n, m in series.items() if m.type == "counter" and n.endswith("_total"))
+    assert problems(f"histogram_quantile(0.9, rate({counter}[5m]))", series, routes)
 
 
 def test_keda_query_names_exported_metrics(
