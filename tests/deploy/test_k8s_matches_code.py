@@ -137,6 +137,10 @@ def test_autoscaler_role_grants_exactly_what_the_backend_calls(
     ns = d["metadata"]["namespace"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
     assert d["spec"]["replicas"] == 1 and d["spec"]["strategy"]["type"] == "Recreate"
+    # The backend loads the in-cluster config: it needs the token; nothing else does.
+    for other, _ in _sluice_containers(objs):
+        mounted = other["spec"]["template"]["spec"].get("automountServiceAccountToken", True)
+        assert mounted is (other is d), other["metadata"]["name"]
 
 
 def test_autoscaler_backend_and_metrics_port(render: Render) -> None:
