@@ -25,6 +25,25 @@ from sluice.errors import SluiceError
 log = logging.getLogger("sluice.autoscaler")
 
 
+def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, object]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    fields: dict[str, object] = {
+        "event": "autoscaler_decision", "model": model, "current": d.current,
+        "desired": d.desired, "reason": d.reason, "needed": r(d.needed),
+    }  # fmt: skip
+    if obs is not None:
+        fields.update(
+            ready=obs.ready, starting=obs.starting, queued=obs.queued,
+            queued_cost=r(obs.queued_cost), arrival_rate_cost=r(obs.arrival_rate_cost),
+            arrival_rate_cost_recent=r(obs.arrival_rate_cost_recent),
+            service_rate=r(obs.service_rate), p99_wait_ms=obs.p99_wait_ms,
+            oldest_wait_ms=r(obs.oldest_wait_ms),
+        )  # fmt: skip
+    return fields
+
+
 class Autoscaler:
     def __init__(self, source: PolicySource, observer: Observer, backend: Backend,
                  metrics: AutoscalerMetrics | None = None,
@@ -80,10 +99,7 @@ class Autoscaler:
         self.states[model] = d.state
         self.last[model] = d
         self.metrics.record(model, d)
-        log.info(json.dumps({"event": "autoscaler_decision", "model": model,
-                             "current": d.current, "desired": d.desired, "reason": d.reason,
-                             "needed": round(d.needed, 2), "queued": obs.queued if obs else None,
-                             "p99_wait_ms": obs.p99_wait_ms if obs else None}))  # fmt: skip
+        log.info(json.dumps(_log_fields(model, d, obs)))
         if d.desired != d.current:
             try:
                 self.backend.scale(model, d.desired, self.observer.last_workers.get(model, []))
@@ -96,7 +112,10 @@ class Autoscaler:
         """Until ``stop`` is set; the backend is closed (workers drained) on the way out."""
         try:
             while not stop.is_set():
-                self.step()
+                try:
+                    self.step()
+                except Exception:  # noqa: BLE001 - one bad period must not stop scaling
+                    log.exception("autoscaler: step failed; trying again next period")
                 stop.wait(tick_s)
         finally:
             self.backend.close()

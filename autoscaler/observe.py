@@ -153,7 +153,7 @@ class Observer:
                         or now.completed_cost < samples[-1].completed_cost):  # fmt: skip
             samples.clear()  # counters went back (Redis flushed): rates start over
         span = self.models[model].autoscaling.metrics_window_s
-        long, short = _rate(samples, now, span), _rate(samples, now, RECENT_RATE_S)
+        long, short = _rate(samples, now, span), _rate(samples, now, min(span, RECENT_RATE_S))
         samples.append(now)
         while samples and samples[0].t_s < now.t_s - span - 60:
             samples.popleft()

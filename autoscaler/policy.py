@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from sluice.config import AutoscalingConfig, ModelConfig
 
-RECENT_RATE_S = 15.0  # the short arrival-rate window (the long one is metrics_window_s)
+RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s, the long one)
 # A rate is reported once its samples cover this share of its window: a 5 s average
 # after a restart is noise, and acting on it would flap.
 MIN_RATE_COVERAGE = 0.5
@@ -95,8 +95,8 @@ def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) ->
     lam = obs.arrival_rate_cost or 0.0
     recent = obs.arrival_rate_cost_recent or 0.0
     # The short window reacts to a step within seconds, but it is noisy: trust it only
-    # once it is more than the ready workers can serve (the queue is growing for sure).
-    if recent > lam and recent > obs.ready * mu:
+    # while jobs wait and it is more than the ready workers can serve (the queue grows).
+    if recent > lam and recent > obs.ready * mu and (obs.queued or 0) > 0:
         lam = recent
     backlog = obs.queued_cost or 0.0
     load = lam / (mu * p.target_utilization)
@@ -184,8 +184,10 @@ def decide(
         cur = obs.current if obs is not None else 0
         return Decision(cur, cur, "missing-metrics", float(cur), state)
     if obs.arrival_rate_cost is None:
-        # No rate yet (just started): hold, but a sleeping model still wakes for work.
+        # No rate yet (just started): hold, but rise to min_replicas and wake for work.
         cur = obs.current
+        if cur < policy.min_replicas:
+            return Decision(cur, policy.min_replicas, "min", float(cur), state)
         wake = cur == 0 and (obs.queued or 0) > 0 and policy.max_replicas > 0
         return Decision(cur, 1 if wake else cur, "wake" if wake else "missing-metrics",
                         float(cur), state)  # fmt: skip

@@ -120,7 +120,8 @@ class _Sim:
         f, span = self.fleet, self.p.metrics_window_s
         while self.window and self.window[0][0] <= t - span:
             self.window_cost -= self.window.popleft()[1]
-        while self.recent and self.recent[0][0] <= t - RECENT_RATE_S:
+        short = min(span, RECENT_RATE_S)
+        while self.recent and self.recent[0][0] <= t - short:
             self.recent_cost -= self.recent.popleft()[1]
         recent = [self.hists[w] for w in waits.recent_windows(t) if w in self.hists]
         counts = [sum(col) for col in zip(*recent, strict=True)] if recent else []
@@ -130,7 +131,7 @@ class _Sim:
             current=f.current, ready=ready, starting=len(f.starting), draining=len(f.draining),
             queued=len(self.queue), queued_cost=max(0.0, self.queued_cost),
             in_flight=len(f.busy), arrival_rate_cost=_rate(self.window_cost, span, t),
-            arrival_rate_cost_recent=_rate(self.recent_cost, RECENT_RATE_S, t),
+            arrival_rate_cost_recent=_rate(self.recent_cost, short, t),
             service_rate=self.mu if ready > 0 else None,
             p99_wait_ms=waits.quantile_ms(counts) if counts else None, oldest_wait_ms=oldest,
             cold_start_s=self.cold_s if f.next_id > 0 else None,

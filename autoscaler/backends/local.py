@@ -47,6 +47,7 @@ class _ModelState:
     workers: list[LocalWorker] = field(default_factory=list)
     restarts_due: list[float] = field(default_factory=list)  # monotonic times
     crashes: int = 0
+    exits: list[tuple[str, int, bool]] = field(default_factory=list)  # (id, code, drained)
     info: dict[str, WorkerInfo] = field(default_factory=dict)  # latest heartbeats by id
 
 
@@ -64,6 +65,7 @@ class LocalBackend:
         self.cfg, self.config_path, self.redis_url = cfg, config_path, redis_url
         self.command = command or sluice_command()
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-workers-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.pool = DevicePool(list(cfg.autoscaler.devices))
         self.models = {m: _ModelState() for m in cfg.models}
@@ -136,9 +138,14 @@ class LocalBackend:
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
             args += ["--device", "cuda"]
-        out = (self.log_dir / f"{wid}.log").open("ab")
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+        try:
+            out = (self.log_dir / f"{wid}.log").open("ab")
+            proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)  # fmt: skip
+        except OSError as e:
+            log.error("local: cannot start a %s worker: %s", model, e)
+            self.pool.release(device, need)
+            return False
         self.models[model].workers.append(
             LocalWorker(wid, model, proc, device, self.clock(), out))
         log.info("local: started %s worker %s (pid %d, device %s)", model, wid, proc.pid,
@@ -172,6 +179,7 @@ class LocalBackend:
                 keep.append(w)
                 continue
             self._release(w)
+            st.exits.append((w.id, code, w.draining_since is not None))
             if w.draining_since is not None:
                 log.info("local: %s worker %s drained (exit %d)", model, w.id, code)
                 continue

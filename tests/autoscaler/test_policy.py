@@ -63,7 +63,9 @@ CASES = [
     ("missing", {}, obs(6, 0, queued=None), PolicyState(), 6, "missing-metrics"),
     # Just started, no rate yet: hold, even though 6 looks like too many.
     ("no-rate-yet", {}, obs(6, None), PolicyState(), 6, "missing-metrics"),
-    # ... but a model at zero wakes for its first queued job.
+    # ... but rises to min_replicas,
+    ("no-rate-min", {"min_replicas": 2}, obs(0, None, ready=0), PolicyState(), 2, "min"),
+    # ... and a model at zero wakes for its first queued job.
     ("no-rate-wake", {"min_replicas": 0}, obs(0, None, ready=0, queued=1, queued_cost=5),
      PolicyState(), 1, "wake"),
     # Wants 4, but 6 was recommended 100 s ago (inside the 300 s window).
@@ -104,12 +106,16 @@ CASES = [
      obs(1, 0, queued=100, queued_cost=1_000_000, queued_non_low=0), PolicyState(), 2,
      "low-priority-cap"),
     # Long window 2000/s, but the last 15 s ran at 4500/s > 4 ready * 1000 = 4000 they can
-    # serve: trusted, 4500 / 500 = 9, step-limited to 4 + max(4 * 100%, 4) = 8.
-    ("recent-rate-trusted", {}, obs(4, 2000, arrival_rate_cost_recent=4500), PolicyState(), 8,
-     "load"),
-    # 3900/s < 4000: the ready workers keep up, so it may be noise; the long window rules.
-    ("recent-rate-ignored", {}, obs(4, 2000, arrival_rate_cost_recent=3900), PolicyState(), 4,
+    # serve, and jobs wait: trusted, 4500 / 500 + 1000 / (1000 * 10) = 9.1, step-limited to
+    # 4 + max(4 * 100%, 4) = 8.
+    ("recent-rate-trusted", {}, obs(4, 2000, arrival_rate_cost_recent=4500, queued=10,
+                                     queued_cost=1000), PolicyState(), 8, "backlog"),
+    # The same rate with nothing queued (a burst already served): the long window rules.
+    ("recent-rate-no-queue", {}, obs(4, 2000, arrival_rate_cost_recent=4500), PolicyState(), 4,
      "steady"),
+    # 3900/s < 4000: the ready workers keep up, so it may be noise; the long window rules.
+    ("recent-rate-ignored", {}, obs(4, 2000, arrival_rate_cost_recent=3900, queued=10,
+                                     queued_cost=1000), PolicyState(), 4, "steady"),
 ]
 
 

@@ -1,0 +1,134 @@
+"""End to end: the local backend spawns real ``sluice worker`` processes (synthetic
+handler) against a real Redis. A burst scales up, workers become ready, the queue
+drains, idle workers are drained after the window, and no job is lost."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autoscaler.backends.local import LocalBackend
+from autoscaler.loop import Autoscaler
+from autoscaler.observe import Observer
+from autoscaler.reload import PolicySource
+from sluice.config import load_config
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+# One worker serves about 1000 cost units/s (1 ms per padded token, batches of 8).
+CONFIG = {
+    "models": {"m": {
+        "handler": "synthetic", "params": {"base_ms": 1, "per_token_ms": 1.0},
+        "buckets": [128],
+        "batching": {"max_batch": 8, "max_batch_tokens": 1024, "lease_s": 10},
+        "autoscaling": {
+            "min_replicas": 1, "max_replicas": 4, "period_s": 0.5, "backlog_drain_s": 4,
+            "cold_start_s": 1, "service_rate_cost_per_s": 1000, "scale_down_window_s": 3,
+            "metrics_window_s": 4, "p99_wait_slo_ms": 2000,
+        },
+    }},
+    "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
+}  # fmt: skip
+
+
+def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture
+def config_path(tmp_path: Path) -> Path:
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    return path
+
+
+@pytest.fixture
+def running(config_path: Path, redis_url: str, tmp_path: Path) -> Iterator[
+        tuple[Autoscaler, LocalBackend, QueueClient]]:  # fmt: skip
+    cfg = load_config(config_path)
+    client = QueueClient(connect(redis_url), dict(cfg.models))
+    backend = LocalBackend(cfg, config_path, redis_url, log_dir=tmp_path / "logs")
+    loop = Autoscaler(PolicySource(config_path, cfg), Observer(client, dict(cfg.models)), backend)
+    stop = threading.Event()
+    thread = threading.Thread(target=loop.run, args=(stop, 0.1), daemon=True)
+    thread.start()
+    yield loop, backend, client
+    stop.set()
+    thread.join(30)
+    assert not thread.is_alive()
+    assert all(w.proc.poll() is not None for st in backend.models.values() for w in st.workers)
+
+
+def _ready(client: QueueClient) -> int:
+    from sluice import registry
+
+    live, _ = client.run(registry.list_workers_call("m", time.time()))
+    return sum(1 for w in live if w.state == "ready")
+
+
+def test_burst_scales_up_drains_and_scales_back_without_losing_jobs(running: tuple[
+        Autoscaler, LocalBackend, QueueClient]) -> None:  # fmt: skip
+    loop, backend, client = running
+    wait_for(lambda: _ready(client) == 1, 20, "the min_replicas worker to be ready")
+    # The burst: 200 jobs x 100 units = 20 s of one worker's time.
+    subs = client.submit("m", [NewJob(input=i, bucket="128", cost=100) for i in range(200)])
+    ids = [s.id for s in subs]
+    wait_for(lambda: backend.current("m") >= 3, 10, "a scale-up to at least 3")
+    wait_for(lambda: _ready(client) >= 3, 20, "3 ready workers")
+    peak = backend.current("m")
+    wait_for(lambda: client.stats("m").counters.get("succeeded", 0) == 200, 30,
+             "the queue to drain")  # fmt: skip
+    # Idle now: after the 3 s window the extra workers are drained, one per period.
+    wait_for(lambda: backend.current("m") == 1 and not any(
+        w.draining_since for w in backend.models["m"].workers), 30, "a scale-down to 1")
+    st = client.stats("m")
+    assert st.queued == 0 and st.in_flight == 0 and st.counters.get("failed", 0) == 0
+    assert all(client.get(i).status == "succeeded" for i in ids)  # no job lost
+    exits = backend.models["m"].exits
+    assert len(exits) == peak - 1
+    assert all(code == 0 and drained for _, code, drained in exits)  # drained, never killed
+    assert loop.last["m"].desired == 1  # settled: no flap back up after the burst
+
+
+def test_a_crashed_worker_is_restarted(running: tuple[Autoscaler, LocalBackend, QueueClient],
+                                       ) -> None:  # fmt: skip
+    _, backend, client = running
+    wait_for(lambda: _ready(client) == 1, 20, "the first worker")
+    first = backend.models["m"].workers[0]
+    os.kill(first.proc.pid, signal.SIGKILL)
+    wait_for(lambda: any(w.id != first.id for w in backend.models["m"].workers), 10,
+             "a replacement worker")  # fmt: skip
+    assert backend.models["m"].exits[0][0] == first.id
+    assert backend.models["m"].exits[0][2] is False  # a crash, not a drain
+    assert backend.current("m") == 1
+
+
+def test_autoscaler_cli_dry_run_starts_and_stops_on_sigterm(config_path: Path,
+                                                            redis_url: str) -> None:  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "autoscaler", "--config", str(config_path),
+         "--backend", "dry-run", "--redis-url", redis_url],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    time.sleep(3)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 0, out
+    assert "dry-run backend" in out and '"event": "autoscaler_decision"' in out
