@@ -30,7 +30,7 @@ from sluice.bench.redis_count import (
     reset_round_trips,
 )
 from sluice.bench.report import render, summary
-from sluice.bench.rq_baseline import RqResult, run_rq_median
+from sluice.bench.rq_baseline import RqResult, median_run, run_rq
 from sluice.config import ModelConfig, parse_config
 from sluice.errors import SluiceError
 from sluice.jobs import NewJob, Outcome
@@ -252,13 +252,23 @@ def run(
     jobs: int, rq_jobs: int, batch_sizes: list[int], workers: list[int], repeats: int = 1
 ) -> dict[str, Any]:
     """Run every case and the RQ baseline on one private redis-server; JSON-ready."""
+    plan = [(b, w) for w in workers for b in batch_sizes]
+    # RQ's runs are spread over the whole run (start, middle, end), so a busy
+    # minute on this shared machine does not land on the baseline alone.
+    rq_slots = [round(i * len(plan) / max(repeats - 1, 1)) for i in range(repeats)]
+    rq_runs: list[RqResult] = []
+    cases: list[HopResult] = []
     server = start_redis()
     try:
         version = _load_scripts(server.url)
-        rq = run_rq_median(server.url, rq_jobs, repeats) if rq_jobs > 0 else None
-        cases = [run_case(server.url, b, w, jobs, repeats) for w in workers for b in batch_sizes]
+        for k in range(len(plan) + 1):
+            if rq_jobs > 0:
+                rq_runs += [run_rq(server.url, rq_jobs) for _ in range(rq_slots.count(k))]
+            if k < len(plan):
+                cases.append(run_case(server.url, *plan[k], jobs, repeats))
     finally:
         server.stop()
+    rq = median_run(rq_runs) if rq_runs else None
     return {
         "benchmark": "queue_hop",
         "env": {

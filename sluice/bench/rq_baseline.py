@@ -99,9 +99,8 @@ def run_rq(url: str, jobs: int) -> RqResult:
     return RqResult(jobs, enqueue_s, work_s, enqueue_rt, worker_rt, enqueue_cmds, worker_cmds)
 
 
-def run_rq_median(url: str, jobs: int, repeats: int) -> RqResult:
-    """``run_rq`` ``repeats`` times; the run with the median worker rate, with all rates."""
-    runs = [run_rq(url, jobs) for _ in range(repeats)]
+def median_run(runs: list[RqResult]) -> RqResult:
+    """The run with the median worker rate, carrying every run's rate."""
     rates = tuple(round(r.worker_jobs_per_s, 1) for r in runs)
     return replace(
         sorted(runs, key=lambda r: r.worker_jobs_per_s)[len(runs) // 2], worker_runs=rates
