@@ -48,7 +48,7 @@ def autoscaler_cmd(
     ] = None,
     redis_url_opt: RedisUrlOpt = None,
     metrics_port: Annotated[
-        int | None, typer.Option(help="Prometheus port on 127.0.0.1 (0 = none).")
+        int | None, typer.Option(help="Prometheus port (0 = none; default: the file's).")
     ] = None,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:

@@ -31,5 +31,6 @@ class AutoscalerMetrics:
         self.current.labels(model).set(d.current)
         self.decisions.labels(model, d.direction, d.reason).inc()
 
-    def serve(self, port: int) -> None:
-        start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
+        # All interfaces, as the workers do: Prometheus scrapes it from another pod.
+        start_http_server(port, addr=addr, registry=self.registry)
