@@ -124,7 +124,8 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
     """The k8s probe and preStop hook end to end: a `sluice worker` process is not
     ready, then ready; `sluice-probe drain` returns at once, the worker is not
     ready while it finishes the batch it holds, then exits 0."""
-    cfg = make_config(params={"base_ms": 2500, "per_token_ms": 0},
+    # One 6 s batch: long enough that the drain below surely starts while it runs.
+    cfg = make_config(params={"base_ms": 6000, "per_token_ms": 0},
                       batching={"max_batch": 1, "lease_s": 10})  # fmt: skip
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
@@ -147,7 +148,8 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
         wait_for(lambda: probe("worker-ready", str(port)) == 1, timeout_s=2)
         assert proc.poll() is None, "still finishing the batch it holds"
         assert proc.wait(timeout=20) == 0
-        assert qc.stats("m").in_flight == 0
+        stats = qc.stats("m")
+        assert stats.in_flight == 0 and stats.counters.get("succeeded") == 1
     finally:
         if proc.poll() is None:
             proc.kill()
