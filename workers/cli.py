@@ -51,11 +51,11 @@ def worker_cmd(
 
 
 def bench_worker_cmd(
-    texts: Annotated[int, typer.Option(help="Texts per run.")] = 300,
+    texts: Annotated[int, typer.Option(help="Texts per run.")] = 240,
     max_batch: Annotated[int, typer.Option(help="Batch size.")] = 32,
     seed: Annotated[int, typer.Option(help="Text generator seed.")] = 7,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0 = default).")] = 0,
-    rounds: Annotated[int, typer.Option(help="Interleaved rounds; the best run counts.")] = 2,
+    rounds: Annotated[int, typer.Option(help="Rounds; ratios are per round, medians.")] = 3,
     json_path: JsonOpt = None,
 ) -> None:
     """MiniLM worker vs in-process batching, and size buckets vs one bucket."""
