@@ -80,8 +80,12 @@ class Autoscaler:
         if note is not None:
             note(model, workers)
         current = self.backend.current(model)
-        return replace(obs, current=current) if obs is not None else Observation(
-            current=current, queued=None, queued_cost=None, arrival_rate_cost=None)
+        if obs is None:
+            return Observation(current=current, queued=None, queued_cost=None,
+                               arrival_rate_cost=None)  # fmt: skip
+        measured = getattr(self.backend, "cold_start_s", None)
+        cold = measured(model) if measured is not None else None
+        return replace(obs, current=current, cold_start_s=cold or obs.cold_start_s)
 
     def decide_one(self, model: str, now: float) -> Decision | None:
         try:

@@ -38,6 +38,7 @@ class LocalWorker:
     proc: subprocess.Popen[bytes]
     device: str | None
     spawned_at: float
+    spawned_wall_s: float = 0.0  # to compare with the heartbeat's ready_at (wall clock)
     log_file: IO[bytes] | None = None
     draining_since: float | None = None
 
@@ -49,6 +50,7 @@ class _ModelState:
     crashes: int = 0
     exits: list[tuple[str, int, bool]] = field(default_factory=list)  # (id, code, drained)
     info: dict[str, WorkerInfo] = field(default_factory=dict)  # latest heartbeats by id
+    cold_starts: dict[str, float] = field(default_factory=dict)  # id -> spawn-to-ready s
 
 
 def sluice_command() -> list[str]:
@@ -77,6 +79,19 @@ class LocalBackend:
         st.info = {w.id: w for w in workers}
         if any(w.state == "ready" for w in workers):
             st.crashes = 0  # a worker got to ready: the backoff starts over
+        ours = {w.id: w for w in st.workers}
+        for info in workers:
+            mine = ours.get(info.id)
+            if mine is not None and info.ready_at and info.id not in st.cold_starts:
+                st.cold_starts[info.id] = max(0.0, info.ready_at - mine.spawned_wall_s)
+        while len(st.cold_starts) > 20:  # the recent ones are what the next spawn will see
+            st.cold_starts.pop(next(iter(st.cold_starts)))
+
+    def cold_start_s(self, model: str) -> float | None:
+        """Median spawn-to-ready time of this backend's recent workers (process start,
+        imports and model load included, which the worker's own clock misses)."""
+        samples = sorted(self.models[model].cold_starts.values())
+        return samples[len(samples) // 2] if samples else None
 
     def current(self, model: str) -> int:
         st = self.models[model]
@@ -147,7 +162,7 @@ class LocalBackend:
             self.pool.release(device, need)
             return False
         self.models[model].workers.append(
-            LocalWorker(wid, model, proc, device, self.clock(), out))
+            LocalWorker(wid, model, proc, device, self.clock(), time.time(), out))
         log.info("local: started %s worker %s (pid %d, device %s)", model, wid, proc.pid,
                  device or "cpu")  # fmt: skip
         return True

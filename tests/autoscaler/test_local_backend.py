@@ -1,0 +1,104 @@
+"""The local backend's mechanics with a stand-in worker process (fast, no Redis):
+device placement in CUDA_VISIBLE_DEVICES, memory budget, drain order, crash restart."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from autoscaler.backends.local import LocalBackend
+from sluice.config import parse_config
+from sluice.registry import WorkerInfo
+
+# Writes its arguments and CUDA_VISIBLE_DEVICES to <dir>/<worker id>.json, then waits
+# for SIGTERM and exits 0 (the drain), or exits 3 at once if told to crash.
+FAKE = r"""
+import json, os, signal, sys, time
+args = sys.argv[1:]
+wid = args[args.index("--worker-id") + 1]
+out = os.environ["FAKE_DIR"]
+with open(os.path.join(out, wid + ".json"), "w") as f:
+    json.dump({"args": args, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}, f)
+if os.path.exists(os.path.join(out, "crash")):
+    sys.exit(3)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+while True:
+    time.sleep(0.05)
+"""
+
+
+def _backend(tmp_path: Path, monkeypatch, **autoscaler: object) -> LocalBackend:  # type: ignore[no-untyped-def]
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE)
+    monkeypatch.setenv("FAKE_DIR", str(tmp_path))
+    cfg = parse_config({
+        "models": {"m": {"handler": "synthetic",
+                         "autoscaling": {"max_replicas": 8, "gpu_memory_gb": 6}}},
+        "autoscaler": autoscaler,
+    })  # fmt: skip
+    return LocalBackend(cfg, tmp_path / "sluice.yaml", "redis://127.0.0.1:1/0",
+                        command=[sys.executable, str(script)], log_dir=tmp_path / "logs")
+
+
+def _wait_files(tmp_path: Path, n: int) -> list[dict[str, object]]:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        files = sorted(tmp_path.glob("local-*.json"))
+        if len(files) >= n:
+            time.sleep(0.05)
+            return [json.loads(f.read_text()) for f in files]
+        time.sleep(0.05)
+    raise AssertionError(f"fewer than {n} workers started")
+
+
+def _info(wid: str, busy: bool = False, jobs: int = 0, state: str = "ready") -> WorkerInfo:
+    return WorkerInfo(id=wid, model="m", host="h", pid=0, device="cuda", buckets=["32"],
+                      state=state, started_at=0.0, busy=busy, jobs=jobs)  # fmt: skip
+
+
+def test_places_by_memory_and_drains_the_idlest(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    be = _backend(tmp_path, monkeypatch, devices=[{"name": "0", "memory_gb": 16},
+                                                  {"name": "1", "memory_gb": 8}])  # fmt: skip
+    try:
+        be.scale("m", 5, [])
+        # 16 GB holds two 6 GB workers, 8 GB one: 3 started, the other 2 fit nowhere.
+        assert be.current("m") == 3
+        started = _wait_files(tmp_path, 3)
+        assert sorted(str(s["cuda"]) for s in started) == ["0", "0", "1"]
+        assert all("--device" in s["args"] and "cuda" in s["args"] for s in started)  # type: ignore[operator]
+        ids = [w.id for w in be.models["m"].workers]
+        busy, idle_many, idle_few = ids
+        be.scale("m", 1, [_info(busy, busy=True, jobs=1), _info(idle_many, jobs=90),
+                          _info(idle_few, jobs=3)])  # fmt: skip
+        assert be.current("m") == 1
+        draining = {w.id for w in be.models["m"].workers if w.draining_since is not None}
+        assert draining == {idle_many, idle_few}  # the busy one keeps running
+        deadline = time.monotonic() + 10
+        while len(be.models["m"].exits) < 2 and time.monotonic() < deadline:
+            be.tick(0.0)
+            time.sleep(0.05)
+        assert sorted(be.models["m"].exits) == sorted([(idle_many, 0, True), (idle_few, 0, True)])
+        assert sorted(be.pool.used_gb.values()) == [0.0, 6.0]  # only the busy one's 6 GB
+        procs = [w.proc for w in be.models["m"].workers]
+    finally:
+        be.close(timeout_s=5)
+    assert all(p.poll() == 0 for p in procs)  # close() drained the rest
+
+
+def test_a_crash_is_restarted_with_backoff(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "crash").write_text("")
+    be = _backend(tmp_path, monkeypatch, restart_backoff_s=0.2, restart_backoff_max_s=0.4)
+    try:
+        be.scale("m", 1, [])
+        deadline = time.monotonic() + 10
+        while len(be.models["m"].exits) < 3 and time.monotonic() < deadline:
+            be.tick(0.0)
+            assert be.current("m") == 1  # a pending restart still counts as capacity
+            time.sleep(0.02)
+        exits = be.models["m"].exits
+        assert len(exits) >= 3 and all(code == 3 and not drained for _, code, drained in exits)
+        assert len({wid for wid, _, _ in exits}) == len(exits)  # each restart is a new worker
+    finally:
+        be.close(timeout_s=5)
