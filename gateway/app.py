@@ -1,0 +1,57 @@
+"""The gateway's FastAPI app: ``create_app(config)``, or ``app_from_env()`` for uvicorn."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+
+from gateway import errors
+from gateway.middleware import BodyGuard, Metrics
+from gateway.routers import health, jobs, models
+from gateway.state import GatewayState
+from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
+from sluice.errors import ConfigError
+
+API_DESCRIPTION = """Submit inference jobs, poll or long-poll for results.
+
+Every error answers `{"error": {"type", "message"}}`; 429 and 503 carry `Retry-After`.
+"""
+
+
+def create_app(
+    cfg: SluiceConfig, redis_url: str | None = None, *,
+    redis: aioredis.Redis | None = None, pubsub_redis: aioredis.Redis | None = None,
+) -> FastAPI:  # fmt: skip
+    """The app for one config; pass ``redis`` (and ``pubsub_redis``) to inject clients."""
+    state = GatewayState(cfg, redis_url, redis=redis, pubsub_redis=pubsub_redis)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        await state.start()
+        try:
+            yield
+        finally:
+            await state.stop()
+
+    app = FastAPI(title="Sluice", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app.state.gateway = state
+    for r in (jobs.router, models.router, health.router):
+        app.include_router(r)
+    errors.install(app)
+    # Outermost first at request time: metrics see every answer, including 413/415.
+    app.add_middleware(BodyGuard, max_bytes=cfg.gateway.max_body_bytes)
+    app.add_middleware(Metrics, metrics=state.metrics)
+    return app
+
+
+def app_from_env() -> FastAPI:
+    """uvicorn factory: the config from $SLUICE_CONFIG, Redis from $SLUICE_REDIS_URL."""
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        raise ConfigError(f"no config file: set {CONFIG_ENV}")
+    cfg = load_config(path)
+    return create_app(cfg, resolve_redis_url(os.environ.get(REDIS_URL_ENV), cfg))

@@ -1,0 +1,118 @@
+"""The one mapping from Sluice's errors to HTTP, and the error body every route uses.
+
+Every error response is ``{"error": {"type", "message"}}``. Client mistakes are
+4xx, an unreachable or slow Redis is 503, and only a bug is 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from sluice.errors import (
+    ConfigError,
+    InputTooLarge,
+    InvalidInput,
+    JobConflict,
+    JobNotFound,
+    NotReady,
+    Overloaded,
+    QueueFull,
+    RedisUnavailable,
+    SluiceError,
+    UnknownModel,
+    UnsupportedMediaType,
+)
+
+log = logging.getLogger("sluice.gateway")
+
+HTTP_STATUS: dict[type[SluiceError], int] = {
+    InvalidInput: 422,
+    UnknownModel: 404,
+    JobNotFound: 404,
+    JobConflict: 409,
+    InputTooLarge: 413,
+    UnsupportedMediaType: 415,
+    QueueFull: 429,
+    Overloaded: 429,
+    RedisUnavailable: 503,
+    NotReady: 503,
+    ConfigError: 500,
+}
+HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}
+
+
+def status_for(e: SluiceError) -> int:
+    for cls in type(e).__mro__:
+        if cls in HTTP_STATUS:
+            return HTTP_STATUS[cls]
+    return 500
+
+
+def error_response(
+    status: int, type_: str, message: str, retry_after_s: float | None = None
+) -> JSONResponse:
+    headers = {}
+    if retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+    body = {"error": {"type": type_, "message": message}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+async def _sluice_error(_: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, SluiceError)
+    return error_response(status_for(e), e.type, str(e), e.retry_after_s)
+
+
+async def _validation_error(_: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, RequestValidationError)
+    errs = e.errors()
+    first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+    if first.get("type") == "json_invalid":
+        message = "body is not valid JSON"
+    else:
+        message = f"{_field(tuple(first.get('loc', ())))}: {first.get('msg')}"
+    if len(errs) > 1:
+        message += f" (and {len(errs) - 1} more)"
+    return error_response(422, "invalid_request", message)
+
+
+async def _http_error(_: Request, e: Exception) -> JSONResponse:
+    assert isinstance(e, StarletteHTTPException)
+    type_ = HTTP_TYPES.get(e.status_code, "http_error")
+    resp = error_response(e.status_code, type_, str(e.detail))
+    for k, v in (e.headers or {}).items():
+        resp.headers[k] = v
+    return resp
+
+
+async def _redis_error(_: Request, e: Exception) -> JSONResponse:
+    # A Redis that answers with an error (OOM, READONLY, LOADING) is unavailable to
+    # us, not a bug in the request.
+    log.warning("redis error: %s", e)
+    return error_response(503, RedisUnavailable.type, f"Redis error: {e}", 1)
+
+
+async def _internal(_: Request, e: Exception) -> JSONResponse:
+    log.exception("unhandled error", exc_info=e)
+    return error_response(500, "internal", "internal error")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(SluiceError, _sluice_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RedisError, _redis_error)
+    app.add_exception_handler(Exception, _internal)

@@ -1,0 +1,75 @@
+"""The gateway's Prometheus metrics, one registry per app (tests build many apps).
+
+Counters are incremented where events happen; queue and worker gauges are set by
+the snapshot refresher, so a scrape never costs a Redis round trip.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from sluice.jobs import QueueStats
+from sluice.registry import WorkerInfo, workers_by_state
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60)
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "sluice_http_requests_total", "HTTP requests by route template and status",
+            ["route", "method", "status"], registry=r,
+        )  # fmt: skip
+        self.latency = Histogram(
+            "sluice_http_request_duration_seconds", "HTTP request latency by route template",
+            ["route", "method"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.submitted = Counter(
+            "sluice_jobs_submitted_total", "Jobs accepted into a queue",
+            ["model", "bucket", "priority"], registry=r,
+        )  # fmt: skip
+        self.rejected = Counter(
+            "sluice_jobs_rejected_total", "Jobs refused by admission control or validation",
+            ["model", "reason"], registry=r,
+        )  # fmt: skip
+        self.queue_depth = Gauge(
+            "sluice_queue_depth",
+            "Queued jobs per bucket (snapshot)",
+            ["model", "bucket"],
+            registry=r,
+        )
+        self.queue_cost = Gauge(
+            "sluice_queue_cost",
+            "Queued cost per bucket (snapshot)",
+            ["model", "bucket"],
+            registry=r,
+        )
+        self.in_flight = Gauge("sluice_jobs_in_flight", "Leased jobs", ["model"], registry=r)
+        self.workers = Gauge(
+            "sluice_workers", "Live workers by state (snapshot)", ["model", "state"], registry=r
+        )
+        self.drain_rate = Gauge(
+            "sluice_gateway_drain_rate", "Cost/s the gateway assumes for Retry-After",
+            ["model"], registry=r,
+        )  # fmt: skip
+        self.snapshot_age = Gauge(
+            "sluice_gateway_snapshot_age_seconds",
+            "Age of the newest queue snapshot",
+            registry=r,
+        )
+        self.waiters = Gauge(
+            "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r
+        )
+
+    def set_snapshot(self, stats: QueueStats, workers: list[WorkerInfo], drain_rate: float) -> None:
+        for b in stats.buckets:
+            self.queue_depth.labels(stats.model, b.bucket).set(b.queued)
+            self.queue_cost.labels(stats.model, b.bucket).set(b.queued_cost)
+        self.in_flight.labels(stats.model).set(stats.in_flight)
+        for state, n in workers_by_state(workers).items():
+            self.workers.labels(stats.model, state).set(n)
+        self.drain_rate.labels(stats.model).set(drain_rate)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

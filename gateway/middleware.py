@@ -1,0 +1,114 @@
+"""Pure ASGI middleware (no per-request task or body copy): body limits, media type, metrics."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.metrics import GatewayMetrics
+
+BODY_METHODS = ("POST", "PUT", "PATCH")
+KNOWN_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+
+class BodyTooLarge(HTTPException):
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is over the limit of {limit} bytes")
+
+
+async def _send_error(send: Send, status: int, type_: str, message: str) -> None:
+    body = json.dumps({"error": {"type": type_, "message": message}}).encode()
+    await send({
+        "type": "http.response.start", "status": status,
+        "headers": [(b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"connection", b"close")],
+    })  # fmt: skip
+    await send({"type": "http.response.body", "body": body})
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for k, v in scope["headers"]:
+        if k == name:
+            return bytes(v)
+    return None
+
+
+def _is_json(content_type: bytes | None) -> bool:
+    if content_type is None:
+        return False
+    mime = content_type.split(b";", 1)[0].strip().lower()
+    return mime == b"application/json" or mime.endswith(b"+json")
+
+
+class BodyGuard:
+    """413 before reading a body over ``max_bytes``; 415 for a body that is not JSON.
+
+    A declared Content-Length over the limit is refused without reading a byte;
+    a chunked body is counted as it arrives and refused as soon as it passes.
+    """
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            return await self.app(scope, receive, send)
+        length = _header(scope, b"content-length")
+        declared = int(length) if length and length.isdigit() else None
+        if declared is not None and declared > self.max_bytes:
+            return await _send_error(
+                send, 413, "input_too_large",
+                f"request body is over the limit of {self.max_bytes} bytes",
+            )  # fmt: skip
+        chunked = declared is None and _header(scope, b"transfer-encoding") is not None
+        if (declared or chunked) and not _is_json(_header(scope, b"content-type")):
+            return await _send_error(
+                send, 415, "unsupported_media_type", "the request body must be application/json"
+            )
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            msg = await receive()
+            if msg["type"] == "http.request":
+                seen += len(msg.get("body", b""))
+                if seen > self.max_bytes:
+                    raise BodyTooLarge(self.max_bytes)
+            return msg
+
+        await self.app(scope, limited, send)
+
+
+class Metrics:
+    """Request count and latency by route template (bounded labels, never a raw path)."""
+
+    def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(msg: Message) -> None:
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route: Any = scope.get("route")
+            name = getattr(route, "path", None) or "unmatched"
+            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
+            self.metrics.requests.labels(name, method, str(status)).inc()
+            self.metrics.latency.labels(name, method).observe(time.perf_counter() - start)

@@ -1,0 +1,61 @@
+"""Redis access for the gateway: bounded in time, errors turned into RedisUnavailable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from sluice.errors import RedisUnavailable
+from sluice.queue.scripts import Call
+
+T = TypeVar("T")
+_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+
+
+def connect(url: str, timeout_s: float, *, blocking_reads: bool = False) -> aioredis.Redis:
+    """A client whose every command is bounded by ``timeout_s`` and retried at most once.
+
+    redis-py's default retry policy (backoff up to seconds, several attempts) could
+    hold a request far past the timeout; a gateway must answer 503 promptly instead.
+    ``blocking_reads`` is for the pub/sub connection, which waits for messages.
+    """
+    return aioredis.Redis.from_url(
+        url, decode_responses=True,
+        socket_timeout=None if blocking_reads else timeout_s,
+        socket_connect_timeout=timeout_s, socket_keepalive=True,
+        retry=Retry(NoBackoff(), 1), health_check_interval=30,
+    )  # fmt: skip
+
+
+async def bounded(aw: Awaitable[T], timeout_s: float) -> T:
+    """Await a Redis operation with a hard deadline; failures become RedisUnavailable."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await aw
+    except RedisUnavailable:
+        raise
+    except _UNAVAILABLE as e:
+        raise RedisUnavailable(f"Redis unavailable: {e or type(e).__name__}") from e
+
+
+async def run_reads(r: aioredis.Redis, calls: Sequence[Call[Any]]) -> list[Any]:
+    """Several read-only calls in one pipelined round trip, each parsed by its own parser."""
+    pipe = r.pipeline(transaction=False)
+    spans = []
+    for call in calls:
+        spans.append(len(call.commands))
+        for cmd in call.commands:
+            pipe.execute_command(*cmd)
+    replies = await pipe.execute()
+    out, i = [], 0
+    for call, n in zip(calls, spans, strict=True):
+        out.append(call.parse(replies[i : i + n]))
+        i += n
+    return out

@@ -1,0 +1,84 @@
+"""Jobs: submit one or a batch, read (and long-poll), cancel."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Response
+
+from gateway import service
+from gateway.deps import IdempotencyKey, State
+from gateway.schemas import (
+    BatchAccepted,
+    BatchRequest,
+    CancelResult,
+    JobAccepted,
+    JobRequest,
+    JobView,
+    errors,
+)
+from sluice.errors import InvalidInput
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
+JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_length=256)]
+
+
+@router.post(
+    "/models/{model}/jobs", status_code=202, response_model=None,
+    responses={202: {"model": JobAccepted}, **errors(404, 413, 415, 422, 429, 503)},
+)  # fmt: skip
+async def submit_job(
+    model: ModelName, body: JobRequest, st: State, response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Queue one job; answers at once with its id (poll or long-poll GET /v1/jobs/{id})."""
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
+    views, replayed = await service.submit(st, model, [body.input], spec)
+    response.headers["Location"] = f"/v1/jobs/{views[0]['id']}"
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return views[0]
+
+
+@router.post(
+    "/models/{model}/jobs/batch", status_code=202, response_model=None,
+    responses={202: {"model": BatchAccepted}, **errors(404, 413, 415, 422, 429, 503)},
+)  # fmt: skip
+async def submit_batch(
+    model: ModelName, body: BatchRequest, st: State, response: Response,
+    idempotency_key: IdempotencyKey = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Queue many jobs in one Redis round trip (all or none); ids in input order."""
+    if len(body.inputs) > st.gw.max_batch_inputs:
+        raise InvalidInput(
+            f"inputs: {len(body.inputs)} items, the limit is {st.gw.max_batch_inputs}"
+        )
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
+    views, replayed = await service.submit(st, model, list(body.inputs), spec)
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return {"jobs": views}
+
+
+@router.get(
+    "/jobs/{job_id}", response_model=None,
+    responses={200: {"model": JobView}, **errors(404, 422, 503)},
+)  # fmt: skip
+async def get_job(
+    job_id: JobId, st: State,
+    wait: Annotated[float, Query(ge=0, le=60, description="Long-poll up to S seconds.")] = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """A job's status, result or error, and timings; ``?wait=S`` answers as soon as it ends."""
+    rec = await (service.wait(st, job_id, wait) if wait > 0 else service.get(st, job_id))
+    return service.job_view(rec)
+
+
+@router.delete(
+    "/jobs/{job_id}", response_model=None,
+    responses={200: {"model": CancelResult}, **errors(404, 409, 503)},
+)  # fmt: skip
+async def cancel_job(job_id: JobId, st: State) -> dict[str, Any]:
+    """Cancel a queued job; a running job is marked and its result discarded; 409 if ended."""
+    previous = await service.cancel(st, job_id)
+    return {"id": job_id, "status": "cancelled", "previous_status": previous}

@@ -1,0 +1,78 @@
+"""Models: what is configured, how much is queued, who serves it; predict."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Response
+
+from gateway import service
+from gateway.deps import IdempotencyKey, State
+from gateway.redis_io import bounded, run_reads
+from gateway.schemas import JobRequest, JobView, ModelList, errors
+from sluice.jobs import QueueStats
+from sluice.registry import WorkerInfo, list_workers_call, workers_by_state
+
+router = APIRouter(prefix="/v1", tags=["models"])
+ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
+
+
+def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]) -> dict[str, Any]:
+    cfg = st.cfg.models[name]
+    return {
+        "name": name,
+        "handler": cfg.handler,
+        "buckets": [
+            {
+                "bucket": b.bucket,
+                "bound": int(b.bucket),
+                "queued": b.queued,
+                "queued_cost": b.queued_cost,
+            }
+            for b in stats.buckets
+        ],  # fmt: skip
+        "queued": stats.queued,
+        "queued_cost": stats.queued_cost,
+        "in_flight": stats.in_flight,
+        "workers": workers_by_state(workers),
+        "scales_from_zero": cfg.autoscaling.min_replicas == 0,
+    }
+
+
+@router.get("/models", response_model=None, responses={200: {"model": ModelList}, **errors(503)})
+async def list_models(st: State) -> dict[str, Any]:
+    """Every model with its buckets, queue depth and cost per bucket, and workers by state."""
+    now = time.time()
+    calls: list[Any] = []
+    for name in st.cfg.models:
+        calls += [st.queue.ops.stats(name), list_workers_call(name, now)]
+    replies = await bounded(run_reads(st.redis, calls), st.timeout_s)
+    models = [
+        _model_info(st, name, replies[2 * i], replies[2 * i + 1][0])
+        for i, name in enumerate(st.cfg.models)
+    ]
+    return {"models": models}
+
+
+@router.post(
+    "/models/{model}/predict", response_model=None,
+    responses={200: {"model": JobView}, 202: {"model": JobView},
+               **errors(404, 413, 415, 422, 429, 503)},
+)  # fmt: skip
+async def predict(
+    model: ModelName, body: JobRequest, st: State, response: Response,
+    idempotency_key: IdempotencyKey = None,
+    timeout: Annotated[
+        float | None, Query(gt=0, le=60, description="Wait at most this long (s).")
+    ] = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
+    views, _ = await service.submit(st, model, [body.input], spec)
+    job_id = views[0]["id"]
+    limit = min(timeout or st.gw.predict_timeout_s, st.gw.predict_timeout_s)
+    rec = await service.wait(st, job_id, limit)
+    response.headers["Location"] = f"/v1/jobs/{job_id}"
+    response.status_code = 200 if rec.status.terminal else 202
+    return service.job_view(rec)

@@ -1,0 +1,106 @@
+"""Request and response bodies of the REST API (they are the OpenAPI schema)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Priority = Literal["high", "normal", "low"]
+Status = Literal["queued", "running", "succeeded", "failed", "expired", "cancelled"]
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class JobRequest(_Body):
+    input: Any = Field(..., description="The model's input: text, or {'text': ...}, or a list.")
+    priority: Priority = "normal"
+    deadline_ms: int | None = Field(None, gt=0, description="Expire if not started by then.")
+    metadata: dict[str, Any] | None = None
+
+
+class BatchRequest(_Body):
+    inputs: list[Any] = Field(..., min_length=1)
+    priority: Priority = "normal"
+    deadline_ms: int | None = Field(None, gt=0)
+    metadata: dict[str, Any] | None = None
+
+
+class JobAccepted(BaseModel):
+    id: str
+    status: Status
+    model: str
+    bucket: str
+    cost: int
+    priority: Priority
+    truncated: bool = False
+
+
+class BatchAccepted(BaseModel):
+    jobs: list[JobAccepted]
+
+
+class ErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+class Timings(BaseModel):
+    queued_at: float
+    started_at: float | None
+    finished_at: float | None
+    queue_wait_ms: float | None
+    run_ms: float | None
+
+
+class JobView(BaseModel):
+    id: str
+    model: str
+    status: Status
+    bucket: str
+    cost: int
+    priority: Priority
+    result: Any = None
+    error: ErrorDetail | None = None
+    attempts: int
+    metadata: dict[str, Any] | None = None
+    timings: Timings
+
+
+class CancelResult(BaseModel):
+    id: str
+    status: Literal["cancelled"]
+    previous_status: Status
+
+
+class BucketInfo(BaseModel):
+    bucket: str
+    bound: int
+    queued: int
+    queued_cost: int
+
+
+class ModelInfo(BaseModel):
+    name: str
+    handler: str
+    buckets: list[BucketInfo]
+    queued: int
+    queued_cost: int
+    in_flight: int
+    workers: dict[str, int]
+    scales_from_zero: bool
+
+
+class ModelList(BaseModel):
+    models: list[ModelInfo]
+
+
+def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for error statuses, all with the error body."""
+    return {c: {"model": ErrorBody} for c in codes}

@@ -1,0 +1,109 @@
+"""Per-model snapshots of queue and worker state, refreshed in the background.
+
+One pipelined round trip reads every model's stats and live workers; metrics
+gauges, Retry-After and the workers-ready check read the snapshot, so neither a
+scrape nor a submit pays for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.admission import Load, drain_rate
+from gateway.metrics import GatewayMetrics
+from gateway.redis_io import bounded, run_reads
+from sluice.config import ModelConfig
+from sluice.errors import SluiceError
+from sluice.jobs import QueueStats
+from sluice.queue.scripts import Call, QueueOps
+from sluice.registry import WorkerInfo, list_workers_call
+
+log = logging.getLogger("sluice.gateway")
+RATE_SMOOTHING = 0.3  # weight of the newest completion-rate sample
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSnapshot:
+    stats: QueueStats
+    workers: list[WorkerInfo]
+    at_s: float
+    completion_rate: float  # cost/s completed, smoothed over refreshes
+
+    def load(self) -> Load:
+        ready = [w for w in self.workers if w.state == "ready"]
+        reported = sum(max(0.0, w.service_rate) for w in ready)
+        return Load(
+            queued=self.stats.queued,
+            queued_cost=self.stats.queued_cost,
+            ready_workers=len(ready),
+            starting_since_s=[w.started_at for w in self.workers if w.state == "starting"],
+            measured_rate=reported if reported > 0 else self.completion_rate,
+        )
+
+
+def _smoothed_rate(prev: ModelSnapshot | None, stats: QueueStats, now_s: float) -> float:
+    if prev is None:
+        return 0.0
+    dt = now_s - prev.at_s
+    done = stats.counters.get("completed_cost", 0) - prev.stats.counters.get("completed_cost", 0)
+    if dt <= 0 or done < 0:
+        return prev.completion_rate
+    sample = done / dt
+    if prev.completion_rate <= 0:
+        return sample
+    return RATE_SMOOTHING * sample + (1 - RATE_SMOOTHING) * prev.completion_rate
+
+
+class Snapshots:
+    def __init__(
+        self, r: aioredis.Redis, models: dict[str, ModelConfig], metrics: GatewayMetrics,
+        timeout_s: float,
+    ) -> None:  # fmt: skip
+        self.redis = r
+        self.models = models
+        self.ops = QueueOps(models)
+        self.metrics = metrics
+        self.timeout_s = timeout_s
+        self.current: dict[str, ModelSnapshot] = {}
+        self.last_ok_s = 0.0
+
+    def load(self, model: str) -> Load | None:
+        snap = self.current.get(model)
+        return snap.load() if snap else None
+
+    async def refresh(self, now_s: float | None = None) -> dict[str, ModelSnapshot]:
+        now = time.time() if now_s is None else now_s
+        calls: list[Call[Any]] = []
+        for name in self.models:
+            calls += [self.ops.stats(name), list_workers_call(name, now)]
+        replies = await bounded(run_reads(self.redis, calls), self.timeout_s)
+        fresh = {}
+        for i, name in enumerate(self.models):
+            stats, (workers, _stale) = replies[2 * i], replies[2 * i + 1]
+            rate = _smoothed_rate(self.current.get(name), stats, now)
+            snap = fresh[name] = ModelSnapshot(stats, workers, now, rate)
+            rate_now = drain_rate(self.models[name], snap.load()).cost_per_s
+            self.metrics.set_snapshot(stats, workers, rate_now)
+        self.current = fresh
+        self.last_ok_s = now
+        self.metrics.snapshot_age.set(0)
+        return fresh
+
+    async def run(self, interval_s: float) -> None:
+        """Refresh forever; a failed read keeps the last snapshot and is retried next tick."""
+        while True:
+            try:
+                await self.refresh()
+            except SluiceError as e:
+                if self.last_ok_s:
+                    self.metrics.snapshot_age.set(time.time() - self.last_ok_s)
+                log.warning("snapshot refresh failed: %s", e)
+            except Exception:  # never let the refresher die
+                log.exception("snapshot refresh crashed")
+            await asyncio.sleep(interval_s)

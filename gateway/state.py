@@ -1,0 +1,87 @@
+"""Everything one gateway process holds: config, Redis clients, estimators, tasks.
+
+The gateway keeps no job state of its own: any number of them can stand behind
+one load balancer, all reading and writing the same Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gateway.completions import Completions
+from gateway.metrics import GatewayMetrics
+from gateway.redis_io import bounded, connect
+from gateway.snapshots import Snapshots
+from sluice import keys
+from sluice.config import ModelConfig, SluiceConfig
+from sluice.cost import CostEstimator
+from sluice.errors import UnknownModel
+from sluice.queue import AsyncQueueClient
+
+log = logging.getLogger("sluice.gateway")
+
+
+class GatewayState:
+    def __init__(
+        self, cfg: SluiceConfig, redis_url: str | None = None, *,
+        redis: aioredis.Redis | None = None, pubsub_redis: aioredis.Redis | None = None,
+    ) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.gw = cfg.gateway
+        self.timeout_s = cfg.gateway.redis_timeout_s
+        url = redis_url or cfg.redis_url or "redis://127.0.0.1:6379/0"
+        self.redis = redis if redis is not None else connect(url, self.timeout_s)
+        self.pubsub_redis = (
+            pubsub_redis if pubsub_redis is not None
+            else redis if redis is not None
+            else connect(url, self.timeout_s, blocking_reads=True)
+        )  # fmt: skip
+        models = dict(cfg.models)
+        self.queue = AsyncQueueClient(self.redis, models)
+        # Tokenizers load once per process, here, not on the first request.
+        self.estimators = {name: CostEstimator(m) for name, m in models.items()}
+        self.metrics = GatewayMetrics()
+        self.snapshots = Snapshots(self.redis, models, self.metrics, self.timeout_s)
+        self.completions = Completions(self.pubsub_redis, [keys.done_channel(m) for m in models])
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    def model(self, name: str) -> ModelConfig:
+        cfg = self.cfg.models.get(name)
+        if cfg is None:
+            raise UnknownModel(f"unknown model {name!r}")
+        return cfg
+
+    async def start(self) -> None:
+        with contextlib.suppress(Exception):  # Redis may be down at start: readyz says so
+            await self.snapshots.refresh()
+        self._tasks = [
+            asyncio.create_task(self.completions.run(), name="sluice-completions"),
+            asyncio.create_task(
+                self.snapshots.run(self.gw.stats_refresh_s), name="sluice-snapshots"
+            ),
+        ]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.timeout_s):
+                await self.completions.connected.wait()
+
+    async def stop(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        clients = {id(c): c for c in (self.redis, self.pubsub_redis)}
+        for client in clients.values():
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def ping(self) -> bool:
+        try:
+            return bool(await bounded(self.redis.ping(), self.timeout_s))
+        except Exception:
+            return False

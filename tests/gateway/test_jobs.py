@@ -1,0 +1,146 @@
+"""Submit, batch, read, long-poll, cancel, idempotency -- on fakeredis and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from sluice.jobs import Outcome
+from tests.gateway.conftest import Harness, gateway_config
+
+
+async def submit(h: Harness, body: dict, model: str = "m", **kw):  # type: ignore[no-untyped-def]
+    return await h.client.post(f"/v1/models/{model}/jobs", json=body, **kw)
+
+
+async def test_submit_answers_202_with_bucket_and_location(gw: Harness) -> None:
+    resp = await submit(gw, {"input": "one two three " * 20, "priority": "high"})
+    assert resp.status_code == 202, resp.text
+    body = resp.json()
+    assert body["status"] == "queued" and body["model"] == "m"
+    assert body["cost"] == 60 and body["bucket"] == "128" and body["priority"] == "high"
+    assert resp.headers["location"] == f"/v1/jobs/{body['id']}"
+    job = (await gw.client.get(resp.headers["location"])).json()
+    assert job["status"] == "queued" and job["bucket"] == "128" and job["attempts"] == 0
+    assert job["timings"]["queued_at"] > 0 and job["timings"]["started_at"] is None
+    stats = await gw.queue.stats("m")
+    assert [b.queued for b in stats.buckets] == [0, 1, 0]
+
+
+async def test_batch_keeps_input_order_and_is_all_or_nothing(gw: Harness) -> None:
+    inputs = ["a", "b " * 100, "c " * 40]
+    resp = await gw.client.post("/v1/models/m/jobs/batch", json={"inputs": inputs})
+    assert resp.status_code == 202, resp.text
+    jobs = resp.json()["jobs"]
+    assert [j["bucket"] for j in jobs] == ["32", "128", "128"]
+    assert [j["cost"] for j in jobs] == [1, 100, 40]
+    for j, text in zip(jobs, inputs, strict=True):
+        claimed = await gw.queue.get(j["id"])
+        assert claimed.input == text
+    too_big = await gw.client.post("/v1/models/m/jobs/batch", json={"inputs": ["x", "y " * 600]})
+    assert too_big.status_code == 413
+    assert "inputs[1]" in too_big.json()["error"]["message"]
+    over = await gw.client.post("/v1/models/m/jobs/batch", json={"inputs": ["x"] * 9})
+    assert over.status_code == 422 and "limit is 8" in over.json()["error"]["message"]
+    assert (await gw.queue.stats("m")).queued == 3
+
+
+async def _finish(h: Harness, result: object) -> str:
+    batch = await h.queue.claim("m", "w1")
+    assert len(batch) == 1
+    await h.queue.complete("m", [Outcome.ok(batch.jobs[0].id, result)])
+    return batch.jobs[0].id
+
+
+async def test_long_poll_is_woken_by_the_completion(gw: Harness) -> None:
+    job_id = (await submit(gw, {"input": "hello"})).json()["id"]
+    started = time.perf_counter()
+    poll = asyncio.create_task(gw.client.get(f"/v1/jobs/{job_id}", params={"wait": 10}))
+    await asyncio.sleep(0.2)
+    assert not poll.done(), "the long-poll answered before the job ended"
+    assert gw.state.completions.waiting == 1
+    await _finish(gw, {"vec": [1, 2]})
+    resp = await asyncio.wait_for(poll, 5)
+    elapsed = time.perf_counter() - started
+    body = resp.json()
+    assert body["status"] == "succeeded" and body["result"] == {"vec": [1, 2]}
+    assert body["attempts"] == 1 and body["timings"]["queue_wait_ms"] is not None
+    assert elapsed < 3, f"woke after {elapsed:.1f}s: not by the notification"
+    assert gw.state.completions.waiting == 0
+
+
+async def test_long_poll_times_out_with_the_job_as_it_is(gw: Harness) -> None:
+    job_id = (await submit(gw, {"input": "hello"})).json()["id"]
+    started = time.perf_counter()
+    resp = await gw.client.get(f"/v1/jobs/{job_id}", params={"wait": 0.3})
+    assert resp.status_code == 200 and resp.json()["status"] == "queued"
+    assert 0.25 < time.perf_counter() - started < 2
+    bad = await gw.client.get(f"/v1/jobs/{job_id}", params={"wait": 61})
+    assert bad.status_code == 422 and "wait" in bad.json()["error"]["message"]
+
+
+async def test_idempotent_replay_returns_the_same_job(gw: Harness) -> None:
+    headers = {"Idempotency-Key": "order-17"}
+    first = await submit(gw, {"input": "x y"}, headers=headers)
+    again = await submit(gw, {"input": "x y"}, headers=headers)
+    assert first.status_code == again.status_code == 202
+    assert again.json()["id"] == first.json()["id"]
+    assert again.headers.get("idempotent-replayed") == "true"
+    assert "idempotent-replayed" not in first.headers
+    await _finish(gw, 1)
+    third = await submit(gw, {"input": "x y"}, headers=headers)
+    assert third.json()["id"] == first.json()["id"] and third.json()["status"] == "succeeded"
+    stats = await gw.queue.stats("m")
+    assert stats.counters["arrived"] == 1
+
+
+async def test_cancel_queued_running_and_finished(gw: Harness) -> None:
+    queued = (await submit(gw, {"input": "a"})).json()["id"]
+    resp = await gw.client.delete(f"/v1/jobs/{queued}")
+    assert resp.status_code == 200
+    assert resp.json() == {"id": queued, "status": "cancelled", "previous_status": "queued"}
+    assert (await gw.client.delete(f"/v1/jobs/{queued}")).status_code == 409
+    running = (await submit(gw, {"input": "b"})).json()["id"]
+    batch = await gw.queue.claim("m", "w1")
+    assert batch.jobs[0].id == running
+    resp = await gw.client.delete(f"/v1/jobs/{running}")
+    assert resp.json()["previous_status"] == "running"
+    accepted, stale = await gw.queue.complete("m", [Outcome.ok(running, "late")])
+    assert (accepted, stale) == (0, 1)
+    job = (await gw.client.get(f"/v1/jobs/{running}")).json()
+    assert job["status"] == "cancelled" and job["result"] is None
+    assert (await gw.client.delete("/v1/jobs/m.nope")).status_code == 404
+
+
+async def test_predict_answers_200_when_done_and_202_when_not(gw: Harness) -> None:
+    async def worker() -> None:
+        for _ in range(100):
+            batch = await gw.queue.claim("m", "w1")
+            if len(batch):
+                await gw.queue.complete("m", [Outcome.ok(batch.jobs[0].id, "done")])
+                return
+            await asyncio.sleep(0.01)
+
+    task = asyncio.create_task(worker())
+    resp = await gw.client.post("/v1/models/m/predict", json={"input": "go"})
+    await task
+    assert resp.status_code == 200 and resp.json()["result"] == "done"
+    slow = await gw.client.post("/v1/models/m/predict?timeout=0.2", json={"input": "wait"})
+    assert slow.status_code == 202 and slow.json()["status"] == "queued"
+    assert slow.headers["location"] == f"/v1/jobs/{slow.json()['id']}"
+
+
+async def test_a_job_id_is_only_visible_through_its_own_model(gw: Harness) -> None:
+    job_id = (await submit(gw, {"input": "a"})).json()["id"]
+    token = job_id.split(".", 1)[1]
+    assert (await gw.client.get(f"/v1/jobs/pinned.{token}")).status_code == 404
+    assert (await gw.client.get(f"/v1/jobs/{token}")).status_code == 404
+    assert (await gw.client.get(f"/v1/jobs/{job_id}")).status_code == 200
+
+
+async def test_truncation_where_the_model_allows_it(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    cfg = gateway_config(cost={"method": "words", "truncate": True})
+    async with make_gateway(cfg) as h:
+        resp = await submit(h, {"input": "w " * 900})
+        assert resp.status_code == 202
+        assert resp.json()["truncated"] is True and resp.json()["bucket"] == "512"
