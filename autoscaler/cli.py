@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -21,24 +21,9 @@ from sluice.cli_common import (
     redis_url,
     write_json,
 )
-from sluice.config import SluiceConfig
 from sluice.errors import ConfigError, SluiceError
 
 BENCH_CONFIG = Path(__file__).resolve().parent.parent / "bench" / "autoscaler_sim.yaml"
-
-
-def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> Any:
-    if name == "dry-run":
-        from autoscaler.backends.base import DryRunBackend
-
-        return DryRunBackend()
-    if name == "kubernetes":
-        from autoscaler.backends.kubernetes import KubernetesBackend
-
-        return KubernetesBackend(cfg)
-    from autoscaler.backends.local import LocalBackend
-
-    return LocalBackend(cfg, config_path, url)
 
 
 def autoscaler_cmd(
@@ -53,32 +38,20 @@ def autoscaler_cmd(
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
     """Scale each model's workers from queue backlog and p99 wait; reloads the file on change."""
-    from autoscaler.loop import Autoscaler
-    from autoscaler.metrics import AutoscalerMetrics
-    from autoscaler.observe import Observer
-    from autoscaler.reload import PolicySource
-    from sluice.queue import QueueClient
-    from sluice.queue.client import connect
+    from autoscaler.service import BACKENDS, build
 
     cfg = load_required(config)
     assert config is not None
     which = backend or cfg.autoscaler.backend
-    if which not in ("local", "kubernetes", "dry-run"):
+    if which not in BACKENDS:
         fail(f"--backend {which!r}: use local, kubernetes or dry-run", EXIT_CONFIG)
     url = redis_url(redis_url_opt, cfg)
     check_redis(url)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
-    metrics = AutoscalerMetrics()
-    port = cfg.autoscaler.metrics_port if metrics_port is None else metrics_port
-    if port:
-        metrics.serve(port)
-    source = PolicySource(config, cfg, on_error=lambda _msg: metrics.reload_errors.inc())
-    client = QueueClient(connect(url), dict(cfg.models))
     try:
-        act = make_backend(which, cfg, config, url)
-    except SluiceError as e:
+        loop = build(cfg, config, url, which, metrics_port)
+    except (SluiceError, OSError) as e:  # OSError: the metrics port is taken
         fail(str(e))
-    loop = Autoscaler(source, Observer(client, dict(cfg.models)), act, metrics)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
