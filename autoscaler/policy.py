@@ -106,7 +106,22 @@ def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) ->
     if spare > 0 and backlog / spare <= cold_s:
         # The ready workers clear it before a new one could be ready: adding is waste.
         return load, "load"
-    return load + backlog / (mu * p.backlog_drain_s), "backlog"
+    drain = load + backlog / (mu * p.backlog_drain_s)
+    if obs.starting > 0:
+        # Capacity is on its way: never fewer than now, and no more if it will do.
+        if _starting_suffice(p, obs, mu, lam, backlog, cold_s):
+            return max(load, float(obs.current)), "backlog"
+        return max(drain, float(obs.current)), "backlog"
+    return drain, "backlog"
+
+
+def _starting_suffice(p: AutoscalingConfig, obs: Observation, mu: float, lam: float,
+                      backlog: float, cold_s: float) -> bool:  # fmt: skip
+    """Will the replicas already starting drain the backlog within backlog_drain_s of
+    being ready? Then a backlog that grows while they start asks for no more."""
+    at_ready = backlog + max(0.0, lam - obs.ready * mu) * cold_s  # at most one cold start
+    spare_then = obs.current * mu - lam
+    return spare_then > 0 and at_ready / spare_then <= p.backlog_drain_s
 
 
 def _breach(p: AutoscalingConfig, obs: Observation) -> bool:

@@ -57,6 +57,13 @@ CASES = [
      PolicyState(), 4, "steady"),
     # Backlog 80000 takes 40 s > 30 s: 4 + 80000 / (1000 * 10) = 12, step-limited to 4 + 4.
     ("backlog", {}, obs(4, 2000, queued=600, queued_cost=80_000), PolicyState(), 8, "backlog"),
+    # Ready spare 6 * 1000 - 5000 = 1000/s clears 40000 in 40 s > 30 s, but with the 4 starting
+    # ready, 10 * 1000 - 5000 = 5000/s clears it in 8 s <= backlog_drain_s 10: no more.
+    ("starting-absorb-backlog", {}, obs(10, 5000, ready=6, starting=4, queued=400,
+                                         queued_cost=40_000), PolicyState(), 10, "backlog"),
+    # 100000 takes 20 s > 10 s even then: 5000 / 500 + 100000 / (1000 * 10) = 20.
+    ("starting-not-enough", {}, obs(10, 5000, ready=6, starting=4, queued=900,
+                                     queued_cost=100_000), PolicyState(), 20, "backlog"),
     # 20000 / 500 = 40 > max 20.
     ("max", {}, obs(18, 20_000), PolicyState(), 20, "max"),
     # The queue read failed: hold whatever the load was.
@@ -155,10 +162,11 @@ observations = st.builds(
     st.floats(0, 60_000), st.none() | st.integers(0, 10),
 )  # fmt: skip
 policies = st.builds(
-    lambda lo, span, low_cap, window: pol(min_replicas=lo, max_replicas=lo + span,
-                                          low_priority_max_replicas=low_cap,
-                                          scale_down_window_s=window),
+    lambda lo, span, low_cap, window, u, drain: pol(
+        min_replicas=lo, max_replicas=lo + span, low_priority_max_replicas=low_cap,
+        scale_down_window_s=window, target_utilization=u, backlog_drain_s=drain),
     st.integers(1, 5), st.integers(0, 20), st.none() | st.integers(0, 10), st.floats(1, 600),
+    st.floats(0.2, 1.0), st.floats(1, 120),
 )  # fmt: skip
 states = st.builds(
     lambda pairs: PolicyState(recommendations=tuple((NOW - a, n) for a, n in pairs),
