@@ -91,8 +91,7 @@ def grouped_batches(cfg: SluiceConfig, model: str, texts: list[str]) -> list[lis
 
 
 def run_in_process(handler: Handler, cfg: SluiceConfig, texts: list[str]) -> RunResult:
-    """On a thread of its own, as the worker's loop runs here: torch's CPU speed differs
-    between the main thread and others (see docs/benchmarks/workers.md)."""
+    """On a thread of its own, like the benchmarked worker's loop: same conditions."""
     out: list[RunResult] = []
     thread = threading.Thread(target=lambda: out.append(_in_process(handler, cfg, texts)))
     thread.start()

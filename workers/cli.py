@@ -51,7 +51,7 @@ def worker_cmd(
 
 
 def bench_worker_cmd(
-    texts: Annotated[int, typer.Option(help="Texts per run.")] = 240,
+    texts: Annotated[int, typer.Option(help="Texts per run.")] = 480,
     max_batch: Annotated[int, typer.Option(help="Batch size.")] = 32,
     seed: Annotated[int, typer.Option(help="Text generator seed.")] = 7,
     threads: Annotated[int, typer.Option(help="torch CPU threads (0 = default).")] = 0,
