@@ -167,12 +167,3 @@ class Observer:
             completion_rate_cost=long[1] if long else None, service_rate=rate,
             p99_wait_ms=rd.p99_wait_ms, oldest_wait_ms=rd.oldest_wait_ms, cold_start_s=cold,
         )  # fmt: skip
-
-    def workers(self, model: str) -> list[WorkerInfo]:
-        """Live workers of a model (for backends choosing whom to drain); [] on failure."""
-        try:
-            live, _ = self.client.run(registry.list_workers_call(model, self.wall()))
-        except (RedisUnavailable, *REDIS_ERRORS, redis.RedisError):
-            return []
-        return live
-

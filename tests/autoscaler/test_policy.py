@@ -64,6 +64,14 @@ CASES = [
     # 100000 takes 20 s > 10 s even then: 5000 / 500 + 100000 / (1000 * 10) = 20.
     ("starting-not-enough", {}, obs(10, 5000, ready=6, starting=4, queued=900,
                                      queued_cost=100_000), PolicyState(), 20, "backlog"),
+    # No rate measured or configured: hold 3 ...
+    ("no-service-rate", {"service_rate_cost_per_s": None},
+     obs(3, 100, service_rate=None, queued=2, queued_cost=20), PolicyState(), 3,
+     "no-service-rate"),
+    # ... but wake a model at zero for queued work.
+    ("no-service-rate-wake", {"service_rate_cost_per_s": None, "min_replicas": 0},
+     obs(0, 100, ready=0, service_rate=None, queued=2, queued_cost=20), PolicyState(), 1,
+     "no-service-rate"),
     # 20000 / 500 = 40 > max 20.
     ("max", {}, obs(18, 20_000), PolicyState(), 20, "max"),
     # The queue read failed: hold whatever the load was.
