@@ -127,6 +127,8 @@ def main() -> None:
     try:
         app()
     except SluiceError as e:
-        fail(str(e))
+        # Raised past typer's own handling: still one line, never a traceback.
+        print(f"sluice: error: {e}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

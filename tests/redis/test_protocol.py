@@ -265,3 +265,17 @@ def test_input_round_trips_any_json(queue_factory) -> None:
     [job] = q.claim("m", "w").jobs
     assert job.input == value
     assert json.loads(json.dumps(job.input)) == value
+
+
+def test_large_batches_and_submits_go_through_in_one_call(queue_factory) -> None:
+    # Thousands of values per Redis command would overflow Lua's unpack: the
+    # scripts chunk them, and nothing is lost or reordered.
+    q = queue_factory(batching={"max_batch": 4096, "max_batch_tokens": 100_000})
+    ids = [s.id for s in q.submit("m", [small(i, cost=1) for i in range(5000)])]
+    batch = q.claim("m", "w")
+    assert [j.id for j in batch.jobs] == ids[:4096]
+    assert q.stats("m").in_flight == 4096 and q.stats("m").queued == 904
+    assert q.complete("m", [Outcome.ok(j.id, None) for j in batch.jobs]) == (4096, 0)
+    stats = q.stats("m")
+    assert stats.in_flight == 0 and stats.counters["succeeded"] == 4096
+    assert stats.queued_cost == 904

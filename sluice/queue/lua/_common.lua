@@ -11,6 +11,13 @@ local function int(x)
   return string.format('%d', x)
 end
 
+-- Redis's Lua cannot unpack more than a few thousand values into one call.
+local function call_chunked(cmd, key, values, step)
+  for i = 1, #values, step do
+    redis.call(cmd, key, unpack(values, i, math.min(i + step - 1, #values)))
+  end
+end
+
 local TERMINAL = {succeeded = true, failed = true, expired = true, cancelled = true}
 
 -- Lower the backlog cost counters for a job leaving its queue.

@@ -52,6 +52,7 @@ local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
 local bounds = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
 local full = false
+local rem, lease, dropped = {}, {}, 0
 while not full do
   local ids = redis.call('ZRANGE', queue, 0, max_batch - taken + 7)
   if #ids == 0 then break end
@@ -60,13 +61,12 @@ while not full do
     local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input')
     local cost, dl = tonumber(f[2] or '0'), tonumber(f[3] or '0')
     if f[1] ~= 'queued' then
-      redis.call('ZREM', queue, id)  -- a stale entry: the job hash is gone or moved on
+      table.insert(rem, id)  -- a stale entry: the job hash is gone or moved on
     elseif dl > 0 and dl < now then
-      redis.call('ZREM', queue, id)
-      drop_cost(stats, bucket, cost)
+      table.insert(rem, id)
+      dropped = dropped + cost
       redis.call('HSET', jk, 'status', 'expired', 'fin', int(now))
       redis.call('EXPIRE', jk, result_ttl)
-      redis.call('HINCRBY', stats, 'expired', 1)
       n_expired = n_expired + 1
       table.insert(ended, id)
     elseif taken > 0 and cost_sum + cost > max_cost then
@@ -74,10 +74,10 @@ while not full do
       break
     else
       local att = tonumber(f[4]) + 1
-      redis.call('ZREM', queue, id)
-      drop_cost(stats, bucket, cost)
+      table.insert(rem, id)
+      dropped = dropped + cost
       redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
-      redis.call('ZADD', inflight, now + lease_ms, id)
+      table.insert(lease, now + lease_ms); table.insert(lease, id)
       local wait = now - tonumber(f[5])
       local slot = #bounds + 1
       for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
@@ -87,10 +87,15 @@ while not full do
       if taken >= max_batch then full = true; break end
     end
   end
+  -- Removed before the next ZRANGE, which reads from the front again.
+  if #rem > 0 then call_chunked('ZREM', queue, rem, 1000); rem = {} end
   scanned = scanned + #ids
   if scanned > 10 * max_batch + 1000 then break end
 end
 
+if #lease > 0 then call_chunked('ZADD', inflight, lease, 1000) end
+if dropped > 0 then drop_cost(stats, bucket, dropped) end
+if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
 if taken > 0 then
   local hkey = hprefix .. int(math.floor(now / 10000) * 10)
   for slot, count in pairs(wait_hist) do

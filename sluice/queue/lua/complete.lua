@@ -14,7 +14,7 @@ local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]),
 local n = tonumber(ARGV[7])
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
-local done_cost = 0
+local done_cost, done_ids = 0, {}
 
 for i = 0, n - 1 do
   local b = 8 + i * 4
@@ -32,11 +32,10 @@ for i = 0, n - 1 do
       drop_cost(stats, f[2], tonumber(f[3]))
     end
     if kind == 'ok' then
-      redis.call('ZREM', inflight, id)
+      table.insert(done_ids, id)
       redis.call('HSET', jk, 'status', 'succeeded', 'result', payload, 'fin', int(now), 'run_ms', run_ms)
       redis.call('HDEL', jk, 'worker', 'input')
       redis.call('EXPIRE', jk, result_ttl)
-      redis.call('HINCRBY', stats, 'succeeded', 1)
       done_cost = done_cost + tonumber(f[3])
       table.insert(ended, id)
     elseif kind == 'retry' then
@@ -50,6 +49,10 @@ for i = 0, n - 1 do
       table.insert(ended, id)
     end
   end
+end
+if #done_ids > 0 then
+  call_chunked('ZREM', inflight, done_ids, 1000)
+  redis.call('HINCRBY', stats, 'succeeded', #done_ids)
 end
 if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
 publish_ended(channel, ended)

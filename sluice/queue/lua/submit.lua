@@ -41,6 +41,9 @@ if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
 end
 
 local out = {'ok', now}
+local base = 0
+if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count end
+local zadds, costs, k = {}, {}, 0
 for i = 0, n - 1 do
   local b = 8 + i * 8
   if existing[i] then
@@ -51,18 +54,25 @@ for i = 0, n - 1 do
     local deadline = 0
     if rel_deadline > 0 then deadline = now + rel_deadline end
     -- Score: priority class first, then arrival order (a per-model sequence).
-    local score = int(prio * 1e12 + redis.call('INCR', seq))
+    k = k + 1
+    local score = int(prio * 1e12 + base + k)
     redis.call('HSET', jprefix .. id, 'id', id, 'bucket', bucket, 'cost', int(cost),
       'prio', int(prio), 'status', 'queued', 'input', ARGV[b + 4], 'meta', ARGV[b + 5],
       'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', ARGV[b + 7])
-    redis.call('ZADD', qprefix .. bucket, score, id)
-    add_cost(stats, bucket, cost)
+    if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
+    table.insert(zadds[bucket], score); table.insert(zadds[bucket], id)
+    costs[bucket] = costs[bucket] + cost
     if ARGV[b + 7] ~= '' then
       redis.call('SET', iprefix .. ARGV[b + 7], id, 'EX', idem_ttl)
     end
     table.insert(out, id); table.insert(out, 1)
   end
 end
+for bucket, za in pairs(zadds) do
+  call_chunked('ZADD', qprefix .. bucket, za, 1000)
+  redis.call('HINCRBY', stats, 'cost:' .. bucket, costs[bucket])
+end
+if new_cost > 0 then redis.call('HINCRBY', stats, 'queued_cost', new_cost) end
 redis.call('HINCRBY', stats, 'arrived', new_count)
 redis.call('HINCRBY', stats, 'arrived_cost', new_cost)
 return out
