@@ -14,6 +14,8 @@ from contextlib import contextmanager
 
 import redis.asyncio as aioredis
 
+from gateway.redis_io import raise_if_cancelling
+
 log = logging.getLogger("sluice.gateway")
 IDLE_PING_S = 30.0  # with no message for this long, ping to detect a dead connection
 RECONNECT_MAX_S = 2.0
@@ -70,7 +72,9 @@ class Completions:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # any connection trouble: reconnect with backoff
+                raise_if_cancelling()
                 log.warning("completion subscription lost: %s", e)
+            raise_if_cancelling()
             self.connected.clear()
             self.wake_all()
             await asyncio.sleep(delay)

@@ -45,6 +45,17 @@ async def bounded(aw: Awaitable[T], timeout_s: float) -> T:
         raise RedisUnavailable(f"Redis unavailable: {e or type(e).__name__}") from e
 
 
+def raise_if_cancelling() -> None:
+    """Re-raise a cancellation that a client library turned into another error.
+
+    Some clients (fakeredis, redis-py mid-pipeline) convert CancelledError into a
+    connection error; a retry loop that caught it would then never stop.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 async def run_reads(r: aioredis.Redis, calls: Sequence[Call[Any]]) -> list[Any]:
     """Several read-only calls in one pipelined round trip, each parsed by its own parser."""
     pipe = r.pipeline(transaction=False)

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from gateway.admission import Load, drain_rate
 from gateway.metrics import GatewayMetrics
-from gateway.redis_io import bounded, run_reads
+from gateway.redis_io import bounded, raise_if_cancelling, run_reads
 from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
@@ -101,9 +101,12 @@ class Snapshots:
             try:
                 await self.refresh()
             except SluiceError as e:
+                raise_if_cancelling()
                 if self.last_ok_s:
                     self.metrics.snapshot_age.set(time.time() - self.last_ok_s)
                 log.warning("snapshot refresh failed: %s", e)
             except Exception:  # never let the refresher die
+                raise_if_cancelling()
                 log.exception("snapshot refresh crashed")
+            raise_if_cancelling()
             await asyncio.sleep(interval_s)

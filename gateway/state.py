@@ -72,9 +72,8 @@ class GatewayState:
     async def stop(self) -> None:
         for t in self._tasks:
             t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+        if self._tasks:  # bounded: a shutdown never hangs on a stuck connection
+            await asyncio.wait(self._tasks, timeout=self.timeout_s)
         clients = {id(c): c for c in (self.redis, self.pubsub_redis)}
         for client in clients.values():
             with contextlib.suppress(Exception):
