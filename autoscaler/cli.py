@@ -61,8 +61,9 @@ def autoscaler_cmd(
 
 
 def simulate_cmd(
-    trace: Annotated[str, typer.Option(help="step, spike, diurnal, noisy (NAME:FACTOR) or a CSV "
-                                            "of time_s,cost.")],  # fmt: skip
+    trace: Annotated[str | None, typer.Option(
+        help="step, spike, diurnal, noisy, mixed (NAME:FACTOR) or a CSV of time_s,cost. "
+             "Required for policies; with --dispatch the default is mixed.")] = None,
     config: ConfigOpt = None,
     model: Annotated[str | None, typer.Option(help="Model (if the file has several).")] = None,
     policy: Annotated[str, typer.Option(help="Comma-separated: sluice, fixed:N, queue-length[:T], "
@@ -73,15 +74,33 @@ def simulate_cmd(
         help="Simulated cold start (default: the policy's cold_start_s).")] = None,
     json_path: JsonOpt = None,
     plot: Annotated[Path | None, typer.Option(help="Draw replicas, queue, p99 to a PNG.")] = None,
+    dispatch: Annotated[str | None, typer.Option(
+        help="Compare dispatch on fixed replicas instead of policies. Comma-separated: pull, "
+             "pull-fifo, round-robin, least-connections, power-of-two.")] = None,
+    replicas: Annotated[int, typer.Option(help="--dispatch: workers.")] = 8,
+    utilization: Annotated[str, typer.Option(
+        help="--dispatch with the mixed trace: comma-separated offered loads.")] = "0.7,0.9",
+    jobs: Annotated[int, typer.Option(help="--dispatch: jobs per mixed trace.")] = 40_000,
+    seed: Annotated[int, typer.Option(help="--dispatch: mixed trace and power-of-two seed.")] = 5,
 ) -> None:  # fmt: skip
-    """Replay a trace through the policy (and baselines) before deploying it."""
-    from autoscaler import replay
+    """Replay a trace through the policy (and baselines) before deploying it; or, with
+    --dispatch, compare pull against push dispatch on the same trace and workers."""
+    from autoscaler import dispatch_report, replay
 
     cfg = load_required(config)
     try:
         _, mc = replay.pick_model(dict(cfg.models), model)
-        out = replay.simulate_cmd(mc, trace, [p.strip() for p in policy.split(",") if p.strip()],
-                                  service_rate, cold_start_s, plot)  # fmt: skip
+        if dispatch is not None:
+            setup = dispatch_report.Setup(
+                trace or "mixed", dispatch_report.parse_strategies(dispatch),
+                dispatch_report.parse_utilizations(utilization), replicas, jobs, seed)  # fmt: skip
+            out = dispatch_report.dispatch_cmd(mc, setup, service_rate)
+        elif trace is None:
+            raise ConfigError("--trace is required (or pass --dispatch)")
+        else:
+            out = replay.simulate_cmd(
+                mc, trace, [p.strip() for p in policy.split(",") if p.strip()],
+                service_rate, cold_start_s, plot)  # fmt: skip
     except ConfigError as e:
         fail(str(e), EXIT_CONFIG)
     write_json(json_path, out)
@@ -105,7 +124,27 @@ def bench_autoscaler_cmd(
     write_json(json_path, out)
 
 
+def bench_dispatch_cmd(
+    config: ConfigOpt = None,
+    json_path: JsonOpt = None,
+) -> None:  # fmt: skip
+    """Pull with buckets vs pull-fifo, round-robin, least-connections and power-of-two,
+    on the mixed trace at 70% and 90% utilisation (simulated, about 2 s)."""
+    from autoscaler import dispatch, dispatch_report, replay
+
+    cfg = load_required(config or BENCH_CONFIG)
+    try:
+        _, mc = replay.pick_model(dict(cfg.models), None)
+        setup = dispatch_report.Setup("mixed", dispatch.STRATEGIES,
+                                      dispatch_report.BENCH_UTILIZATIONS)  # fmt: skip
+        out = dispatch_report.dispatch_cmd(mc, setup, None)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    write_json(json_path, out)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("autoscaler")(autoscaler_cmd)
     app.command("simulate")(simulate_cmd)
     bench_app.command("autoscaler")(bench_autoscaler_cmd)
+    bench_app.command("dispatch")(bench_dispatch_cmd)

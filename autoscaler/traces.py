@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sluice.errors import ConfigError
 
-BUILTIN = ("step", "spike", "diurnal", "noisy")
+BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed")
 COST_MIN, COST_MAX = 8, 512  # log-uniform job costs (tokens): mean about 121
 
 
@@ -94,15 +94,34 @@ def noisy(base: float = 30.0, noise: float = 0.2, change_s: float = 10.0,
     return poisson("noisy", rate, base * (1 + noise), duration_s, seed)
 
 
+def mixed(rate: float = 80.0, duration_s: float = 1800.0, short_cost: float = 24.0,
+          long_factor: float = 10.0, long_share: float = 0.1, seed: int = 5) -> Trace:  # fmt: skip
+    """Steady Poisson arrivals of two sizes: 90% short jobs, 10% ten times longer
+    (the dispatch benchmark's load; 24 and 240 units land in buckets 32 and 512)."""
+    rng = random.Random(seed)
+    times, costs, t = [], [], 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration_s:
+            break
+        times.append(t)
+        costs.append(short_cost * long_factor if rng.random() < long_share else short_cost)
+    mean = short_cost * (1 - long_share + long_share * long_factor)
+    return Trace("mixed", times, costs, duration_s, lambda _t: rate, mean)
+
+
 def builtin(name: str, factor: float | None = None) -> Trace:
     """A built-in shape; ``factor`` is the step's or spike's multiple, the diurnal
-    peak-to-trough ratio's inverse share, or the noisy trace's +-share."""
+    peak-to-trough ratio's inverse share, the noisy trace's +-share, or the mixed
+    trace's rate in jobs/s."""
     if name == "step":
         return step(factor=factor or 2.0)
     if name == "spike":
         return spike(factor=factor or 3.0)
     if name == "diurnal":
         return diurnal(trough_share=factor or 0.1)
+    if name == "mixed":
+        return mixed(rate=factor or 80.0)
     return noisy(noise=factor or 0.2)
 
 
