@@ -109,13 +109,14 @@ async def test_retry_after_follows_the_measured_drain_rate(make_gateway) -> None
         await h.client.post("/v1/models/m/jobs/batch", json={"inputs": ["w " * 200] * 3})
         await h.client.post("/v1/models/m/jobs", json={"input": "w " * 100, "priority": "high"})
         await h.refresh()
+        low = {"input": "w " * 100, "priority": "low"}
         # Queued cost 700 = the low limit (0.7 x 1000); one more job of cost 100 is
         # 100 over it, which drains in 100 / 20 = 5 s at the measured rate.
-        resp = await h.client.post("/v1/models/m/jobs", json={"input": "w " * 100, "priority": "low"})
+        resp = await h.client.post("/v1/models/m/jobs", json=low)
         assert resp.status_code == 429 and resp.headers["retry-after"] == "5"
         await h.heartbeat("m", "ready", rate=50.0)
         await h.refresh()
-        resp = await h.client.post("/v1/models/m/jobs", json={"input": "w " * 100, "priority": "low"})
+        resp = await h.client.post("/v1/models/m/jobs", json=low)
         assert resp.headers["retry-after"] == "2"  # ceil(100 / 50)
 
 

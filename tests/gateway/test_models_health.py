@@ -1,0 +1,129 @@
+"""GET /v1/models, health, readiness, metrics; Redis down or hung answers 503 promptly."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gateway.app import create_app
+from tests.gateway.conftest import Harness, gateway_config
+
+
+async def test_models_lists_buckets_depth_cost_and_workers(gw: Harness) -> None:
+    await gw.client.post("/v1/models/m/jobs/batch", json={"inputs": ["a b", "c " * 100]})
+    await gw.heartbeat("m", "ready")
+    await gw.heartbeat("m", "starting")
+    resp = await gw.client.get("/v1/models")
+    assert resp.status_code == 200
+    models = {m["name"]: m for m in resp.json()["models"]}
+    assert set(models) == {"m", "pinned"}
+    m = models["m"]
+    assert [(b["bucket"], b["queued"], b["queued_cost"]) for b in m["buckets"]] == [
+        ("32", 1, 2), ("128", 1, 100), ("512", 0, 0),
+    ]  # fmt: skip
+    assert m["queued"] == 2 and m["queued_cost"] == 102 and m["scales_from_zero"] is True
+    assert m["workers"] == {"starting": 1, "ready": 1, "draining": 0, "quarantined": 0}
+    assert models["pinned"]["workers"]["ready"] == 0
+
+
+async def test_health_ready_and_metrics_from_the_snapshot(gw: Harness) -> None:
+    assert (await gw.client.get("/healthz")).json() == {"status": "ok"}
+    ready = await gw.client.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["redis"] is True
+    await gw.client.post("/v1/models/m/jobs", json={"input": "a b c", "priority": "low"})
+    await gw.refresh()
+    text = (await gw.client.get("/metrics")).text
+    assert 'sluice_jobs_submitted_total{bucket="32",model="m",priority="low"} 1.0' in text
+    assert 'sluice_queue_depth{bucket="32",model="m"} 1.0' in text
+    assert 'sluice_queue_cost{bucket="32",model="m"} 3.0' in text
+    route = 'route="/v1/models/{model}/jobs",status="202"'
+    assert f'sluice_http_requests_total{{method="POST",{route}}} 1.0' in text
+    assert "/v1/models/m/jobs" not in text.replace("{model}", "")  # templates, never raw paths
+
+
+QUIET = gateway_config(gateway={"stats_refresh_s": 60})  # no background read during a test
+
+
+async def test_metrics_scrape_costs_no_redis_round_trip(make_gateway, kind: str) -> None:  # type: ignore[no-untyped-def]
+    if kind != "real":
+        pytest.skip("counts commands with INFO commandstats on a real server")
+    async with make_gateway(QUIET) as gw:
+        await _scrapes_send_nothing(gw)
+
+
+async def _scrapes_send_nothing(gw: Harness) -> None:
+    await gw.refresh()
+
+    async def calls() -> int:
+        info = await gw.redis.info("commandstats")
+        return sum(v["calls"] for k, v in info.items() if k != "cmdstat_info")
+
+    before = await calls()
+    for _ in range(20):
+        assert (await gw.client.get("/metrics")).status_code == 200
+    assert await calls() - before == 0
+
+
+async def test_long_poll_sends_no_redis_command_while_it_waits(make_gateway, kind: str) -> None:  # type: ignore[no-untyped-def]
+    if kind != "real":
+        pytest.skip("counts commands with INFO commandstats on a real server")
+    async with make_gateway(QUIET) as gw:
+        await _long_poll_sends_nothing(gw)
+
+
+async def _long_poll_sends_nothing(gw: Harness) -> None:
+    job_id = (await gw.client.post("/v1/models/m/jobs", json={"input": "x"})).json()["id"]
+    info = await gw.redis.info("commandstats")
+    before = info.get("cmdstat_hgetall", {}).get("calls", 0)
+    resp = await gw.client.get(f"/v1/jobs/{job_id}", params={"wait": 1.0})
+    assert resp.json()["status"] == "queued"
+    info = await gw.redis.info("commandstats")
+    # One read before sleeping and one after the timeout, nothing in between.
+    assert info["cmdstat_hgetall"]["calls"] - before == 2
+
+
+@pytest.fixture
+def blackhole() -> Iterator[int]:
+    """A TCP port that accepts connections and never answers (a hung Redis)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def closed_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.mark.parametrize("where", ["closed", "hung"])
+async def test_redis_down_or_hung_is_503_within_the_timeout(where: str, blackhole: int) -> None:
+    port = blackhole if where == "hung" else closed_port()
+    cfg = gateway_config(gateway={"redis_timeout_s": 0.3})
+    app = create_app(cfg, f"redis://127.0.0.1:{port}/0")
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+            for method, path, body in [
+                ("POST", "/v1/models/m/jobs", {"input": "x"}),
+                ("GET", "/v1/jobs/m.abc?wait=5", None),
+                ("DELETE", "/v1/jobs/m.abc", None),
+                ("GET", "/v1/models", None),
+                ("GET", "/readyz", None),
+            ]:
+                started = time.perf_counter()
+                resp = await asyncio.wait_for(c.request(method, path, json=body), 5)
+                elapsed = time.perf_counter() - started
+                assert resp.status_code == 503, (path, resp.text)
+                assert resp.json()["error"]["type"] in ("redis_unavailable", "not_ready")
+                assert elapsed < 1.5, f"{path} took {elapsed:.2f}s"
+            assert (await c.get("/healthz")).status_code == 200
