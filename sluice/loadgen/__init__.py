@@ -1,0 +1,1 @@
+"""The load generator behind ``sluice bench load`` and the stack benchmarks (bench/stack.py)."""
