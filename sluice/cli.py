@@ -112,7 +112,7 @@ def bench_queue(
 
 
 def _register_plugins() -> None:
-    for name in ("gateway.cli", "workers.cli", "autoscaler.cli"):
+    for name in ("gateway.cli", "workers.cli", "autoscaler.cli", "sluice.loadgen.cli"):
         if importlib.util.find_spec(name.split(".")[0]) is None:
             continue
         if importlib.util.find_spec(name) is None:
