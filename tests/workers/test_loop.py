@@ -177,3 +177,12 @@ def test_a_result_that_is_not_json_fails_alone(r: redis.Redis, start_worker: Sta
     bad, good = qc.get(ids[0]), qc.get(ids[1])
     assert bad.status == JobStatus.FAILED and bad.error["type"] == "result_not_json"
     assert good.status == JobStatus.SUCCEEDED and good.result == {"tokens": 2}
+
+
+def test_a_plain_string_drain_command_works_too(r: redis.Redis, start_worker: StartWorker) -> None:
+    cfg = worker_config("synthetic", {"base_ms": 0, "per_token_ms": 0})
+    run = start_worker(cfg)
+    wait_for(lambda: run.worker.status.state == "ready")
+    r.set(keys.worker_control_key(MODEL, run.worker.id), "drain")  # typed by hand
+    assert run.join(timeout_s=5) == EXIT_OK
+    assert not r.exists(keys.worker_control_key(MODEL, run.worker.id))
