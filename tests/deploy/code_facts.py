@@ -214,3 +214,18 @@ def tool(name: str) -> str | None:
     import shutil
 
     return shutil.which(name, path=str(Path(sys.executable).parent)) or shutil.which(name)
+
+
+def metrics_bind_defaults() -> dict[str, object]:
+    """``module.Class`` -> the default ``addr`` of its ``serve`` (where it has one)."""
+    out: dict[str, object] = {}
+    for modname in _metric_modules():
+        module = importlib.import_module(modname)
+        for name, cls in inspect.getmembers(module, inspect.isclass):
+            serve = getattr(cls, "serve", None)
+            if cls.__module__ != modname or serve is None:
+                continue
+            param = inspect.signature(serve).parameters.get("addr")
+            if param is not None:
+                out[f"{modname}.{name}"] = param.default
+    return out

@@ -14,6 +14,7 @@ from tests.deploy.code_facts import (
     gateway_routes,
     kubernetes_backend,
     kubernetes_permissions,
+    metrics_bind_defaults,
 )
 from tests.deploy.conftest import RENDERS, config_in, containers, find, one
 
@@ -183,3 +184,12 @@ def test_keda_matches_the_policy(rendered: dict[str, Any]) -> None:
         assert so["spec"]["maxReplicaCount"] == policy.max_replicas
         for t in so["spec"]["triggers"]:
             assert f'model="{model}"' in t["metadata"]["query"]
+
+
+def test_metrics_endpoints_listen_beyond_loopback(render: Render) -> None:
+    """Prometheus scrapes pod IPs: a loopback-only endpoint would be invisible."""
+    _, cfg = render
+    binds = metrics_bind_defaults()
+    assert len(binds) >= 2  # the worker's and the autoscaler's
+    assert {k: v for k, v in binds.items() if v not in ("0.0.0.0", "::", "")} == {}
+    assert cfg.gateway.host == "0.0.0.0"
