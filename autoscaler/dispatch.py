@@ -125,9 +125,11 @@ def _pull(trace: Trace, svc: list[float], k: int, queue_of: list[int], n_queues:
     queues: list[deque[int]] = [deque() for _ in range(n_queues)]
     start = [0.0] * n
     i = waiting = 0
+    t = 0.0
     for _ in range(n):
         f = heapq.heappop(free)
-        t = f if waiting else max(f, times[i])
+        # A worker free before the last pick has idled since: it starts no earlier.
+        t = max(f, t) if waiting else max(f, times[i])
         while i < n and times[i] <= t:
             queues[queue_of[i]].append(i)
             i += 1
