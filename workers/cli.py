@@ -71,6 +71,19 @@ def bench_worker_cmd(
     )
 
 
+def bench_fleet_cmd(
+    workers: Annotated[int, typer.Option(help="Synthetic worker processes.")] = 20,
+    jobs: Annotated[int, typer.Option(help="Jobs the fleet drains.")] = 2000,
+    idle_s: Annotated[float, typer.Option(help="Seconds of idle CPU measured.")] = 5.0,
+    json_path: JsonOpt = None,
+) -> None:
+    """Many synthetic workers on this machine: start-up, idle CPU, memory, drain, exit."""
+    from workers.bench_fleet import main as run
+
+    run(workers=workers, jobs=jobs, idle_s=idle_s, json_path=json_path)
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("worker")(worker_cmd)
     bench_app.command("worker")(bench_worker_cmd)
+    bench_app.command("worker-fleet")(bench_fleet_cmd)
