@@ -19,6 +19,8 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
+from redis.exceptions import RedisError
+
 from sluice.config import ModelConfig, SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Batch, Outcome
@@ -260,7 +262,7 @@ class Worker:
                 self.model, self.id, buckets=self.buckets,
                 max_batch_tokens=self.budget.current, service_ms=self.bucket_ms.ms or None,
             )  # fmt: skip
-        except RedisUnavailable as e:
+        except (RedisUnavailable, RedisError) as e:
             log.warning("claim failed: %s", e)
             self._stop.wait(0.5)
             return None
