@@ -20,6 +20,9 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
+up: $(STAMP)
+	HF_HUB_OFFLINE=1 $(VENV)/bin/sluice up --config examples/sluice.yaml
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sluice gateway workers autoscaler tests bench
 	$(VENV)/bin/mypy sluice gateway workers autoscaler

@@ -90,6 +90,24 @@ def status_cmd(
         fail(str(e), EXIT_UNAVAILABLE)
 
 
+@app.command("up")
+def up_cmd(
+    config: ConfigOpt = Path("examples/sluice.yaml"),
+    redis_url_opt: RedisUrlOpt = None,
+    host: Annotated[str | None, typer.Option(help="Gateway bind address.")] = None,
+    port: Annotated[int | None, typer.Option(help="Gateway port.")] = None,
+    data_dir: Annotated[
+        Path | None, typer.Option("--data-dir", help="Keep the embedded Redis's AOF here.")
+    ] = None,
+) -> None:
+    """Start Redis, a gateway and the autoscaler with its workers; Ctrl-C stops all."""
+    from sluice.up_cli import run_up
+
+    cfg = load_required(config)
+    assert config is not None
+    run_up(cfg, config, redis_url_opt, host, port, data_dir)
+
+
 @bench_app.command("queue")
 def bench_queue(
     jobs: Annotated[int, typer.Option(help="Jobs per run.")] = 10_000,

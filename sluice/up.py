@@ -1,0 +1,166 @@
+"""``sluice up``: Redis, a gateway and the autoscaler (with its workers) on one machine.
+
+Each component runs as its own process, as in production; this module only
+starts them in order, shows a live status line, and on Ctrl-C or SIGTERM stops
+them in reverse order (the autoscaler drains its workers first) and makes sure
+no descendant process is left behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import httpx
+import psutil
+
+from sluice.config import SluiceConfig
+from sluice.errors import SluiceError
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child before exec (Linux)
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+def sluice_argv() -> list[str]:
+    return [sys.executable, "-m", "sluice"]
+
+
+@dataclass
+class Child:
+    name: str
+    proc: subprocess.Popen[bytes]
+    log: IO[bytes]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+@dataclass(frozen=True)
+class StackUrls:
+    gateway: str
+    redis: str
+    logs: Path
+
+
+class Stack:
+    """The processes of one ``sluice up``; ``stop()`` is safe to call more than once."""
+
+    def __init__(self, cfg: SluiceConfig, config_path: Path, log_dir: Path | None = None) -> None:
+        self.cfg, self.config_path = cfg, config_path
+        self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-up-"))
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.children: list[Child] = []
+        self.redis_server = None  # type: ignore[var-annotated]
+        self.redis_url = ""
+        self._stopped = threading.Event()
+
+    def _spawn(self, name: str, args: list[str]) -> Child:
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        proc = subprocess.Popen(
+            [*sluice_argv(), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            preexec_fn=_die_with_parent,
+        )  # fmt: skip
+        child = Child(name, proc, log)
+        self.children.append(child)
+        return child
+
+    def start(self, redis_url: str | None, host: str, port: int, data_dir: Path | None) -> StackUrls:
+        if redis_url:
+            self.redis_url = redis_url
+        else:
+            from sluice.redis_server import start_redis
+
+            self.redis_server = start_redis(data_dir=data_dir)
+            self.redis_url = self.redis_server.url
+        common = ["--config", str(self.config_path), "--redis-url", self.redis_url]
+        self._spawn("gateway", ["gateway", *common, "--host", host, "--port", str(port)])
+        self._spawn("autoscaler", ["autoscaler", *common, "--backend", "local"])
+        gateway = f"http://{host}:{port}"
+        self._wait_ready(gateway)
+        self._wait_workers(gateway)
+        return StackUrls(gateway, self.redis_url, self.log_dir)
+
+    def _wait_workers(self, gateway: str, timeout_s: float = 300.0) -> None:
+        """Until every model kept warm (min_replicas >= 1) has a ready worker."""
+        warm = {m for m, c in self.cfg.models.items() if c.autoscaling.min_replicas >= 1}
+        deadline = time.monotonic() + timeout_s
+        while warm and time.monotonic() < deadline:
+            dead = self.dead_child()
+            if dead:
+                raise SluiceError(f"{dead.name} exited; see {self.log_dir / dead.name}.log")
+            try:
+                models = httpx.get(f"{gateway}/v1/models", timeout=2.0).json()["models"]
+                if all(m["workers"]["ready"] >= 1 for m in models if m["name"] in warm):
+                    # The gateway's own snapshot refreshes on this period.
+                    time.sleep(self.cfg.gateway.stats_refresh_s)
+                    return
+            except (httpx.HTTPError, ValueError, KeyError):
+                pass
+            time.sleep(0.5)
+        if warm:
+            raise SluiceError(f"workers not ready after {timeout_s:.0f}s; see {self.log_dir}")
+
+    def _wait_ready(self, gateway: str, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            dead = self.dead_child()
+            if dead:
+                raise SluiceError(f"{dead.name} exited at start; see {self.log_dir / dead.name}.log")
+            try:
+                if httpx.get(f"{gateway}/readyz", timeout=1.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SluiceError(f"gateway not ready after {timeout_s:.0f}s; see {self.log_dir}")
+
+    def dead_child(self) -> Child | None:
+        return next((c for c in self.children if not c.alive()), None)
+
+    def descendants(self) -> list[psutil.Process]:
+        found: list[psutil.Process] = []
+        for c in self.children:
+            try:
+                found += psutil.Process(c.proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        return found
+
+    def stop(self, drain_timeout_s: float = 60.0) -> list[int]:
+        """Stop everything; returns pids that had to be killed (none, when all drained)."""
+        if self._stopped.is_set():
+            return []
+        self._stopped.set()
+        seen = self.descendants()  # workers too: they must not outlive us
+        killed: list[int] = []
+        for child in reversed(self.children):  # the autoscaler first: it drains workers
+            if child.alive():
+                child.proc.send_signal(signal.SIGTERM)
+                try:
+                    child.proc.wait(drain_timeout_s)
+                except subprocess.TimeoutExpired:
+                    child.proc.kill()
+                    child.proc.wait()
+                    killed.append(child.proc.pid)
+            child.log.close()
+        gone, alive = psutil.wait_procs(seen + self.descendants(), timeout=5)
+        for p in alive:
+            p.kill()
+            killed.append(p.pid)
+        if self.redis_server is not None:
+            self.redis_server.stop()
+        return killed
