@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import redis.asyncio as aioredis
 from fastapi import FastAPI
@@ -39,6 +40,7 @@ def create_app(
 
     app = FastAPI(title="Sluice", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
     app.state.gateway = state
+    _document_model_names(app, sorted(cfg.models))
     for r in (jobs.router, models.router, health.router):
         app.include_router(r)
     errors.install(app)
@@ -46,6 +48,24 @@ def create_app(
     app.add_middleware(BodyGuard, max_bytes=cfg.gateway.max_body_bytes)
     app.add_middleware(Metrics, metrics=state.metrics)
     return app
+
+
+def _document_model_names(app: FastAPI, names: list[str]) -> None:
+    """The OpenAPI schema lists the configured models as the ``{model}`` values."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            for item in schema.get("paths", {}).values():
+                for op in item.values():
+                    for p in op.get("parameters", []):
+                        if p.get("in") == "path" and p.get("name") == "model":
+                            p["schema"] = {**p.get("schema", {}), "enum": names}
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def app_from_env() -> FastAPI:
