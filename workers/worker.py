@@ -133,6 +133,7 @@ class Worker:
         self.housekeeper.start()
         code = EXIT_OK
         try:
+            t0 = time.monotonic()
             try:
                 self.handler.load()
                 self._warm_up()
@@ -141,9 +142,13 @@ class Worker:
                 return EXIT_LOAD_FAILED
             if not self._stopping():
                 self._set_state("ready", ready_at=self.wall())
+                log.info("worker %s ready: model %s on %s, buckets %s, loaded in %.1f s",
+                         self.id, self.model, self.opts.device, ",".join(self.buckets),
+                         time.monotonic() - t0)  # fmt: skip
                 code = self._loop()
         finally:
             self._shutdown()
+        log.info("worker %s exiting with code %d", self.id, code)
         return code
 
     def _warm_up(self) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from sluice.errors import ConfigError, InvalidInput
@@ -124,3 +127,19 @@ def test_oom_on_a_single_input_goes_back_to_the_queue() -> None:
     kinds = [o.kind for o in res.outcomes]
     assert kinds == ["retry", "ok"]  # a bigger device may fit it: never failed for good here
     assert res.outcomes[0].payload["type"] == "OutOfMemoryError"
+
+
+def test_a_synthetic_worker_never_imports_torch() -> None:
+    code = (
+        "import sys\n"
+        "from sluice.cli import app\n"
+        "from workers.main import resolve_device\n"
+        "from workers.handlers import load_handler_class\n"
+        "cls = load_handler_class('synthetic')\n"
+        "assert resolve_device('auto', cls.uses_torch) == 'cpu'\n"
+        "import workers.worker, workers.execute, workers.housekeeping\n"
+        "print('torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
