@@ -90,6 +90,36 @@ def status_cmd(
         fail(str(e), EXIT_UNAVAILABLE)
 
 
+@app.command("submit")
+def submit_cmd(
+    model: Annotated[str, typer.Argument(help="Model name.")],
+    inputs: Annotated[list[str] | None, typer.Argument(help="Input texts.")] = None,
+    file: Annotated[
+        Path | None, typer.Option("--file", "-f", help="One input per line (JSON or text); - = stdin.")
+    ] = None,
+    url: Annotated[str | None, typer.Option(help="Gateway URL (default: the file's gateway).")] = None,
+    priority: Annotated[str | None, typer.Option(help="high, normal or low.")] = None,
+    deadline_ms: Annotated[int | None, typer.Option(help="Give up if not started by then.")] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for results.")] = True,
+    timeout_s: Annotated[float, typer.Option(help="How long to wait for results.")] = 300.0,
+    as_json: Annotated[bool, typer.Option("--json-out", help="Print JSON, not a table.")] = False,
+    config: ConfigOpt = None,
+) -> None:
+    """Submit inputs to a model through the gateway and show the jobs (and results)."""
+    from sluice.submit_cli import read_inputs, run_submit
+
+    values = read_inputs(inputs or [], file)
+    if not values:
+        fail("nothing to submit: give inputs as arguments or --file")
+    if url is None:
+        cfg = load_required(config) if config else None
+        host, port = (cfg.gateway.host, cfg.gateway.port) if cfg else ("127.0.0.1", 8000)
+        url = f"http://{host}:{port}"
+    code = run_submit(url, model, values, priority=priority, deadline_ms=deadline_ms,
+                      wait=wait, timeout_s=timeout_s, as_json=as_json)  # fmt: skip
+    raise typer.Exit(code)
+
+
 @app.command("up")
 def up_cmd(
     config: ConfigOpt = Path("examples/sluice.yaml"),

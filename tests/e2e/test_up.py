@@ -8,6 +8,7 @@ process behind.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -160,6 +161,28 @@ def test_burst_scales_up_and_survives_a_killed_worker(up: Up) -> None:
     assert any(f["attempts"] >= 2 for f in finished)
     stats = up.queue().stats("synthetic")
     assert stats.queued == 0 and stats.dead_lettered == 0
+
+
+def sluice(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sluice", *args], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+
+
+def test_submit_and_status_commands(up: Up) -> None:
+    out = sluice("submit", "synthetic", "a b c", "d e", "--url", up.gateway, "--json-out")
+    assert out.returncode == 0, out.stderr
+    jobs = json.loads(out.stdout)
+    assert [j["result"] for j in jobs] == [{"tokens": 3}, {"tokens": 2}]
+    table = sluice("submit", "synthetic", "x y", "--url", up.gateway)
+    assert table.returncode == 0 and "succeeded" in table.stdout
+    missing = sluice("submit", "nosuch", "x", "--url", up.gateway)
+    assert missing.returncode == 1 and "404" in missing.stderr
+    status = sluice("status", "--config", str(up.config_path), "--redis-url", up.redis_url)
+    assert status.returncode == 0, status.stderr
+    assert "synthetic" in status.stdout and "ready" in status.stdout
+    one = sluice("status", jobs[0]["id"], "--config", str(up.config_path),
+                 "--redis-url", up.redis_url)  # fmt: skip
+    assert one.returncode == 0 and "succeeded" in one.stdout
 
 
 def test_ctrl_c_drains_and_leaves_no_process(up: Up) -> None:
