@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -14,8 +16,11 @@ from typer.testing import CliRunner
 from autoscaler import dispatch, dispatch_report, simulator, traces
 from autoscaler.controllers import Fixed
 from autoscaler.dispatch import Fleet, Run
+from sluice import keys
 from sluice.cli import app
 from sluice.config import AutoscalingConfig
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM_CONFIG = ROOT / "bench" / "autoscaler_sim.yaml"
@@ -64,17 +69,17 @@ def test_push_arithmetic_with_two_workers() -> None:
         assert dispatch.run(s, tr, fleet, seed=3).start_s == pytest.approx([0.0, 0.1, 0.2]), s
 
 
-@pytest.mark.parametrize(
-    ("short_wait_ms", "long_wait_ms", "picked"),
-    [
-        # S_short = 24 ms, S_long = 240 ms, overdue after 20 x S: 480 ms and 4800 ms.
-        (10, 300, 1),  # ratios (10+24)/24 = 1.4 vs (300+240)/240 = 2.25: long
-        (100, 300, 0),  # (100+24)/24 = 5.2 vs 2.25: short
-        (0, 0, 0),  # 1.0 vs 1.0: a tie goes to the first bucket, as in claim.lua
-        (1000, 3000, 0),  # short overdue (ratio 42.7), long not (13.5): short
-        (1000, 5000, 1),  # both overdue: the oldest (long) first, despite 42.7 > 21.8
-    ],
-)
+CLAIM_CASES = [
+    # S_short = 24 ms, S_long = 240 ms, overdue after 20 x S: 480 ms and 4800 ms.
+    (10, 300, 1),  # ratios (10+24)/24 = 1.4 vs (300+240)/240 = 2.25: long
+    (100, 300, 0),  # (100+24)/24 = 5.2 vs 2.25: short
+    (0, 0, 0),  # 1.0 vs 1.0: a tie goes to the first bucket, as in claim.lua
+    (1000, 3000, 0),  # short overdue (ratio 42.7), long not (13.5): short
+    (1000, 5000, 1),  # both overdue: the oldest (long) first, despite 42.7 > 21.8
+]
+
+
+@pytest.mark.parametrize(("short_wait_ms", "long_wait_ms", "picked"), CLAIM_CASES)
 def test_hrrn_pick_follows_the_claim_script(short_wait_ms: int, long_wait_ms: int,
                                             picked: int) -> None:  # fmt: skip
     now = 10.0
@@ -82,6 +87,24 @@ def test_hrrn_pick_follows_the_claim_script(short_wait_ms: int, long_wait_ms: in
     pick = dispatch.hrrn_pick(times, [0.024, 0.240], overdue_factor=20.0)
     assert pick([0, 1], now) == picked
     assert pick([None, 1], now) == 1 and pick([0, None], now) == 0
+
+
+@pytest.mark.parametrize(("short_wait_ms", "long_wait_ms", "picked"), CLAIM_CASES)
+def test_claim_script_picks_the_same_bucket(
+    r: redis.Redis, queue_factory: Callable[..., QueueClient], short_wait_ms: int,
+    long_wait_ms: int, picked: int,
+) -> None:  # fmt: skip
+    # The real claim.lua on a real Redis, with the heads' enqueue times set to the
+    # waits above: it must choose what hrrn_pick chooses (the tie case sees a few
+    # ms of clock between HSET and claim, which only favours the short head more).
+    q = queue_factory()
+    ids = [s.id for s in q.submit("m", [NewJob("a", "32", 24), NewJob("b", "512", 240)])]
+    sec, usec = r.time()
+    now_ms = sec * 1000 + usec // 1000
+    for job_id, wait in zip(ids, (short_wait_ms, long_wait_ms), strict=True):
+        r.hset(keys.job_key("m", job_id), "enq", now_ms - wait)
+    batch = q.claim("m", "w1", max_batch=1, service_ms={"32": 24.0, "512": 240.0})
+    assert batch.bucket == ("32", "512")[picked]
 
 
 def test_pull_never_leaves_a_worker_idle_while_work_waits_and_push_does() -> None:
