@@ -91,6 +91,8 @@ def simulate_cmd(
     try:
         _, mc = replay.pick_model(dict(cfg.models), model)
         if dispatch is not None:
+            if plot is not None:
+                raise ConfigError("--plot draws policy replays; --dispatch prints a table only")
             setup = dispatch_report.Setup(
                 trace or "mixed", dispatch_report.parse_strategies(dispatch),
                 dispatch_report.parse_utilizations(utilization), replicas, jobs, seed)  # fmt: skip

@@ -59,6 +59,8 @@ def parse_utilizations(spec: str) -> tuple[float, ...]:
 def fleet_for(model: ModelConfig, replicas: int, service_rate: float | None) -> Fleet:
     if replicas < 1:
         raise ConfigError(f"--replicas {replicas}: need at least 1")
+    if service_rate is not None and service_rate <= 0:
+        raise ConfigError(f"--service-rate {service_rate}: must be > 0")
     return Fleet(replicas, service_rate or default_service_rate(model), tuple(model.buckets),
                  model.batching.overdue_factor)  # fmt: skip
 
@@ -146,6 +148,8 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def dispatch_cmd(model: ModelConfig, setup: Setup, service_rate: float | None) -> dict[str, Any]:
     """Run, print the table, return what --json writes."""
+    if setup.jobs < 100:
+        raise ConfigError(f"--jobs {setup.jobs}: use at least 100 for a p99 to mean anything")
     t0 = time.perf_counter()
     fleet = fleet_for(model, setup.replicas, service_rate)
     rows = compare(setup, fleet)

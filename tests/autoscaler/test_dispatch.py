@@ -214,6 +214,9 @@ def test_simulate_cli_errors() -> None:
     util = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch",
                                     "pull", "--utilization", "1.5"])  # fmt: skip
     assert util.exit_code != 0 and "(0, 1)" in util.output
+    jobs = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch",
+                                    "pull", "--jobs", "5"])  # fmt: skip
+    assert jobs.exit_code != 0 and "at least 100" in jobs.output
     none = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG)])
     assert none.exit_code != 0 and "--trace is required" in none.output
 
