@@ -13,6 +13,7 @@ from sluice.errors import ConfigError
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("load")(load_cmd)
+    bench_app.command("stack")(stack_cmd)
 
 
 def load_cmd(
@@ -59,3 +60,44 @@ def load_cmd(
     write_json(json_path, out)
     if out["sent"] and not out["succeeded"]:
         raise typer.Exit(1)  # nothing got through: a script should notice
+
+
+def stack_cmd(
+    only: Annotated[str, typer.Option(help="scaling, mixed or both.")] = "both",
+    workers: Annotated[str, typer.Option(help="Benchmark 1: worker counts.")] = "1,2,5,10",
+    base_ms: Annotated[float, typer.Option(help="Benchmark 1: synthetic ms per job.")] = 10.0,
+    scaling_duration_s: Annotated[float, typer.Option(help="Benchmark 1: s per phase.")] = 6.0,
+    mixed_workers: Annotated[int, typer.Option(help="Benchmark 2: workers.")] = 4,
+    short_ms: Annotated[float, typer.Option(help="Benchmark 2: a short job's ms.")] = 20.0,
+    mixed_duration_s: Annotated[float, typer.Option(help="Benchmark 2: s per case.")] = 30.0,
+    overlap: Annotated[
+        bool, typer.Option(help="Benchmark 2: workers prefetch the next job.")
+    ] = False,
+    workdir: Annotated[Path, typer.Option(help="Configs and process logs.")] = Path(
+        "/tmp/sluice-bench-stack"
+    ),
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    json_path: JsonOpt = None,
+) -> None:
+    """Issue 6 benchmarks 1 (scaling) and 2 (mixed load) on a real stack of processes."""
+    from rich.console import Console
+
+    from sluice.loadgen.mixed_bench import run_mixed
+    from sluice.loadgen.stack_bench import run_scaling
+    from sluice.loadgen.stack_report import print_mixed, print_scaling
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    console, out = Console(), {}
+    if only in ("both", "scaling"):
+        counts = [int(n) for n in workers.split(",") if n]
+        out["scaling"] = run_scaling(workdir, workers=counts, base_ms=base_ms,
+                                     duration_s=scaling_duration_s, progress=progress)  # fmt: skip
+        print_scaling(out["scaling"], console)
+        write_json(json_path, out)  # the first half survives a failure in the second
+    if only in ("both", "mixed"):
+        short_words = 10
+        out["mixed"] = run_mixed(workdir, workers=mixed_workers, short_words=short_words,
+                                 per_token_ms=short_ms / short_words, overlap=overlap,
+                                 duration_s=mixed_duration_s, progress=progress)  # fmt: skip
+        print_mixed(out["mixed"], console)
+    write_json(json_path, out)

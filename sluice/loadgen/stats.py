@@ -32,6 +32,7 @@ class Outcome:
     run_ms: float | None = None
     server_ms: float | None = None  # queued_at -> finished_at on the server clock
     submit_ms: float | None = None  # the POST's round trip
+    words: int | None = None  # the input's length, to group by the workload's bands
 
     @property
     def e2e_ms(self) -> float:
@@ -89,15 +90,24 @@ def _latency(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
+def _by_band(outcomes: Sequence[Outcome], bands: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    out = {}
+    for lo, hi in bands:
+        inside = [o for o in outcomes if o.words is not None and lo <= o.words <= hi]
+        out[f"{lo}-{hi}"] = _latency(inside)
+    return out
+
+
 def summarize(
     outcomes: Sequence[Outcome], *, window_s: tuple[float, float], sent_total: int | None = None,
+    bands: Sequence[tuple[int, int]] = (),
 ) -> dict[str, Any]:  # fmt: skip
     """Throughput over the measurement window, latency overall and per bucket, errors.
 
     Throughput counts the jobs that *finished* successfully inside ``window_s``
     (start, end on the driver's clock) per second of it, so a warm-up or a tail
     of stragglers does not inflate it. Latency is over every job sent inside the
-    window.
+    window: overall, per bucket, and per input-length band (``bands``, in words).
     """
     start, end = window_s
     span = max(1e-9, end - start)
@@ -119,4 +129,5 @@ def summarize(
         "submit_ms": dist(o.submit_ms for o in measured),
         **_latency(measured),
         "buckets": {b: _latency(buckets[b]) for b in sorted(buckets, key=_bucket_key)},
+        "bands": _by_band(measured, bands),
     }
