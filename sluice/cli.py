@@ -95,9 +95,12 @@ def submit_cmd(
     model: Annotated[str, typer.Argument(help="Model name.")],
     inputs: Annotated[list[str] | None, typer.Argument(help="Input texts.")] = None,
     file: Annotated[
-        Path | None, typer.Option("--file", "-f", help="One input per line (JSON or text); - = stdin.")
+        Path | None,
+        typer.Option("--file", "-f", help="One input per line (JSON or text); - = stdin."),
     ] = None,
-    url: Annotated[str | None, typer.Option(help="Gateway URL (default: the file's gateway).")] = None,
+    url: Annotated[
+        str | None, typer.Option(help="Gateway URL (default: the file's gateway).")
+    ] = None,
     priority: Annotated[str | None, typer.Option(help="high, normal or low.")] = None,
     deadline_ms: Annotated[int | None, typer.Option(help="Give up if not started by then.")] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait for results.")] = True,

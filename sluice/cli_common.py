@@ -60,7 +60,9 @@ def check_redis(url: str, timeout_s: float = 2.0) -> None:
     import redis
 
     try:
-        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        client = redis.Redis.from_url(
+            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        )
         client.ping()
         client.close()
     except (redis.exceptions.RedisError, OSError, ValueError) as e:

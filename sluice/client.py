@@ -103,7 +103,9 @@ class Client:
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
         return self._request("POST", f"/v1/models/{model}/jobs", json=body, headers=headers).json()
 
-    def submit_many(self, model: str, inputs: Sequence[Any], **options: Any) -> list[dict[str, Any]]:
+    def submit_many(
+        self, model: str, inputs: Sequence[Any], **options: Any
+    ) -> list[dict[str, Any]]:
         body = {"inputs": list(inputs), **{k: v for k, v in options.items() if v is not None}}
         return self._request("POST", f"/v1/models/{model}/jobs/batch", json=body).json()["jobs"]
 
@@ -126,7 +128,9 @@ class Client:
 
     def predict(self, model: str, input: Any, **options: Any) -> dict[str, Any]:
         """Submit and wait: the finished job (long-polling past the gateway's own wait)."""
-        resp = self._request("POST", f"/v1/models/{model}/predict", json={"input": input, **options})
+        resp = self._request(
+            "POST", f"/v1/models/{model}/predict", json={"input": input, **options}
+        )
         job = resp.json()
         if job["status"] == "succeeded":
             return job

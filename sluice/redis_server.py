@@ -117,7 +117,11 @@ class RedisServer:
             client.close()
 
     def _last_log_line(self) -> str:
-        err = self.proc.stderr.read().decode(errors="replace") if self.proc and self.proc.stderr else ""
+        err = (
+            self.proc.stderr.read().decode(errors="replace")
+            if self.proc and self.proc.stderr
+            else ""
+        )
         try:
             err += self._log.read_text(errors="replace")
         except OSError:

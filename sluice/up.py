@@ -78,7 +78,9 @@ class Stack:
         self.children.append(child)
         return child
 
-    def start(self, redis_url: str | None, host: str, port: int, data_dir: Path | None) -> StackUrls:
+    def start(
+        self, redis_url: str | None, host: str, port: int, data_dir: Path | None
+    ) -> StackUrls:
         if redis_url:
             self.redis_url = redis_url
         else:
@@ -119,7 +121,9 @@ class Stack:
         while time.monotonic() < deadline:
             dead = self.dead_child()
             if dead:
-                raise SluiceError(f"{dead.name} exited at start; see {self.log_dir / dead.name}.log")
+                raise SluiceError(
+                    f"{dead.name} exited at start; see {self.log_dir / dead.name}.log"
+                )
             try:
                 if httpx.get(f"{gateway}/readyz", timeout=1.0).status_code == 200:
                     return

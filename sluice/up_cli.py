@@ -32,7 +32,8 @@ def curl_example(gateway: str, cfg: SluiceConfig) -> str:
 def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
     return "\n".join([
         "Sluice is up.",
-        f"  gateway  {urls.gateway}  (API docs {urls.gateway}/docs, metrics {urls.gateway}/metrics)",
+        f"  gateway  {urls.gateway}",
+        f"  docs     {urls.gateway}/docs   metrics {urls.gateway}/metrics",
         f"  redis    {urls.redis}",
         f"  models   {', '.join(cfg.models)}",
         f"  logs     {urls.logs}",
@@ -46,7 +47,11 @@ def _watch(stack: Stack, status: LiveStatus, stop: threading.Event, console: Con
     """Refresh the status line until stop; returns why it ended."""
     interactive = console.is_terminal
     last_print = 0.0
-    with Live(console=console, auto_refresh=False, transient=True) if interactive else _Null() as live:
+    with (
+        Live(console=console, auto_refresh=False, transient=True)
+        if interactive
+        else _Null() as live
+    ):
         while not stop.wait(1.0):
             dead = stack.dead_child()
             if dead:
@@ -97,7 +102,9 @@ def run_up(
     finally:
         print("stopping: draining workers ...", flush=True)
         killed = stack.stop(cfg.autoscaler.drain_timeout_s + 10)
-        print("stopped" + (f" (killed {len(killed)} stuck processes)" if killed else ""), flush=True)
+        print(
+            "stopped" + (f" (killed {len(killed)} stuck processes)" if killed else ""), flush=True
+        )
     if reason:
         fail(reason)
     sys.exit(0)

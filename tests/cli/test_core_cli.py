@@ -53,9 +53,10 @@ def test_missing_redis_binary_is_one_clear_line(tmp_path: Path) -> None:
     env = os.environ | {"PATH": str(tmp_path), "PYTHONPATH": str(shim)}
     result = run("redis", env=env)
     assert result.returncode != 0
-    assert result.stderr.strip().splitlines() == [
-        result.stderr.strip()
-    ] and "no redis-server binary found" in result.stderr
+    assert (
+        result.stderr.strip().splitlines() == [result.stderr.strip()]
+        and "no redis-server binary found" in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -93,5 +94,7 @@ def test_status_shows_queued_work_and_a_job(redis_url: str, example_config) -> N
     assert "77" in result.stdout  # the queued cost of bucket 128
     job = run("status", sub.id, "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url)
     assert job.returncode == 0 and "queued" in job.stdout
-    missing = run("status", "synthetic.nope", "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url)
+    missing = run(
+        "status", "synthetic.nope", "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url
+    )
     assert missing.returncode == 1 and "not found" in missing.stderr

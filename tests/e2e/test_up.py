@@ -118,7 +118,9 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
 
 
 def test_banner_gives_a_curl_that_works(up: Up) -> None:
-    r = httpx.post(f"{up.gateway}/v1/models/minilm/predict", json={"input": "Sluice is up"}, timeout=60)
+    r = httpx.post(
+        f"{up.gateway}/v1/models/minilm/predict", json={"input": "Sluice is up"}, timeout=60
+    )
     assert r.status_code == 200
     assert len(r.json()["result"]["embedding"]) == 384
 

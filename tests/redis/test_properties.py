@@ -16,7 +16,9 @@ from tests.conftest import make_config
 pytestmark = pytest.mark.redis
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     costs=st.lists(st.integers(min_value=1, max_value=512), min_size=1, max_size=60),
     max_batch=st.integers(min_value=1, max_value=16),
@@ -43,7 +45,9 @@ def test_token_budget_is_never_exceeded(
     assert sorted(seen) == sorted(ids)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(prios=st.lists(st.sampled_from(["high", "normal", "low"]), min_size=1, max_size=30))
 def test_within_a_bucket_priority_then_arrival_order(r: redis.Redis, prios: list[str]) -> None:
     r.flushall()

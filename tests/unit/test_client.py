@@ -21,8 +21,8 @@ def test_429_is_retried_after_retry_after_then_succeeds() -> None:
     def handle(req: httpx.Request) -> httpx.Response:
         calls.append(req)
         if len(calls) < 3:
-            return httpx.Response(429, headers={"Retry-After": "0.01"},
-                                  json={"error": {"type": "overloaded", "message": "full"}})  # fmt: skip
+            body = {"error": {"type": "overloaded", "message": "full"}}
+            return httpx.Response(429, headers={"Retry-After": "0.01"}, json=body)
         return httpx.Response(202, json={"id": "m.1", "status": "queued"})
 
     with Client("http://gw", transport=transport(handle)) as c:
@@ -35,7 +35,10 @@ def test_client_errors_carry_status_and_type() -> None:
     def handle(req: httpx.Request) -> httpx.Response:
         return httpx.Response(404, json={"error": {"type": "unknown_model", "message": "no m"}})
 
-    with Client("http://gw", transport=transport(handle)) as c, pytest.raises(SluiceClientError) as e:
+    with (
+        Client("http://gw", transport=transport(handle)) as c,
+        pytest.raises(SluiceClientError) as e,
+    ):
         c.submit("m", "x")
     assert e.value.status == 404 and e.value.type == "unknown_model"
 
@@ -55,8 +58,8 @@ def test_result_long_polls_until_the_job_ends() -> None:
 
 def test_failed_job_raises_with_its_error() -> None:
     def handle(req: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"id": "m.1", "status": "failed",
-                                         "error": {"type": "ValueError", "message": "bad"}})  # fmt: skip
+        err = {"type": "ValueError", "message": "bad"}
+        return httpx.Response(200, json={"id": "m.1", "status": "failed", "error": err})
 
     with Client("http://gw", transport=transport(handle)) as c, pytest.raises(JobFailed) as e:
         c.result("m.1")
