@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,11 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 JOBS = 3000
 
 
-def _drain(url: str, worker: str, lease_s: float, out: mp.Queue) -> None:  # type: ignore[type-arg]
+def _drain(url: str, worker: str, lease_s: float, out: mp.Queue, start: Any) -> None:  # type: ignore[type-arg]
     cfg = make_config(batching={"lease_s": lease_s, "max_batch": 16})
     q = QueueClient(connect(url), dict(cfg.models))
+    q.redis.ping()
+    start.wait(60)  # every process connected: they race for the same jobs from here
     seen: list[str] = []
     idle_since = time.monotonic()
     while time.monotonic() - idle_since < 0.5:
@@ -43,7 +46,10 @@ def test_concurrent_claimers_get_every_job_exactly_once(redis_url: str, queue_fa
         submitted += [s.id for s in q.submit("m", jobs[start : start + 500])]
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()  # type: ignore[type-arg]
-    procs = [ctx.Process(target=_drain, args=(redis_url, f"w{i}", 30.0, out)) for i in range(4)]
+    start = ctx.Barrier(4)
+    procs = [
+        ctx.Process(target=_drain, args=(redis_url, f"w{i}", 30.0, out, start)) for i in range(4)
+    ]
     for p in procs:
         p.start()
     claimed = [out.get(timeout=120) for _ in procs]
