@@ -356,10 +356,7 @@ class Worker:
             self._complete([Outcome.retry(j.id, "worker_quarantined", "worker quarantined")
                             for j in fetched.batch.jobs])  # fmt: skip
             self.status.release([j.id for j in fetched.batch.jobs])
-        self._sigterm_wait(self.cfg.worker.quarantine_grace_s)
+        # The grace period keeps the quarantined heartbeat visible to operators and the
+        # autoscaler before the worker disappears; a SIGTERM does not shorten it.
+        time.sleep(max(0.0, self.cfg.worker.quarantine_grace_s))
         return EXIT_QUARANTINED
-
-    def _sigterm_wait(self, seconds: float) -> None:
-        # _stop is already set, so wait on a fresh event the signal handler cannot set:
-        # the grace period keeps the quarantined heartbeat visible to operators.
-        time.sleep(max(0.0, seconds))
