@@ -57,7 +57,7 @@ def submit(
     wait: bool, timeout_s: float,
 ) -> list[dict[str, Any]]:  # fmt: skip
     with Client(url, timeout_s=timeout_s + 10) as c:
-        opts = {"priority": priority, "deadline_ms": deadline_ms}
+        opts: dict[str, Any] = {"priority": priority, "deadline_ms": deadline_ms}
         jobs = (c.submit_many(model, values, **opts) if len(values) > 1
                 else [c.submit(model, values[0], **opts)])  # fmt: skip
         if not wait:

@@ -24,6 +24,7 @@ import psutil
 
 from sluice.config import SluiceConfig
 from sluice.errors import SluiceError
+from sluice.redis_server import RedisServer, start_redis
 
 PR_SET_PDEATHSIG = 1
 
@@ -64,7 +65,7 @@ class Stack:
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-up-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.children: list[Child] = []
-        self.redis_server = None  # type: ignore[var-annotated]
+        self.redis_server: RedisServer | None = None
         self.redis_url = ""
         self._stopped = threading.Event()
 
@@ -84,8 +85,6 @@ class Stack:
         if redis_url:
             self.redis_url = redis_url
         else:
-            from sluice.redis_server import start_redis
-
             self.redis_server = start_redis(data_dir=data_dir)
             self.redis_url = self.redis_server.url
         common = ["--config", str(self.config_path), "--redis-url", self.redis_url]
