@@ -118,7 +118,6 @@ class Worker:
         self._signalled = ""  # set by the signal handler, acted on by the threads
         self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
         self._metrics_server: object | None = None
-        self._totals = {"real": 0, "padded": 0}
 
     @property
     def id(self) -> str:
