@@ -177,7 +177,8 @@ def test_a_result_that_is_not_json_fails_alone(r: redis.Redis, start_worker: Sta
     ids = submit(qc, cfg, ["a b c", "a b"])  # costs 3 (bad) and 2
     assert start_worker(cfg, burst=True).join() == EXIT_OK
     bad, good = qc.get(ids[0]), qc.get(ids[1])
-    assert bad.status == JobStatus.FAILED and bad.error["type"] == "result_not_json"
+    assert bad.status == JobStatus.FAILED and bad.error is not None
+    assert bad.error["type"] == "result_not_json"
     assert good.status == JobStatus.SUCCEEDED and good.result == {"tokens": 2}
 
 
