@@ -19,3 +19,12 @@ IdempotencyKey = Annotated[
     str | None,
     Header(alias="Idempotency-Key", description="A replay with the same key returns the same job."),
 ]
+
+# The same header documented for a route that reads it from the request itself.
+IDEMPOTENCY_DOC = {
+    "parameters": [{
+        "name": "Idempotency-Key", "in": "header", "required": False,
+        "description": "A replay with the same key returns the same job.",
+        "schema": {"type": "string", "maxLength": 200},
+    }],
+}  # fmt: skip

@@ -1,0 +1,200 @@
+"""``sluice bench gateway``: submit throughput and latency, and long-poll wake-up.
+
+In one run, on loopback: the gateway with 1 and 2 uvicorn processes and a bare
+FastAPI endpoint doing one Redis round trip (same server stack) at the same
+offered rates and at saturation, for the ratio; then the long-poll wake-up
+latency (completion to response) at a fixed job rate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from gateway.bench_bare import BARE_URL_ENV
+from gateway.loadgen import Conn, RunResult, closed_loop, open_loop
+from sluice.cli_common import write_json
+from sluice.config import parse_config
+from sluice.jobs import Outcome
+from sluice.queue import AsyncQueueClient
+from sluice.queue.client import connect_async
+from sluice.redis_server import start_redis
+
+MODEL = "bench"
+BODY = b'{"input": "the quick brown fox jumps over the lazy dog"}'
+CONFIG: dict[str, Any] = {
+    "models": {MODEL: {
+        "handler": "synthetic", "cost": {"method": "words"},
+        "queue": {"max_queued_jobs": 10_000_000, "max_queued_cost": 1_000_000_000},
+        "autoscaling": {"min_replicas": 0},
+    }},
+}  # fmt: skip
+
+
+@dataclass
+class Server:
+    name: str
+    processes: int
+    port: int
+    path: str
+    proc: subprocess.Popen[bytes]
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = int(s.getsockname()[1])
+    s.close()
+    return port
+
+
+def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
+    port = _free_port()
+    if name == "gateway":
+        cmd = [sys.executable, "-c", "from sluice.cli import main; main()", "gateway",
+               "--config", str(cfg_path), "--redis-url", redis_url]  # fmt: skip
+        path = f"/v1/models/{MODEL}/jobs"
+    else:
+        cmd = [sys.executable, "-m", "uvicorn", "gateway.bench_bare:create_bare_app",
+               "--factory", "--loop", "uvloop", "--http", "httptools",
+               "--log-level", "warning", "--no-access-log"]  # fmt: skip
+        path = "/bare"
+    cmd += ["--port", str(port), "--workers", str(processes)]
+    env = {**os.environ, BARE_URL_ENV: redis_url, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(cmd, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
+                return Server(name, processes, port, path, proc)
+        except httpx.TransportError:
+            time.sleep(0.2)
+    proc.terminate()
+    raise RuntimeError(f"{name} did not start on port {port}")
+
+
+def _stop(server: Server) -> None:
+    server.proc.terminate()
+    try:
+        server.proc.wait(10)
+    except subprocess.TimeoutExpired:
+        server.proc.kill()
+
+
+async def _measure(server: Server, rates: list[float], duration_s: float) -> list[RunResult]:
+    host = "127.0.0.1"
+    await closed_loop(host, server.port, server.path, BODY, 1.0, 202)  # warm-up
+    runs = [
+        await open_loop(host, server.port, server.path, BODY, rate, duration_s, 202)
+        for rate in rates
+    ]
+    runs.append(await closed_loop(host, server.port, server.path, BODY, duration_s, 202))
+    return runs
+
+
+async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -> dict[str, Any]:
+    """Submit at ``rate``, long-poll each job, complete it 20 ms later; time the wake-up."""
+    cfg = parse_config(CONFIG)
+    r = connect_async(redis_url)
+    queue = AsyncQueueClient(r, dict(cfg.models))
+    conns: asyncio.Queue[Conn] = asyncio.Queue()
+    for _ in range(256):
+        conns.put_nowait(Conn("127.0.0.1", port))
+    wake_ms: list[float] = []
+    bad = 0
+
+    async def one() -> None:
+        nonlocal bad
+        c = await conns.get()
+        job_id = (await c.request("POST", f"/v1/models/{MODEL}/jobs", BODY)).json()["id"]
+        conns.put_nowait(c)
+        pc = await conns.get()
+        poll = asyncio.create_task(pc.request("GET", f"/v1/jobs/{job_id}?wait=10"))
+        await asyncio.sleep(0.02)  # the poll is waiting by now
+        sent = time.perf_counter()
+        await queue.complete(MODEL, [Outcome.ok(job_id, 1)])
+        reply = await poll
+        wake_ms.append((time.perf_counter() - sent) * 1000)
+        conns.put_nowait(pc)
+        if reply.json().get("status") != "succeeded":
+            bad += 1
+
+    loop = asyncio.get_running_loop()
+    start, n, tasks = loop.time(), int(rate * duration_s), []
+    for i in range(n):
+        delay = start + i / rate - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one()))
+    await asyncio.gather(*tasks)
+    elapsed = loop.time() - start
+    await r.aclose()
+    res = RunResult(rate, n, n - bad, bad, elapsed, wake_ms)
+    return {"jobs_per_s": rate, "jobs": n, "not_succeeded": bad,
+            "p50_ms": round(res.pct(0.5), 2), "p99_ms": round(res.pct(0.99), 2),
+            "max_ms": round(max(wake_ms), 2)}  # fmt: skip
+
+
+def _print(rows: list[dict[str, Any]], ratios: dict[str, float], lp: dict[str, Any]) -> None:
+    print(f"{'server':<8} {'procs':>5} {'offered/s':>9} {'done/s':>8} {'p50 ms':>8} "
+          f"{'p99 ms':>8} {'errors':>6}")  # fmt: skip
+    for r in rows:
+        offered = "max" if r["offered_rps"] is None else f"{r['offered_rps']:.0f}"
+        print(f"{r['server']:<8} {r['processes']:>5} {offered:>9} {r['throughput_rps']:>8.0f} "
+              f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}")  # fmt: skip
+    for k, v in ratios.items():
+        print(f"saturation throughput gateway/bare, {k}: {v:.2f}")
+    print(f"long-poll wake-up (complete sent -> response) at {lp['jobs_per_s']:.0f} jobs/s: "
+          f"p50 {lp['p50_ms']:.2f} ms, p99 {lp['p99_ms']:.2f} ms, max {lp['max_ms']:.2f} ms "
+          f"({lp['jobs']} jobs, {lp['not_succeeded']} not succeeded)")  # fmt: skip
+
+
+def main(
+    rates: list[float], duration_s: float, processes: list[int], longpoll_rate: float,
+    json_path: Path | None,
+) -> dict[str, Any]:  # fmt: skip
+    redis = start_redis()
+    tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-gw-"))
+    cfg_path = tmp / "sluice.yaml"
+    cfg_path.write_text(yaml.safe_dump(CONFIG))
+    rows: list[dict[str, Any]] = []
+    lp: dict[str, Any] = {}
+    try:
+        for procs in processes:
+            for name in ("bare", "gateway"):
+                server = _start(name, procs, cfg_path, redis.url)
+                try:
+                    for run in asyncio.run(_measure(server, rates, duration_s)):
+                        rows.append({"server": name, "processes": procs, **run.row()})
+                    if name == "gateway" and procs == processes[0]:
+                        lp = asyncio.run(
+                            _longpoll(server.port, redis.url, longpoll_rate, duration_s)
+                        )
+                finally:
+                    _stop(server)
+    finally:
+        redis.stop()
+    ratios = {}
+    for procs in processes:
+        sat = {r["server"]: r["throughput_rps"] for r in rows
+               if r["processes"] == procs and r["offered_rps"] is None}  # fmt: skip
+        ratios[f"{procs} process(es)"] = sat["gateway"] / sat["bare"] if sat.get("bare") else 0.0
+    result = {
+        "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
+        "duration_s": duration_s, "body_bytes": len(BODY), "runs": rows,
+        "saturation_ratio_gateway_over_bare": ratios, "longpoll": lp,
+    }  # fmt: skip
+    _print(rows, ratios, lp)
+    write_json(json_path, result)
+    return result
