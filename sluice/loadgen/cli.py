@@ -37,6 +37,9 @@ def load_cmd(
     submit_only: Annotated[
         bool, typer.Option(help="Only POST (the gateway's submit capacity).")
     ] = False,
+    engine: Annotated[
+        str, typer.Option(help="HTTP engine: auto (lean for http://), lean or httpx.")
+    ] = "auto",
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_path: JsonOpt = None,
 ) -> None:
@@ -50,7 +53,7 @@ def load_cmd(
             url=url, model=model, rate=rate, concurrency=concurrency,
             trace=load_trace(trace) if trace else None, duration_s=duration_s, jobs=jobs,
             warmup_s=warmup_s, bands=parse_mix(mix), seed=seed, job_timeout_s=timeout_s,
-            submit_only=submit_only, progress=progress,
+            submit_only=submit_only, engine=engine, progress=progress,
         )  # fmt: skip
         spec.check()
         out = run_load(spec)

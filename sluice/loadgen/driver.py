@@ -1,4 +1,4 @@
-"""The load generator's I/O shell: asyncio + httpx against a gateway's REST API.
+"""The load generator's I/O shell: asyncio HTTP (sluice.loadgen.http) against a gateway.
 
 Each job is ``POST /v1/models/{model}/jobs`` then ``GET /v1/jobs/{id}?wait=S``
 until it ends, exactly what a client does. Open loop sends at the planned
@@ -11,7 +11,6 @@ says so instead of silently offering less load.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import functools
 import math
@@ -26,10 +25,9 @@ import httpx
 
 from sluice.client import TERMINAL
 from sluice.errors import ConfigError
+from sluice.loadgen.http import ENGINES, Engine, EngineError, EngineTimeout, make_engines
 from sluice.loadgen.stats import Outcome, dist, summarize
 from sluice.loadgen.workload import MIXED, Arrival, LengthBand, Workload, poisson_arrivals, text_of
-
-CONNS_PER_CLIENT = 8
 
 
 @dataclass(frozen=True)
@@ -49,6 +47,7 @@ class LoadSpec:
     wait_s: float = 30.0  # one long-poll's ?wait=
     job_timeout_s: float = 120.0
     submit_only: bool = False  # POST only: the gateway's own submit capacity
+    engine: str = "auto"  # sluice.loadgen.http: lean for http://, httpx otherwise
     max_in_flight: int = 4096  # open loop: jobs beyond this count as "overflow" errors
     progress: bool = True
     label: str = field(default="", compare=False)
@@ -61,6 +60,8 @@ class LoadSpec:
             raise ConfigError("give --duration-s and/or --jobs")
         if self.concurrency is not None and self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.engine not in ENGINES:
+            raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.duration_s is not None and self.warmup_s >= self.duration_s:
             raise ConfigError(f"warm-up ({self.warmup_s}s) must be shorter than the run")
 
@@ -83,31 +84,22 @@ class Driver:
         self.lags_ms: list[float] = []
         self.sent = 0
         self.t0 = 0.0
-        self.clients: list[httpx.AsyncClient] = []
-
-    def _client(self) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=CONNS_PER_CLIENT * 2,
-                              max_keepalive_connections=CONNS_PER_CLIENT * 2)  # fmt: skip
-        timeout = httpx.Timeout(self.spec.wait_s + 15.0, pool=None)
-        return httpx.AsyncClient(base_url=self.spec.url.rstrip("/"), limits=limits,
-                                 timeout=timeout, transport=self.transport)  # fmt: skip
+        self.engines: list[Engine] = []
 
     async def run(self) -> dict[str, Any]:
         s = self.spec
-        # httpx's pool gets slow with many connections in one client (64 concurrent
-        # jobs ran 5x slower than 8 here), so each client carries only a few.
         in_flight = s.concurrency or min(s.max_in_flight, 512)
         cpu0 = _cpu_s()
-        async with contextlib.AsyncExitStack() as stack:
-            for _ in range(max(1, math.ceil(in_flight / CONNS_PER_CLIENT))):
-                self.clients.append(await stack.enter_async_context(self._client()))
-            self.t0 = time.monotonic()
-            ticker = asyncio.create_task(self._progress()) if s.progress else None
-            try:
-                end = await (self._closed() if s.concurrency else self._open())
-            finally:
-                if ticker:
-                    ticker.cancel()
+        self.engines = make_engines(s.engine, s.url, s.wait_s + 15.0, in_flight, self.transport)
+        self.t0 = time.monotonic()
+        ticker = asyncio.create_task(self._progress()) if s.progress else None
+        try:
+            end = await (self._closed() if s.concurrency else self._open())
+        finally:
+            if ticker:
+                ticker.cancel()
+            for engine in self.engines:
+                await engine.aclose()
         window = (self.t0 + s.warmup_s, end)
         bands = [(b.lo, b.hi) for b in s.bands] if s.trace is None else []
         out = summarize(self.outcomes, window_s=window, sent_total=self.sent, bands=bands)
@@ -121,13 +113,13 @@ class Driver:
         s = self.spec
         stop_at = self.t0 + s.duration_s if s.duration_s is not None else math.inf
 
-        async def loop(http: httpx.AsyncClient) -> None:
+        async def loop(http: Engine) -> None:
             while time.monotonic() < stop_at and (s.jobs is None or self.sent < s.jobs):
                 self.sent += 1
                 self.outcomes.append(await self.job(http, self.workload.next_input()))
 
         slots = range(s.concurrency or 1)
-        await asyncio.gather(*(loop(self.clients[i // CONNS_PER_CLIENT]) for i in slots))
+        await asyncio.gather(*(loop(self.engines[i % len(self.engines)]) for i in slots))
         return min(stop_at, max((o.done_s for o in self.outcomes), default=self.t0))
 
     def _plan(self) -> Iterator[tuple[float, Callable[[], str]]]:
@@ -160,7 +152,7 @@ class Driver:
                 now = time.monotonic()
                 self.outcomes.append(Outcome(now, now, "error", error="overflow"))
                 continue
-            http = self.clients[self.sent % len(self.clients)]
+            http = self.engines[self.sent % len(self.engines)]
             task = asyncio.create_task(self._record(http, text))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -169,52 +161,48 @@ class Driver:
         end = self.t0 + (self.spec.duration_s if self.spec.duration_s is not None else last_at)
         return max(end, self.t0 + self.spec.warmup_s + 1e-3)
 
-    async def _record(self, http: httpx.AsyncClient, text: str) -> None:
+    async def _record(self, http: Engine, text: str) -> None:
         self.outcomes.append(await self.job(http, text))
 
-    async def job(self, http: httpx.AsyncClient, text: str) -> Outcome:
+    async def job(self, http: Engine, text: str) -> Outcome:
         """Submit one input and long-poll it to the end; never raises."""
         outcome = await self._job(http, text)
         return dataclasses.replace(outcome, words=len(text.split()))
 
-    async def _job(self, http: httpx.AsyncClient, text: str) -> Outcome:
+    async def _job(self, http: Engine, text: str) -> Outcome:
         s = self.spec
         sent = time.monotonic()
         try:
-            resp = await http.post(f"/v1/models/{s.model}/jobs", json={"input": text})
-        except httpx.TimeoutException:
+            status, accepted = await http.call(
+                "POST", f"/v1/models/{s.model}/jobs", {"input": text}
+            )
+        except EngineTimeout:
             return Outcome(sent, time.monotonic(), "error", error="timeout")
-        except httpx.HTTPError:
+        except EngineError:
             return Outcome(sent, time.monotonic(), "error", error="transport")
         submit_ms = (time.monotonic() - sent) * 1000.0
-        if resp.status_code != 202:
-            return Outcome(sent, time.monotonic(), "error", resp.status_code, submit_ms=submit_ms)
-        accepted = resp.json()
+        if status != 202 or not isinstance(accepted, dict):
+            return Outcome(sent, time.monotonic(), "error", status, submit_ms=submit_ms)
         if s.submit_only:
             return Outcome(sent, time.monotonic(), "submitted", bucket=accepted.get("bucket"),
                            submit_ms=submit_ms)  # fmt: skip
         return await self._wait(http, accepted["id"], sent, submit_ms)
 
-    async def _wait(
-        self, http: httpx.AsyncClient, job_id: str, sent: float, submit_ms: float
-    ) -> Outcome:
+    async def _wait(self, http: Engine, job_id: str, sent: float, submit_ms: float) -> Outcome:
         deadline = sent + self.spec.job_timeout_s
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 now = time.monotonic()
                 return Outcome(sent, now, "error", error="timeout", submit_ms=submit_ms)
+            wait = {"wait": f"{min(self.spec.wait_s, left):.3f}"}
             try:
-                resp = await http.get(
-                    f"/v1/jobs/{job_id}", params={"wait": f"{min(self.spec.wait_s, left):.3f}"}
-                )
-            except httpx.HTTPError as e:
-                kind = "timeout" if isinstance(e, httpx.TimeoutException) else "transport"
+                status, view = await http.call("GET", f"/v1/jobs/{job_id}", params=wait)
+            except (EngineTimeout, EngineError) as e:
+                kind = "timeout" if isinstance(e, EngineTimeout) else "transport"
                 return Outcome(sent, time.monotonic(), "error", error=kind, submit_ms=submit_ms)
-            if resp.status_code != 200:
-                return Outcome(sent, time.monotonic(), "error", resp.status_code,
-                               submit_ms=submit_ms)  # fmt: skip
-            view = resp.json()
+            if status != 200 or not isinstance(view, dict):
+                return Outcome(sent, time.monotonic(), "error", status, submit_ms=submit_ms)
             if view["status"] in TERMINAL:
                 return _finished(view, sent, time.monotonic(), submit_ms)
 
@@ -260,7 +248,7 @@ def _describe(s: LoadSpec) -> dict[str, Any]:
         "concurrency": s.concurrency, "trace_jobs": len(s.trace) if s.trace else None,
         "duration_s": s.duration_s, "jobs": s.jobs, "warmup_s": s.warmup_s,
         "mix": [[b.lo, b.hi, b.weight] for b in s.bands], "seed": s.seed,
-        "submit_only": s.submit_only,
+        "submit_only": s.submit_only, "engine": s.engine,
     }  # fmt: skip
 
 

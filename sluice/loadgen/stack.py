@@ -21,6 +21,7 @@ import psutil
 import redis
 
 from sluice import keys
+from sluice.config import load_config
 from sluice.errors import SluiceError
 from sluice.redis_server import RedisServer, free_port, start_redis
 
@@ -80,6 +81,9 @@ class Stack:
             if time.monotonic() > deadline:
                 raise SluiceError(f"{model}: {want} workers not ready within {timeout_s}s")
             time.sleep(0.1)
+        # The gateway admits on a snapshot refreshed every stats_refresh_s: until it
+        # has seen a ready worker it answers 503 for a model that does not scale from 0.
+        time.sleep(load_config(self.config_path).gateway.stats_refresh_s * 1.2 + 0.1)
 
     def workers(self, model: str) -> list[_Proc]:
         return [p for p in self.procs if p.role == f"worker:{model}" and p.popen.poll() is None]

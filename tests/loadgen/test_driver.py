@@ -49,9 +49,10 @@ async def test_closed_loop_counts_every_job_and_errors_by_status() -> None:
     assert failed > 0 and out["succeeded"] == 60 - 6 - failed
     assert out["queue_wait_ms"]["p50"] == 2 and out["run_ms"]["p50"] == 5.0
     assert out["server_ms"]["p50"] == pytest.approx(7.0, abs=0.01)
-    assert set(out["buckets"]) <= {"32", "512"} and sum(
-        b["jobs"] for b in out["buckets"].values()
-    ) == out["succeeded"]
+    assert (
+        set(out["buckets"]) <= {"32", "512"}
+        and sum(b["jobs"] for b in out["buckets"].values()) == out["succeeded"]
+    )
     assert out["spec"]["mode"] == "closed"
 
 

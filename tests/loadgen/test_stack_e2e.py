@@ -51,8 +51,10 @@ def _bench(stack: Stack, tmp_path: Path, *args: str) -> dict:  # type: ignore[ty
     return json.loads(out.read_text())
 
 
-def test_closed_loop_every_job_finishes(stack: Stack, tmp_path: Path) -> None:
-    data = _bench(stack, tmp_path, "--concurrency", "4", "--jobs", "60")
+@pytest.mark.parametrize("engine", ["lean", "httpx"])
+def test_closed_loop_every_job_finishes(stack: Stack, tmp_path: Path, engine: str) -> None:
+    data = _bench(stack, tmp_path, "--concurrency", "4", "--jobs", "60", "--engine", engine)
+    assert data["spec"]["engine"] == engine
     assert data["sent"] == 60 and data["succeeded"] == 60 and data["finished"] == 60
     assert data["errors"] == {}
     assert data["throughput_per_s"] > 0
