@@ -10,8 +10,13 @@ Logic in sluice/loadgen/stack_bench.py (scaling) and sluice/loadgen/mixed_bench.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from sluice.cli import main
+# bench/gateway.py is named like the gateway package: with this directory first
+# on the path, ``import gateway`` would find that script, so put the repo first.
+sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+from sluice.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.argv[1:1] = ["bench", "stack"]

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -59,7 +60,7 @@ def load_cmd(
         out = run_load(spec)
     except ConfigError as e:
         fail(str(e), 2)
-    print_summary(out)
+    print_summary(out, _console())
     write_json(json_path, out)
     if out["sent"] and not out["succeeded"]:
         raise typer.Exit(1)  # nothing got through: a script should notice
@@ -68,7 +69,9 @@ def load_cmd(
 def stack_cmd(
     only: Annotated[str, typer.Option(help="scaling, mixed or both.")] = "both",
     workers: Annotated[str, typer.Option(help="Benchmark 1: worker counts.")] = "1,2,5,10",
-    base_ms: Annotated[float, typer.Option(help="Benchmark 1: synthetic ms per job.")] = 10.0,
+    base_ms: Annotated[float, typer.Option(help="Benchmark 1: synthetic ms per batch.")] = 10.0,
+    max_batch: Annotated[int, typer.Option(help="Benchmark 1: jobs per batch.")] = 1,
+    gateway_workers: Annotated[int, typer.Option(help="uvicorn processes.")] = 1,
     scaling_duration_s: Annotated[float, typer.Option(help="Benchmark 1: s per phase.")] = 6.0,
     mixed_workers: Annotated[int, typer.Option(help="Benchmark 2: workers.")] = 4,
     short_ms: Annotated[float, typer.Option(help="Benchmark 2: a short job's ms.")] = 20.0,
@@ -83,18 +86,17 @@ def stack_cmd(
     json_path: JsonOpt = None,
 ) -> None:
     """Issue 6 benchmarks 1 (scaling) and 2 (mixed load) on a real stack of processes."""
-    from rich.console import Console
-
     from sluice.loadgen.mixed_bench import run_mixed
     from sluice.loadgen.stack_bench import run_scaling
     from sluice.loadgen.stack_report import print_mixed, print_scaling
 
     workdir.mkdir(parents=True, exist_ok=True)
-    console, out = Console(), {}
+    console, out = _console(), {}
     if only in ("both", "scaling"):
         counts = [int(n) for n in workers.split(",") if n]
-        out["scaling"] = run_scaling(workdir, workers=counts, base_ms=base_ms,
-                                     duration_s=scaling_duration_s, progress=progress)  # fmt: skip
+        out["scaling"] = run_scaling(workdir, workers=counts, base_ms=base_ms, max_batch=max_batch,
+                                     duration_s=scaling_duration_s, progress=progress,
+                                     gateway_workers=gateway_workers)  # fmt: skip
         print_scaling(out["scaling"], console)
         write_json(json_path, out)  # the first half survives a failure in the second
     if only in ("both", "mixed"):
@@ -104,3 +106,10 @@ def stack_cmd(
                                  duration_s=mixed_duration_s, progress=progress)  # fmt: skip
         print_mixed(out["mixed"], console)
     write_json(json_path, out)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped to a file or a CI log: wide enough that the tables are not squeezed.
+    return Console() if sys.stdout.isatty() else Console(width=150)

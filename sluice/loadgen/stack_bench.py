@@ -53,13 +53,17 @@ def phase(stack: Stack, spec: LoadSpec) -> dict[str, Any]:
     return out
 
 
-def scaling_config(base_ms: float) -> dict[str, Any]:
+def scaling_config(base_ms: float, max_batch: int = 1) -> dict[str, Any]:
     model = {
         "handler": "synthetic",
         "params": {"base_ms": base_ms, "per_token_ms": 0},
         "buckets": [64],
         "cost": {"method": "words"},
-        "batching": {"max_batch": 1, "max_batch_tokens": 64, "service_ms_base": base_ms},
+        "batching": {
+            "max_batch": max_batch,
+            "max_batch_tokens": 64 * max_batch,
+            "service_ms_base": base_ms,
+        },  # fmt: skip
         "autoscaling": {"min_replicas": 0, "max_replicas": 64},
     }
     # "capacity" has no workers: the submit-only phase fills its queue, nobody else's.
@@ -79,12 +83,14 @@ def _brief(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_scaling(
-    workdir: Path, *, workers: list[int], base_ms: float = 10.0, duration_s: float = 6.0,
-    warmup_s: float = 1.5, gateway_workers: int = 1, progress: bool = True,
+    workdir: Path, *, workers: list[int], base_ms: float = 10.0, max_batch: int = 1,
+    duration_s: float = 6.0, warmup_s: float = 1.5, gateway_workers: int = 1,
+    progress: bool = True,
 ) -> dict[str, Any]:  # fmt: skip
     """Benchmark 1; returns the JSON document (cases + summary)."""
+    cfg = scaling_config(base_ms, max_batch)
     cfg_path = workdir / "scaling.yaml"
-    cfg_path.write_text(yaml.safe_dump(scaling_config(base_ms)))
+    cfg_path.write_text(yaml.safe_dump(cfg))
     cases: list[dict[str, Any]] = []
     with Stack(cfg_path, workdir / "logs-scaling", gateway_workers=gateway_workers) as st:
         closed = LoadSpec(url=st.url, model="scale", concurrency=64, duration_s=duration_s,
@@ -92,35 +98,35 @@ def run_scaling(
         cap = phase(st, replace(closed, model="capacity", submit_only=True, label="submit only"))
         for n in sorted(workers):
             st.add_workers("scale", n - len(st.workers("scale")))
-            conc = max(16, 6 * n)  # enough outstanding jobs that no worker idles
+            # Enough outstanding jobs that no worker idles (a full batch waiting for each).
+            conc = max(16, 6 * n, 3 * n * max_batch)
             sat = phase(st, replace(closed, concurrency=conc, label=f"{n} workers, saturation"))
             rate = round(0.7 * sat["throughput_per_s"], 1)
             label = f"{n} workers, 70% = {rate}/s"
             at70 = phase(st, replace(closed, concurrency=None, rate=rate, seed=n, label=label))
             cases.append({"workers": n, "concurrency": conc, "saturation": _brief(sat),
                           "load70": _brief(at70) | {"rate_per_s": rate}})  # fmt: skip
-    return {"config": scaling_config(base_ms)["models"]["scale"], "base_ms": base_ms,
+    return {"config": cfg["models"]["scale"], "base_ms": base_ms, "max_batch": max_batch,
             "duration_s": duration_s, "warmup_s": warmup_s, "gateway_workers": gateway_workers,
             "submit_capacity": _brief(cap), "cases": cases,
-            "summary": scaling_summary(cases, base_ms)}  # fmt: skip
+            "summary": scaling_summary(cases, 1000.0 * max_batch / base_ms)}  # fmt: skip
 
 
-def scaling_summary(cases: list[dict[str, Any]], base_ms: float) -> dict[str, Any]:
-    """Efficiency vs linear (from the 1-worker case and from the nominal 1000/base_ms)."""
+def scaling_summary(cases: list[dict[str, Any]], nominal: float) -> dict[str, Any]:
+    """Efficiency vs linear, from the 1-worker case and from the nominal jobs/s per worker."""
     one = next((c for c in cases if c["workers"] == 1), None)
     per_worker = one["saturation"]["throughput_per_s"] if one else None
-    nominal = 1000.0 / base_ms
     rows = []
     for c in cases:
         n, x = c["workers"], c["saturation"]["throughput_per_s"]
-        service = c["saturation"]["run_p50_ms"] or base_ms
+        service = c["saturation"]["run_p50_ms"]
         p99 = c["load70"]["e2e_p99_ms"]
         rows.append({
             "workers": n, "jobs_per_s": x,
             "vs_linear_measured": round(x / (n * per_worker), 3) if per_worker else None,
             "vs_linear_nominal": round(x / (n * nominal), 3),
             "load70_e2e_p99_ms": p99, "service_ms": service,
-            "load70_p99_over_service": round(p99 / service, 2) if p99 else None,
+            "load70_p99_over_service": round(p99 / service, 2) if p99 and service else None,
         })  # fmt: skip
     last = rows[-1] if rows else None
     return {

@@ -20,8 +20,9 @@ def _cores(c: dict[str, float]) -> str:
 def print_scaling(data: dict[str, Any], console: Console) -> None:
     cap = data["submit_capacity"]
     console.print(
-        f"[bold]Benchmark 1[/]: synthetic workers, max_batch 1, base_ms {data['base_ms']} "
-        f"(nominal {1000 / data['base_ms']:.0f} jobs/s each); gateway submit-only capacity "
+        f"[bold]Benchmark 1[/]: synthetic workers, max_batch {data['max_batch']}, base_ms "
+        f"{data['base_ms']} (nominal {data['summary']['nominal_per_worker_jobs_per_s']:.0f} "
+        f"jobs/s each), {data['gateway_workers']} gateway process(es); submit-only capacity "
         f"[bold]{cap['throughput_per_s']:.0f}[/] POST/s (CPU cores {_cores(cap['cpu_cores'])})"
     )
     t = Table(title="Horizontal scaling through the gateway", box=box.SIMPLE_HEAD)
