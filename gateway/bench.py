@@ -146,6 +146,25 @@ async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -
             "max_ms": round(max(wake_ms), 2)}  # fmt: skip
 
 
+def _server_wake(port: int) -> dict[str, Any]:
+    """The gateway's own share of the wake-up, from its histogram (bucket upper bounds)."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    buckets = []
+    for line in text.splitlines():
+        if line.startswith("sluice_gateway_longpoll_wake_seconds_bucket"):
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(le), float(line.rsplit(" ", 1)[1])))
+    total = buckets[-1][1] if buckets else 0.0
+
+    def quantile(q: float) -> float | None:
+        for le, count in buckets:
+            if total and count >= q * total:
+                return le * 1000
+        return None
+
+    return {"count": int(total), "p50_le_ms": quantile(0.5), "p99_le_ms": quantile(0.99)}
+
+
 def _print(rows: list[dict[str, Any]], ratios: dict[str, float], lp: dict[str, Any]) -> None:
     print(f"{'server':<8} {'procs':>5} {'offered/s':>9} {'done/s':>8} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'errors':>6}")  # fmt: skip
@@ -158,6 +177,9 @@ def _print(rows: list[dict[str, Any]], ratios: dict[str, float], lp: dict[str, A
     print(f"long-poll wake-up (complete sent -> response) at {lp['jobs_per_s']:.0f} jobs/s: "
           f"p50 {lp['p50_ms']:.2f} ms, p99 {lp['p99_ms']:.2f} ms, max {lp['max_ms']:.2f} ms "
           f"({lp['jobs']} jobs, {lp['not_succeeded']} not succeeded)")  # fmt: skip
+    share = lp.get("gateway_share", {})
+    print(f"  of which inside the gateway (notification -> answer ready, histogram bounds): "
+          f"p50 <= {share.get('p50_le_ms')} ms, p99 <= {share.get('p99_le_ms')} ms")  # fmt: skip
 
 
 def main(
@@ -181,6 +203,7 @@ def main(
                         lp = asyncio.run(
                             _longpoll(server.port, redis.url, longpoll_rate, duration_s)
                         )
+                        lp["gateway_share"] = _server_wake(server.port)
                 finally:
                     _stop(server)
     finally:

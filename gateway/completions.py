@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -26,16 +27,19 @@ class Completions:
         self.redis = r
         self.channels = channels
         self.connected = asyncio.Event()
-        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._waiters: dict[str, set[asyncio.Future[float | None]]] = {}
 
     @property
     def waiting(self) -> int:
         return sum(len(s) for s in self._waiters.values())
 
     @contextmanager
-    def waiter(self, job_id: str) -> Iterator[asyncio.Future[None]]:
-        """A future resolved when ``job_id`` ends (or when notifications may have been lost)."""
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    def waiter(self, job_id: str) -> Iterator[asyncio.Future[float | None]]:
+        """A future resolved when ``job_id`` ends (or when notifications may have been lost).
+
+        Its result is the ``perf_counter`` time the notification arrived, or None.
+        """
+        fut: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(job_id, set()).add(fut)
         try:
             yield fut
@@ -48,11 +52,11 @@ class Completions:
 
     def dispatch(self, data: str) -> int:
         """Wake the waiters of comma-joined ended job ids; returns how many woke."""
-        woke = 0
+        woke, now = 0, time.perf_counter()
         for job_id in data.split(","):
             for fut in self._waiters.pop(job_id, ()):
                 if not fut.done():
-                    fut.set_result(None)
+                    fut.set_result(now)
                     woke += 1
         return woke
 
@@ -61,7 +65,7 @@ class Completions:
         for group in self._waiters.values():
             for fut in group:
                 if not fut.done():
-                    fut.set_result(None)
+                    fut.set_result(None)  # not a completion: no wake-up time
         self._waiters.clear()
 
     async def run(self) -> None:

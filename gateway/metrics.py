@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from sluice.jobs import QueueStats
 from sluice.registry import WorkerInfo, workers_by_state
 
+WAKE_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 60)
 
 
@@ -58,6 +59,11 @@ class GatewayMetrics:
             "Age of the newest queue snapshot",
             registry=r,
         )
+        self.wake = Histogram(
+            "sluice_gateway_longpoll_wake_seconds",
+            "From a completion notification reaching the gateway to its long-poll answer",
+            buckets=WAKE_BUCKETS, registry=r,
+        )  # fmt: skip
         self.waiters = Gauge(
             "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r
         )

@@ -145,14 +145,17 @@ async def wait(st: GatewayState, job_id: str, wait_s: float) -> JobRecord:
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait_s, st.gw.max_wait_s)
+    woke_at: float | None = None
     while True:
         with st.completions.waiter(job_id) as fut:
             rec = await get(st, job_id)
             left = deadline - loop.time()
             if rec.status.terminal or left <= 0:
+                if woke_at is not None and rec.status.terminal:
+                    st.metrics.wake.observe(time.perf_counter() - woke_at)
                 return rec
             try:
-                await asyncio.wait_for(fut, left)
+                woke_at = await asyncio.wait_for(fut, left)
             except TimeoutError:
                 pass
 
