@@ -168,7 +168,7 @@ class GatewayConfig(_Strict):
     # How often the gateway refreshes queue and worker snapshots (metrics gauges,
     # Retry-After, workers-ready check); scrapes never cost a Redis round trip.
     stats_refresh_s: float = Field(1.0, gt=0, le=60)
-    max_wait_s: float = Field(60.0, gt=0, le=300)
+    max_wait_s: float = Field(60.0, gt=0, le=60)
 
     @field_validator("shed_fraction")
     @classmethod
