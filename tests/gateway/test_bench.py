@@ -1,0 +1,22 @@
+"""Smoke test of `sluice bench gateway` on tiny sizes (the figures are in docs/benchmarks)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gateway.bench import main
+
+
+def test_bench_runs_every_server_and_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "gateway.json"
+    result = main(rates=[50], duration_s=0.5, processes=[1], longpoll_rate=50, json_path=out)
+    assert json.loads(out.read_text()) == json.loads(json.dumps(result))
+    runs = {(r["server"], r["offered_rps"]): r for r in result["runs"]}
+    assert set(runs) == {("bare", 50), ("bare", None), ("gateway", 50), ("gateway", None)}
+    assert all(r["errors"] == 0 and r["ok"] > 0 for r in runs.values())
+    assert runs[("gateway", 50)]["ok"] == 25  # 50/s for 0.5 s, every one a 202
+    lp = result["longpoll"]
+    assert lp["jobs"] == 25 and lp["not_succeeded"] == 0
+    assert lp["gateway_share"]["count"] == 25  # each long-poll was woken by its completion
+    assert result["saturation_ratio_gateway_over_bare"]["1 process(es)"] > 0
