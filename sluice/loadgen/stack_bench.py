@@ -99,9 +99,9 @@ def run_scaling(
         for n in sorted(workers):
             st.add_workers("scale", n - len(st.workers("scale")))
             # Enough outstanding jobs that no worker idles (a full batch waiting for each).
-            conc = max(16, 6 * n, 3 * n * max_batch)
+            conc = max(16, 6 * n, 2 * n * max_batch)
             sat = phase(st, replace(closed, concurrency=conc, label=f"{n} workers, saturation"))
-            rate = round(0.7 * sat["throughput_per_s"], 1)
+            rate = max(1.0, round(0.7 * sat["throughput_per_s"], 1))  # 1/s if nothing got through
             label = f"{n} workers, 70% = {rate}/s"
             at70 = phase(st, replace(closed, concurrency=None, rate=rate, seed=n, label=label))
             cases.append({"workers": n, "concurrency": conc, "saturation": _brief(sat),
