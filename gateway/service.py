@@ -82,17 +82,11 @@ def _accepted(model: str, job: NewJob, sub: Submitted, truncated: bool) -> dict[
     }  # fmt: skip
 
 
-async def submit(
-    st: GatewayState, model: str, inputs: list[Any], spec: Spec
-) -> tuple[list[dict[str, Any]], bool]:
-    """Submit inputs as jobs in one round trip; returns their views and whether all replayed."""
-    cfg = st.model(model)
-    _check_spec(cfg, spec)
-    estimates = _estimate_all(st, model, inputs)
-    total = sum(e.cost for e in estimates)
-    _admit(st, model, cfg, spec, total)
+def _build_jobs(
+    inputs: list[Any], estimates: list[Estimate], spec: Spec, batch: bool
+) -> list[NewJob]:
     key = spec.idempotency_key
-    jobs = [
+    return [
         NewJob(
             input=value,
             bucket=e.bucket,
@@ -100,10 +94,22 @@ async def submit(
             priority=spec.priority,
             deadline_ms=spec.deadline_ms,
             metadata=spec.metadata,
-            idempotency_key=(key if len(inputs) == 1 else f"{key}:{i}") if key else None,
+            idempotency_key=(f"{key}:{i}" if batch else key) if key else None,
         )  # fmt: skip
         for i, (value, e) in enumerate(zip(inputs, estimates, strict=True))
     ]
+
+
+async def submit(
+    st: GatewayState, model: str, inputs: list[Any], spec: Spec, *, batch: bool = False
+) -> tuple[list[dict[str, Any]], bool]:
+    """Submit inputs as jobs in one round trip; returns their views and whether all replayed."""
+    cfg = st.model(model)
+    _check_spec(cfg, spec)
+    estimates = _estimate_all(st, model, inputs)
+    total = sum(e.cost for e in estimates)
+    _admit(st, model, cfg, spec, total)
+    jobs = _build_jobs(inputs, estimates, spec, batch)
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
         subs = await bounded(
@@ -111,22 +117,21 @@ async def submit(
             st.timeout_s,
         )
     except QueueFull as e:
-        load = st.snapshots.load(model)
-        rate = drain_rate(cfg, load) if load else drain_rate(cfg, _empty_load())
-        e.retry_after_s = retry_after_full(e, limits, len(jobs), total, rate)
+        load = st.snapshots.load(model) or _empty_load()
+        e.retry_after_s = retry_after_full(e, limits, len(jobs), total, drain_rate(cfg, load))
         st.metrics.rejected.labels(model, e.reason).inc(len(jobs))
         raise
     views = []
     for job, sub, est in zip(jobs, subs, estimates, strict=True):
+        view = _accepted(model, job, sub, est.truncated_to is not None)
         if sub.created:
             st.metrics.submitted.labels(model, job.bucket, job.priority).inc()
-        views.append(_accepted(model, job, sub, est.truncated_to is not None))
-    replayed = not any(s.created for s in subs)
-    if replayed:  # a replay answers with the job as it is now
-        for view in views:
-            rec = await get(st, view["id"])
-            view["status"] = rec.status.value
-    return views, replayed
+        else:  # a replay answers with the job the key created, as it is now
+            rec = await get(st, sub.id)
+            view.update(status=rec.status.value, bucket=rec.bucket, cost=rec.cost,
+                        priority=rec.priority)  # fmt: skip
+        views.append(view)
+    return views, not any(s.created for s in subs)
 
 
 def _empty_load() -> Load:

@@ -60,7 +60,7 @@ async def submit_batch(
             f"inputs: {len(body.inputs)} items, the limit is {st.gw.max_batch_inputs}"
         )
     spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
-    views, replayed = await service.submit(st, model, list(body.inputs), spec)
+    views, replayed = await service.submit(st, model, list(body.inputs), spec, batch=True)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return {"jobs": views}

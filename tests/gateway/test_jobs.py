@@ -92,6 +92,13 @@ async def test_idempotent_replay_returns_the_same_job(gw: Harness) -> None:
     assert third.json()["id"] == first.json()["id"] and third.json()["status"] == "succeeded"
     stats = await gw.queue.stats("m")
     assert stats.counters["arrived"] == 1
+    batch = {"inputs": ["a", "b c"]}
+    first = await gw.client.post("/v1/models/m/jobs/batch", json=batch, headers=headers)
+    again = await gw.client.post("/v1/models/m/jobs/batch", json=batch, headers=headers)
+    ids = [j["id"] for j in first.json()["jobs"]]
+    assert [j["id"] for j in again.json()["jobs"]] == ids and len(set(ids)) == 2
+    assert first.json()["jobs"][0]["id"] != third.json()["id"]  # batch keys are <key>:<i>
+    assert again.headers.get("idempotent-replayed") == "true"
 
 
 async def test_cancel_queued_running_and_finished(gw: Harness) -> None:
