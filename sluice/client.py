@@ -13,6 +13,7 @@ so ``map`` rides out admission control instead of failing.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -80,8 +81,18 @@ class Client:
         self.http.close()
 
     def _request(self, method: str, url: str, **kw: Any) -> httpx.Response:
+        # A dropped connection (a gateway restarting in a rollout) is retried only
+        # where a replay is harmless: reads, and submits carrying an idempotency key.
+        headers = kw.get("headers") or {}
+        replay_safe = method in ("GET", "DELETE") or "Idempotency-Key" in headers
         for attempt in range(self.max_retries + 1):
-            resp = self.http.request(method, url, **kw)
+            try:
+                resp = self.http.request(method, url, **kw)
+            except httpx.TransportError:
+                if not replay_safe or attempt == self.max_retries:
+                    raise
+                time.sleep(min(5.0, 0.1 * 2**attempt))
+                continue
             if resp.status_code not in RETRYABLE or attempt == self.max_retries:
                 break
             time.sleep(_retry_after(resp, attempt))
@@ -100,7 +111,9 @@ class Client:
                             ("metadata", metadata)):  # fmt: skip
             if value is not None:
                 body[name] = value
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        # Every submit carries a key, so a retry after a dropped connection can
+        # never queue the same job twice.
+        headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
         return self._request("POST", f"/v1/models/{model}/jobs", json=body, headers=headers).json()
 
     def submit_many(

@@ -76,3 +76,17 @@ def test_map_keeps_input_order_under_concurrency() -> None:
 
     with Client("http://gw", transport=transport(handle)) as c:
         assert c.map("m", range(50), concurrency=8) == [n * n for n in range(50)]
+
+
+def test_dropped_connection_on_submit_is_retried_with_the_same_key() -> None:
+    keys = []
+
+    def handle(req: httpx.Request) -> httpx.Response:
+        keys.append(req.headers["Idempotency-Key"])
+        if len(keys) == 1:
+            raise httpx.ConnectError("connection reset", request=req)
+        return httpx.Response(202, json={"id": "m.1", "status": "queued"})
+
+    with Client("http://gw", transport=transport(handle)) as c:
+        assert c.submit("m", "x")["id"] == "m.1"
+    assert len(keys) == 2 and keys[0] == keys[1] and len(keys[0]) == 32
