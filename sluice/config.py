@@ -160,6 +160,9 @@ class GatewayConfig(_Strict):
     max_batch_inputs: int = Field(256, gt=0)
     predict_timeout_s: float = Field(30.0, gt=0, le=60)
     redis_timeout_s: float = Field(2.0, gt=0)
+    # Connections per gateway process; past it a request waits (up to
+    # redis_timeout_s) for a free one instead of failing.
+    redis_max_connections: int = Field(256, gt=0)
     # A priority is shed (429) once the model's queue holds this fraction of its
     # max_queued_jobs or max_queued_cost: low goes first, then normal, then high.
     shed_fraction: dict[str, float] = Field(
