@@ -117,8 +117,12 @@ async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -
     async def one() -> None:
         nonlocal bad
         c = await conns.get()
-        job_id = (await c.request("POST", f"/v1/models/{MODEL}/jobs", BODY)).json()["id"]
+        accepted = await c.request("POST", f"/v1/models/{MODEL}/jobs", BODY)
         conns.put_nowait(c)
+        if accepted.status != 202:
+            bad += 1
+            return
+        job_id = accepted.json()["id"]
         pc = await conns.get()
         poll = asyncio.create_task(pc.request("GET", f"/v1/jobs/{job_id}?wait=10"))
         await asyncio.sleep(0.02)  # the poll is waiting by now

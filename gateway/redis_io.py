@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
+from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -19,19 +20,24 @@ T = TypeVar("T")
 _UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
 
 
-def connect(url: str, timeout_s: float, *, blocking_reads: bool = False) -> aioredis.Redis:
+def connect(
+    url: str, timeout_s: float, *, max_connections: int = 256, blocking_reads: bool = False
+) -> aioredis.Redis:
     """A client whose every command is bounded by ``timeout_s`` and retried at most once.
 
     redis-py's default retry policy (backoff up to seconds, several attempts) could
     hold a request far past the timeout; a gateway must answer 503 promptly instead.
+    Its default pool raises "Too many connections" past 100 concurrent commands; a
+    blocking pool makes a burst wait (bounded) for a free connection instead.
     ``blocking_reads`` is for the pub/sub connection, which waits for messages.
     """
-    return aioredis.Redis.from_url(
-        url, decode_responses=True,
+    pool = BlockingConnectionPool.from_url(
+        url, decode_responses=True, max_connections=max_connections, timeout=timeout_s,
         socket_timeout=None if blocking_reads else timeout_s,
         socket_connect_timeout=timeout_s, socket_keepalive=True,
         retry=Retry(NoBackoff(), 1), health_check_interval=30,
     )  # fmt: skip
+    return aioredis.Redis(connection_pool=pool)
 
 
 async def bounded(aw: Awaitable[T], timeout_s: float) -> T:

@@ -35,7 +35,10 @@ class GatewayState:
         self.gw = cfg.gateway
         self.timeout_s = cfg.gateway.redis_timeout_s
         url = redis_url or cfg.redis_url or "redis://127.0.0.1:6379/0"
-        self.redis = redis if redis is not None else connect(url, self.timeout_s)
+        self.redis = (
+            redis if redis is not None
+            else connect(url, self.timeout_s, max_connections=cfg.gateway.redis_max_connections)
+        )  # fmt: skip
         self.pubsub_redis = (
             pubsub_redis if pubsub_redis is not None
             else redis if redis is not None

@@ -127,3 +127,15 @@ async def test_redis_down_or_hung_is_503_within_the_timeout(where: str, blackhol
                 assert resp.json()["error"]["type"] in ("redis_unavailable", "not_ready")
                 assert elapsed < 1.5, f"{path} took {elapsed:.2f}s"
             assert (await c.get("/healthz")).status_code == 200
+
+
+async def test_a_burst_past_the_pool_waits_instead_of_failing(make_gateway, kind: str) -> None:  # type: ignore[no-untyped-def]
+    if kind != "real":
+        pytest.skip("the pool belongs to the real client")
+    cfg = gateway_config(gateway={"redis_max_connections": 2})
+    async with make_gateway(cfg) as gw:
+        replies = await asyncio.gather(
+            *(gw.client.post("/v1/models/m/jobs", json={"input": f"x {i}"}) for i in range(40))
+        )
+        assert [r.status_code for r in replies] == [202] * 40
+        assert (await gw.queue.stats("m")).queued == 40
