@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any, Protocol
 from urllib.parse import urlencode, urlsplit
 
 import httpx
 
 ENGINES = ("auto", "lean", "httpx")
+# Below uvicorn's default keep-alive timeout (5 s): older idle connections are dropped.
+IDLE_MAX_S = 4.0
 
 
 class EngineTimeout(Exception):
@@ -84,8 +87,17 @@ class LeanEngine:
         self.host, self.port = parts.hostname, parts.port or 80
         self.prefix = parts.path.rstrip("/")
         self.timeout_s = timeout_s
-        self.idle: list[_Conn] = []
+        self.idle: list[tuple[_Conn, float]] = []  # (connection, idle since)
         self.host_header = f"Host: {parts.netloc}\r\n".encode()
+
+    def _reuse(self) -> _Conn | None:
+        now = time.monotonic()
+        while self.idle:
+            conn, since = self.idle.pop()
+            if now - since < IDLE_MAX_S and not conn[0].at_eof():
+                return conn
+            _close(conn)
+        return None
 
     async def call(
         self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None
@@ -95,14 +107,19 @@ class LeanEngine:
         head = f"{method} {target} HTTP/1.1\r\n".encode() + self.host_header
         if body is not None:
             head += b"Content-Type: application/json\r\n"
-        head += b"Content-Length: %d\r\n\r\n" % len(payload)
-        conn = self.idle.pop() if self.idle else None
+        request = head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
+        conn = self._reuse()
         try:
             async with asyncio.timeout(self.timeout_s):
-                if conn is None:
-                    conn = await asyncio.open_connection(self.host, self.port)
-                conn[1].write(head + payload)
-                status, raw, keep = await _read_response(conn[0])
+                try:
+                    conn, (status, raw, keep) = await self._exchange(conn, request)
+                except _STALE as e:
+                    if conn is None or not _unanswered(e):
+                        raise
+                    # The server closed a kept-alive connection before reading this
+                    # request (its keep-alive timeout): nothing ran, so send it again.
+                    _close(conn)
+                    conn, (status, raw, keep) = await self._exchange(None, request)
         except TimeoutError as e:
             _close(conn)
             raise EngineTimeout(f"{method} {target}: no answer in {self.timeout_s}s") from e
@@ -110,14 +127,36 @@ class LeanEngine:
             _close(conn)
             raise EngineError(f"{method} {target}: {e!r}") from e
         if keep:
-            self.idle.append(conn)
+            self.idle.append((conn, time.monotonic()))
         else:
             _close(conn)
         return status, _decode(raw)
 
+    async def _exchange(
+        self, conn: _Conn | None, request: bytes
+    ) -> tuple[_Conn, tuple[int, bytes, bool]]:
+        fresh = conn is None
+        if conn is None:
+            conn = await asyncio.open_connection(self.host, self.port)
+        try:
+            conn[1].write(request)
+            return conn, await _read_response(conn[0])
+        except BaseException:
+            if fresh:  # the caller only knows the connection it passed in
+                _close(conn)
+            raise
+
     async def aclose(self) -> None:
         while self.idle:
-            _close(self.idle.pop())
+            _close(self.idle.pop()[0])
+
+
+_STALE = (ConnectionResetError, BrokenPipeError, asyncio.IncompleteReadError)
+
+
+def _unanswered(e: BaseException) -> bool:
+    """True when not one byte of an answer came back."""
+    return not isinstance(e, asyncio.IncompleteReadError) or not e.partial
 
 
 def _close(conn: _Conn | None) -> None:

@@ -27,8 +27,8 @@ async def _serve(answers: list[bytes]) -> tuple[asyncio.Server, list[bytes], lis
                     await asyncio.sleep(0.5)
                 writer.write(answer)
                 await writer.drain()
-                if b"Connection: close" in answer:
-                    break
+                if b"Connection: close" in answer or b"X-Drop" in answer:
+                    break  # X-Drop: close silently, as a server's keep-alive timeout does
         except asyncio.IncompleteReadError:
             pass
         writer.close()
@@ -73,6 +73,17 @@ async def test_timeout_and_refused_are_engine_errors() -> None:
     await asyncio.sleep(0.6)  # the hung handler finishes
     with pytest.raises(EngineError):  # nothing listens on the port any more
         await LeanEngine(url, timeout_s=1.0).call("GET", "/gone")
+
+
+async def test_a_kept_alive_connection_the_server_dropped_is_retried_once() -> None:
+    ok = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+    server, requests, conns = await _serve([ok[:17] + b"X-Drop: 1\r\n" + ok[17:], ok])
+    engine = LeanEngine(_url(server), timeout_s=2.0)
+    assert await engine.call("GET", "/a") == (200, {})
+    await asyncio.sleep(0.05)  # the server has closed the connection meanwhile
+    assert await engine.call("POST", "/b", {"x": 1}) == (200, {})
+    server.close()
+    assert len(conns) == 2 and len(requests) == 2  # the second went once, on a new connection
 
 
 def test_engine_choice() -> None:
