@@ -1,7 +1,7 @@
 """What the routes do: estimate, admit, submit, read, wait, cancel.
 
 Routes stay thin; these functions hold the gateway's logic and every Redis call
-goes through :func:`gateway.redis_io.bounded`.
+goes through the state's :class:`gateway.redis_io.RedisGate` (``st.call``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from gateway.admission import (
     limits_for,
     retry_after_full,
 )
-from gateway.redis_io import bounded
 from gateway.state import GatewayState
 from sluice.config import ModelConfig
 from sluice.cost import Estimate
@@ -112,9 +111,8 @@ async def submit(
     jobs = _build_jobs(inputs, estimates, spec, batch)
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
-        subs = await bounded(
-            st.queue.submit(model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost),
-            st.timeout_s,
+        subs = await st.call(
+            st.queue.submit(model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost)
         )
     except QueueFull as e:
         load = st.snapshots.load(model) or _empty_load()
@@ -139,7 +137,7 @@ def _empty_load() -> Load:
 
 
 async def get(st: GatewayState, job_id: str) -> JobRecord:
-    return await bounded(st.queue.get(job_id), st.timeout_s)
+    return await st.call(st.queue.get(job_id))
 
 
 async def wait(st: GatewayState, job_id: str, wait_s: float) -> JobRecord:
@@ -167,7 +165,7 @@ async def wait(st: GatewayState, job_id: str, wait_s: float) -> JobRecord:
 
 async def cancel(st: GatewayState, job_id: str) -> str:
     """Cancel a job; returns its status before (JobConflict when it had already ended)."""
-    return await bounded(st.queue.cancel(job_id), st.timeout_s)
+    return await st.call(st.queue.cancel(job_id))
 
 
 def job_view(rec: JobRecord) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from gateway.admission import Load, drain_rate
 from gateway.metrics import GatewayMetrics
-from gateway.redis_io import bounded, raise_if_cancelling, run_reads
+from gateway.redis_io import RedisGate, raise_if_cancelling, run_reads
 from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
@@ -63,13 +63,13 @@ def _smoothed_rate(prev: ModelSnapshot | None, stats: QueueStats, now_s: float) 
 class Snapshots:
     def __init__(
         self, r: aioredis.Redis, models: dict[str, ModelConfig], metrics: GatewayMetrics,
-        timeout_s: float,
+        call: RedisGate,
     ) -> None:  # fmt: skip
         self.redis = r
         self.models = models
         self.ops = QueueOps(models)
         self.metrics = metrics
-        self.timeout_s = timeout_s
+        self.call = call
         self.current: dict[str, ModelSnapshot] = {}
         self.last_ok_s = 0.0
 
@@ -82,7 +82,7 @@ class Snapshots:
         calls: list[Call[Any]] = []
         for name in self.models:
             calls += [self.ops.stats(name), list_workers_call(name, now)]
-        replies = await bounded(run_reads(self.redis, calls), self.timeout_s)
+        replies = await self.call(run_reads(self.redis, calls))
         fresh = {}
         for i, name in enumerate(self.models):
             stats, (workers, _stale) = replies[2 * i], replies[2 * i + 1]

@@ -15,7 +15,7 @@ import redis.asyncio as aioredis
 
 from gateway.completions import Completions
 from gateway.metrics import GatewayMetrics
-from gateway.redis_io import bounded, connect
+from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
 from sluice import keys
 from sluice.config import ModelConfig, SluiceConfig
@@ -45,11 +45,12 @@ class GatewayState:
             else connect(url, self.timeout_s, blocking_reads=True)
         )  # fmt: skip
         models = dict(cfg.models)
+        self.call = RedisGate(self.timeout_s, cfg.gateway.redis_max_connections)
         self.queue = AsyncQueueClient(self.redis, models)
         # Tokenizers load once per process, here, not on the first request.
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
         self.metrics = GatewayMetrics()
-        self.snapshots = Snapshots(self.redis, models, self.metrics, self.timeout_s)
+        self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
         self.completions = Completions(self.pubsub_redis, [keys.done_channel(m) for m in models])
         self._tasks: list[asyncio.Task[Any]] = []
 
@@ -84,6 +85,6 @@ class GatewayState:
 
     async def ping(self) -> bool:
         try:
-            return bool(await bounded(self.redis.ping(), self.timeout_s))
+            return bool(await self.call(self.redis.ping()))
         except Exception:
             return False

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 
 from gateway import service
 from gateway.deps import IdempotencyKey, State
-from gateway.redis_io import bounded, run_reads
+from gateway.redis_io import run_reads
 from gateway.schemas import JobRequest, JobView, ModelList, errors
 from sluice.jobs import QueueStats
 from sluice.registry import WorkerInfo, list_workers_call, workers_by_state
@@ -47,7 +47,7 @@ async def list_models(st: State) -> dict[str, Any]:
     calls: list[Any] = []
     for name in st.cfg.models:
         calls += [st.queue.ops.stats(name), list_workers_call(name, now)]
-    replies = await bounded(run_reads(st.redis, calls), st.timeout_s)
+    replies = await st.call(run_reads(st.redis, calls))
     models = [
         _model_info(st, name, replies[2 * i], replies[2 * i + 1][0])
         for i, name in enumerate(st.cfg.models)
