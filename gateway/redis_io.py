@@ -29,9 +29,10 @@ def connect(
     hold a request far past the timeout; a gateway must answer 503 promptly instead.
     The pool holds up to ``max_connections``; :class:`RedisGate` keeps the number of
     commands in flight under it, so a burst waits for a slot instead of failing
-    with "Too many connections" (redis-py's own BlockingConnectionPool does the
-    same but serialises every checkout through a lock: at 500 req/s it added
-    hundreds of ms, measured with ``bench/gateway.py``'s long-poll run).
+    with "Too many connections" (redis-py's default pool raises it past 100 in
+    flight). redis-py's BlockingConnectionPool would also wait, but it takes an
+    asyncio.Condition lock on every checkout and release; a semaphore costs
+    nothing while slots are free.
     ``blocking_reads`` is for the pub/sub connection, which waits for messages.
     """
     pool = aioredis.ConnectionPool.from_url(
