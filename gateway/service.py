@@ -56,6 +56,7 @@ def _estimate_all(st: GatewayState, model: str, inputs: list[Any]) -> list[Estim
         try:
             out.append(est.estimate(value))
         except (InvalidInput, InputTooLarge) as e:
+            st.metrics.rejected.labels(model, e.type).inc(len(inputs))
             where = f"inputs[{i}]: " if len(inputs) > 1 else "input: "
             raise type(e)(where + str(e)) from e
     return out

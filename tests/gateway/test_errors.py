@@ -58,6 +58,8 @@ async def test_input_over_the_largest_bucket_is_413_naming_the_limit(gw: Harness
     assert resp.status_code == 413
     assert "512" in error_of(resp)["message"]
     assert (await gw.queue.stats("m")).queued == 0
+    metrics = (await gw.client.get("/metrics")).text
+    assert 'sluice_jobs_rejected_total{model="m",reason="input_too_large"} 1.0' in metrics
 
 
 async def test_body_over_the_limit_is_413_before_it_is_read(gw: Harness) -> None:
