@@ -74,11 +74,16 @@ def stack_cmd(
     gateway_workers: Annotated[int, typer.Option(help="uvicorn processes.")] = 1,
     scaling_duration_s: Annotated[float, typer.Option(help="Benchmark 1: s per phase.")] = 6.0,
     mixed_workers: Annotated[int, typer.Option(help="Benchmark 2: workers.")] = 4,
-    short_ms: Annotated[float, typer.Option(help="Benchmark 2: a short job's ms.")] = 20.0,
+    mixed_batch: Annotated[int, typer.Option(help="Benchmark 2: max_batch.")] = 8,
+    mixed_base_ms: Annotated[float, typer.Option(help="Benchmark 2: ms per batch.")] = 10.0,
+    per_token_ms: Annotated[float, typer.Option(help="Benchmark 2: ms per padded word.")] = 1.0,
     mixed_duration_s: Annotated[float, typer.Option(help="Benchmark 2: s per case.")] = 30.0,
+    util_of: Annotated[
+        str, typer.Option(help="Benchmark 2: utilisation of the buckets' capacity, or own.")
+    ] = "buckets",
     overlap: Annotated[
-        bool, typer.Option(help="Benchmark 2: workers prefetch the next job.")
-    ] = False,
+        bool, typer.Option(help="Benchmark 2: workers prefetch the next batch.")
+    ] = True,
     workdir: Annotated[Path, typer.Option(help="Configs and process logs.")] = Path(
         "/tmp/sluice-bench-stack"
     ),
@@ -86,7 +91,7 @@ def stack_cmd(
     json_path: JsonOpt = None,
 ) -> None:
     """Issue 6 benchmarks 1 (scaling) and 2 (mixed load) on a real stack of processes."""
-    from sluice.loadgen.mixed_bench import run_mixed
+    from sluice.loadgen.mixed_bench import MixedParams, run_mixed
     from sluice.loadgen.stack_bench import run_scaling
     from sluice.loadgen.stack_report import print_mixed, print_scaling
 
@@ -100,10 +105,10 @@ def stack_cmd(
         print_scaling(out["scaling"], console)
         write_json(json_path, out)  # the first half survives a failure in the second
     if only in ("both", "mixed"):
-        short_words = 10
-        out["mixed"] = run_mixed(workdir, workers=mixed_workers, short_words=short_words,
-                                 per_token_ms=short_ms / short_words, overlap=overlap,
-                                 duration_s=mixed_duration_s, progress=progress)  # fmt: skip
+        params = MixedParams(workers=mixed_workers, max_batch=mixed_batch, base_ms=mixed_base_ms,
+                             per_token_ms=per_token_ms, overlap=overlap,
+                             duration_s=mixed_duration_s, util_of=util_of)  # fmt: skip
+        out["mixed"] = run_mixed(workdir, params, progress=progress)
         print_mixed(out["mixed"], console)
     write_json(json_path, out)
 

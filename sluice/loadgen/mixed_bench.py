@@ -1,15 +1,18 @@
 """Stack benchmark 2: short-job latency under mixed load, size buckets vs one bucket.
 
 90% short jobs (``short_words``) and 10% ten times longer, on synthetic workers
-whose time is ``per_token_ms x cost`` (max_batch 1, so both configs have the
-same capacity and only the scheduling differs). Two models in one config, the
+whose batch time is ``base_ms + per_token_ms x padded tokens`` (padded to the
+batch's longest input, as a real model pads). Two models in one config, the
 same except for their buckets: ``mix_buckets`` (a short and a long bucket) and
 ``mix_one`` (a single bucket). Each utilisation replays the same seeded Poisson
 arrivals and inputs against both, one after the other, on the same gateway.
+With ``max_batch`` 1 both configs have the same capacity and only the
+scheduling differs; with batching, one bucket also pads short inputs to long.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,62 +27,93 @@ TARGET_SHORT_P99_RATIO = 5.0
 MODELS = ("mix_buckets", "mix_one")
 
 
-def mixed_config(short_words: int, per_token_ms: float) -> dict[str, Any]:
-    long_words = 10 * short_words
+@dataclass(frozen=True)
+class MixedParams:
+    """The workload and workers; a job of n words runs base_ms + per_token_ms x n x batch."""
 
+    workers: int = 4
+    short_words: int = 10  # long jobs have ten times as many
+    base_ms: float = 10.0
+    per_token_ms: float = 1.0
+    max_batch: int = 8
+    overlap: bool = True
+    utilisations: tuple[float, ...] = (0.7, 0.9)
+    duration_s: float = 30.0
+    warmup_s: float = 5.0
+    capacity_s: float = 8.0  # each config's closed-loop capacity phase
+    # "buckets": both configs get the same rate (a fraction of the bucketed capacity);
+    # "own": each config runs at that fraction of its own measured capacity.
+    util_of: str = "buckets"
+
+    @property
+    def long_words(self) -> int:
+        return 10 * self.short_words
+
+    @property
+    def bands(self) -> tuple[LengthBand, ...]:
+        return (LengthBand(self.short_words, self.short_words, 0.9),
+                LengthBand(self.long_words, self.long_words, 0.1))  # fmt: skip
+
+
+def mixed_config(p: MixedParams) -> dict[str, Any]:
     def model(buckets: list[int]) -> dict[str, Any]:
         return {
             "handler": "synthetic",
-            "params": {"base_ms": 0, "per_token_ms": per_token_ms},
+            "params": {"base_ms": p.base_ms, "per_token_ms": p.per_token_ms},
             "buckets": buckets,
             "cost": {"method": "words"},
             # The scheduler's expected service time per bucket matches the handler's.
-            "batching": {"max_batch": 1, "max_batch_tokens": long_words,
-                         "service_ms_base": 0.01, "service_ms_per_cost": per_token_ms},
+            "batching": {"max_batch": p.max_batch, "max_batch_tokens": p.max_batch * p.long_words,
+                         "service_ms_base": p.base_ms, "service_ms_per_cost": p.per_token_ms},
             "autoscaling": {"min_replicas": 0, "max_replicas": 64},
         }  # fmt: skip
 
-    return {"models": {"mix_buckets": model([short_words, long_words]),
-                       "mix_one": model([long_words])}}  # fmt: skip
+    return {"models": {"mix_buckets": model([p.short_words, p.long_words]),
+                       "mix_one": model([p.long_words])}}  # fmt: skip
 
 
-def run_mixed(
-    workdir: Path, *, workers: int = 4, short_words: int = 10, per_token_ms: float = 2.0,
-    utilisations: tuple[float, ...] = (0.7, 0.9), duration_s: float = 30.0,
-    warmup_s: float = 5.0, overlap: bool = False, progress: bool = True,
-) -> dict[str, Any]:  # fmt: skip
-    """Benchmark 2; returns the JSON document."""
-    cfg = mixed_config(short_words, per_token_ms)
+def _case(out: dict[str, Any], p: MixedParams, model: str, util: float) -> dict[str, Any]:
+    # Short and long by the input's own size (one bucket holds both).
+    s, lw = p.short_words, p.long_words
+    return {"model": model, "utilisation": util, "rate_per_s": out["spec"]["rate"],
+            "throughput_per_s": out["throughput_per_s"], "errors": out["errors"],
+            "cpu": out["cpu"]["cores"], "send_lag_p99_ms": out["send_lag_ms"]["p99"],
+            "short": out["bands"][f"{s}-{s}"], "long": out["bands"][f"{lw}-{lw}"]}  # fmt: skip
+
+
+def run_mixed(workdir: Path, p: MixedParams, progress: bool = True) -> dict[str, Any]:
+    """Benchmark 2; returns the JSON document.
+
+    Utilisation is relative to capacities measured first in the same run (closed
+    loop): the bucketed config's for both (the same arrivals), or each its own.
+    """
+    cfg = mixed_config(p)
     cfg_path = workdir / "mixed.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
-    long_words = 10 * short_words
-    bands = (LengthBand(short_words, short_words, 0.9), LengthBand(long_words, long_words, 0.1))
-    mean_ms = per_token_ms * (0.9 * short_words + 0.1 * long_words)
-    capacity = workers * 1000.0 / mean_ms
-    args = [] if overlap else ["--no-overlap"]
-    cases = []
+    args = [] if p.overlap else ["--no-overlap"]
+    conc = 3 * p.workers * p.max_batch  # a full batch running, one prefetched, one queued
+    base = LoadSpec(url="", model="", concurrency=conc, duration_s=p.capacity_s,
+                    warmup_s=2.0, bands=p.bands, progress=progress)  # fmt: skip
+    capacity, cases = {}, []
     with Stack(cfg_path, workdir / "logs-mixed", worker_args=args) as st:
-        for i, util in enumerate(utilisations):
-            rate = round(util * capacity, 1)
+        base = replace(base, url=st.url)
+        for model in MODELS:
+            st.add_workers(model, p.workers)
+            out = phase(st, replace(base, model=model, label=f"{model} capacity"))
+            capacity[model] = out["throughput_per_s"]
+            st.stop_workers(model)
+        for i, util in enumerate(p.utilisations):
             for model in MODELS:
-                st.add_workers(model, workers)
-                spec = LoadSpec(url=st.url, model=model, rate=rate, duration_s=duration_s,
-                                warmup_s=warmup_s, bands=bands, seed=100 + i, progress=progress,
-                                label=f"{model} at {util:.0%} = {rate}/s")  # fmt: skip
-                out = phase(st, spec)
+                ref = capacity[model if p.util_of == "own" else "mix_buckets"]
+                rate = max(1.0, round(util * ref, 1))
+                st.add_workers(model, p.workers)
+                spec = replace(base, model=model, concurrency=None, rate=rate, seed=100 + i,
+                               duration_s=p.duration_s, warmup_s=p.warmup_s,
+                               label=f"{model} at {util:.0%} = {rate}/s")  # fmt: skip
+                cases.append(_case(phase(st, spec), p, model, util))
                 st.stop_workers(model)
-                # Short and long by the input's own size (one bucket holds both).
-                split = {"short": out["bands"][f"{short_words}-{short_words}"],
-                         "long": out["bands"][f"{long_words}-{long_words}"]}  # fmt: skip
-                cases.append({"model": model, "utilisation": util, "rate_per_s": rate,
-                              "throughput_per_s": out["throughput_per_s"],
-                              "errors": out["errors"], "cpu": out["cpu"]["cores"],
-                              "send_lag_p99_ms": out["send_lag_ms"]["p99"], **split})  # fmt: skip
-    return {"config": cfg["models"], "workers": workers, "short_ms": per_token_ms * short_words,
-            "long_ms": per_token_ms * long_words, "mean_service_ms": mean_ms,
-            "capacity_jobs_per_s": round(capacity, 1), "overlap": overlap,
-            "duration_s": duration_s, "warmup_s": warmup_s, "cases": cases,
-            "summary": mixed_summary(cases)}  # fmt: skip
+    return {"params": asdict(p), "config": cfg["models"], "capacity_jobs_per_s": capacity,
+            "cases": cases, "summary": mixed_summary(cases)}  # fmt: skip
 
 
 def mixed_summary(cases: list[dict[str, Any]]) -> dict[str, Any]:

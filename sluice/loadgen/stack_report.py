@@ -48,10 +48,13 @@ def print_scaling(data: dict[str, Any], console: Console) -> None:
 
 
 def print_mixed(data: dict[str, Any], console: Console) -> None:
+    p, cap = data["params"], data["capacity_jobs_per_s"]
     console.print(
-        f"[bold]Benchmark 2[/]: {data['workers']} synthetic workers, "
-        f"short {data['short_ms']:.0f} ms (90%), long {data['long_ms']:.0f} ms (10%), "
-        f"capacity {data['capacity_jobs_per_s']} jobs/s, overlap {data['overlap']}"
+        f"[bold]Benchmark 2[/]: {p['workers']} synthetic workers, max_batch {p['max_batch']}, "
+        f"batch ms = {p['base_ms']} + {p['per_token_ms']} x padded words; inputs "
+        f"{p['short_words']} words (90%) and {10 * p['short_words']} (10%); overlap "
+        f"{p['overlap']}; measured capacity: buckets {cap['mix_buckets']:.1f} jobs/s, "
+        f"one bucket {cap['mix_one']:.1f} jobs/s; utilisation of: {p['util_of']}"
     )
     t = Table(title="Short-job latency: size buckets vs one bucket", box=box.SIMPLE_HEAD)
     for name in ("util", "config", "rate", "jobs/s", "short p50", "short p99", "short wait p99",
