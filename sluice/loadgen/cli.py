@@ -95,6 +95,8 @@ def stack_cmd(
     from sluice.loadgen.stack_bench import run_scaling
     from sluice.loadgen.stack_report import print_mixed, print_scaling
 
+    if only not in ("both", "scaling", "mixed") or util_of not in ("buckets", "own"):
+        fail("--only is scaling, mixed or both; --util-of is buckets or own", 2)
     workdir.mkdir(parents=True, exist_ok=True)
     console, out = _console(), {}
     if only in ("both", "scaling"):
