@@ -64,9 +64,17 @@ class GatewayMetrics:
             "From a completion notification reaching the gateway to its long-poll answer",
             buckets=WAKE_BUCKETS, registry=r,
         )  # fmt: skip
+        self._submitted: dict[tuple[str, str, str], Counter] = {}
         self.waiters = Gauge(
             "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r
         )
+
+    def count_submitted(self, model: str, bucket: str, priority: str) -> None:
+        key = (model, bucket, priority)
+        child = self._submitted.get(key)
+        if child is None:
+            child = self._submitted[key] = self.submitted.labels(model, bucket, priority)
+        child.inc()
 
     def set_snapshot(self, stats: QueueStats, workers: list[WorkerInfo], drain_rate: float) -> None:
         for b in stats.buckets:

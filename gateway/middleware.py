@@ -71,6 +71,8 @@ class BodyGuard:
             return await _send_error(
                 send, 415, "unsupported_media_type", "the request body must be application/json"
             )
+        if not chunked:  # the HTTP server delivers no more than a declared length
+            return await self.app(scope, receive, send)
         seen = 0
 
         async def limited() -> Message:
@@ -91,6 +93,10 @@ class Metrics:
     def __init__(self, app: ASGIApp, metrics: GatewayMetrics) -> None:
         self.app = app
         self.metrics = metrics
+        # Label children, looked up once per (route, method, status): labels() is
+        # a lock and a dict build per call on the hot path otherwise.
+        self._counters: dict[tuple[str, str, int], Any] = {}
+        self._histograms: dict[tuple[str, str], Any] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -110,5 +116,16 @@ class Metrics:
             route: Any = scope.get("route")
             name = getattr(route, "path", None) or "unmatched"
             method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
-            self.metrics.requests.labels(name, method, str(status)).inc()
-            self.metrics.latency.labels(name, method).observe(time.perf_counter() - start)
+            self._count(name, method, status)
+            key = (name, method)
+            hist = self._histograms.get(key)
+            if hist is None:
+                hist = self._histograms[key] = self.metrics.latency.labels(name, method)
+            hist.observe(time.perf_counter() - start)
+
+    def _count(self, route: str, method: str, status: int) -> None:
+        key = (route, method, status)
+        child = self._counters.get(key)
+        if child is None:
+            child = self._counters[key] = self.metrics.requests.labels(route, method, str(status))
+        child.inc()

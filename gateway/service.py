@@ -124,7 +124,7 @@ async def submit(
     for job, sub, est in zip(jobs, subs, estimates, strict=True):
         view = _accepted(model, job, sub, est.truncated_to is not None)
         if sub.created:
-            st.metrics.submitted.labels(model, job.bucket, job.priority).inc()
+            st.metrics.count_submitted(model, job.bucket, job.priority)
         else:  # a replay answers with the job the key created, as it is now
             rec = await get(st, sub.id)
             view.update(status=rec.status.value, bucket=rec.bucket, cost=rec.cost,
