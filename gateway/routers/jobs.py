@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
-from fastapi.responses import JSONResponse
 
 from gateway import service
 from gateway.deps import IDEMPOTENCY_DOC, IdempotencyKey, State
+from gateway.responses import Json
 from gateway.schemas import (
     BatchAccepted,
     BatchRequest,
@@ -27,11 +27,11 @@ JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_
 
 
 @router.post(
-    "/models/{model}/jobs", status_code=202, response_class=JSONResponse,
+    "/models/{model}/jobs", status_code=202, response_class=Json,
     responses={202: {"model": JobAccepted}, **errors(404, 413, 415, 422, 429, 503)},
     openapi_extra=IDEMPOTENCY_DOC,
 )  # fmt: skip
-async def submit_job(model: ModelName, body: JobRequest, request: Request) -> JSONResponse:
+async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Json:
     """Queue one job; answers at once with its id (poll or long-poll GET /v1/jobs/{id})."""
     # The hot path: the state and the header are read directly and the response is
     # built here, which skips FastAPI's per-parameter and response-encoding work
@@ -43,7 +43,7 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> JS
     headers = {"Location": f"/v1/jobs/{views[0]['id']}"}
     if replayed:
         headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(views[0], status_code=202, headers=headers)
+    return Json(views[0], status_code=202, headers=headers)
 
 
 @router.post(
@@ -67,16 +67,16 @@ async def submit_batch(
 
 
 @router.get(
-    "/jobs/{job_id}", response_model=None,
+    "/jobs/{job_id}", response_class=Json,
     responses={200: {"model": JobView}, **errors(404, 422, 503)},
 )  # fmt: skip
 async def get_job(
     job_id: JobId, st: State,
     wait: Annotated[float, Query(ge=0, le=60, description="Long-poll up to S seconds.")] = 0,
-) -> dict[str, Any]:  # fmt: skip
+) -> Json:  # fmt: skip
     """A job's status, result or error, and timings; ``?wait=S`` answers as soon as it ends."""
     rec = await (service.wait(st, job_id, wait) if wait > 0 else service.get(st, job_id))
-    return service.job_view(rec)
+    return Json(service.job_view(rec))
 
 
 @router.delete(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query
 
 from gateway import service
 from gateway.deps import IdempotencyKey, State
 from gateway.redis_io import run_reads
+from gateway.responses import Json
 from gateway.schemas import JobRequest, JobView, ModelList, errors
 from sluice.jobs import QueueStats
 from sluice.registry import WorkerInfo, list_workers_call, workers_by_state
@@ -56,23 +57,23 @@ async def list_models(st: State) -> dict[str, Any]:
 
 
 @router.post(
-    "/models/{model}/predict", response_model=None,
+    "/models/{model}/predict", response_class=Json,
     responses={200: {"model": JobView}, 202: {"model": JobView},
                **errors(404, 413, 415, 422, 429, 503)},
 )  # fmt: skip
 async def predict(
-    model: ModelName, body: JobRequest, st: State, response: Response,
+    model: ModelName, body: JobRequest, st: State,
     idempotency_key: IdempotencyKey = None,
     timeout: Annotated[
         float | None, Query(gt=0, le=60, description="Wait at most this long (s).")
     ] = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> Json:  # fmt: skip
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
     spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
     views, _ = await service.submit(st, model, [body.input], spec)
     job_id = views[0]["id"]
     limit = min(timeout or st.gw.predict_timeout_s, st.gw.predict_timeout_s)
     rec = await service.wait(st, job_id, limit)
-    response.headers["Location"] = f"/v1/jobs/{job_id}"
-    response.status_code = 200 if rec.status.terminal else 202
-    return service.job_view(rec)
+    headers = {"Location": f"/v1/jobs/{job_id}"}
+    return Json(service.job_view(rec), status_code=200 if rec.status.terminal else 202,
+                headers=headers)  # fmt: skip

@@ -151,3 +151,10 @@ async def test_truncation_where_the_model_allows_it(make_gateway) -> None:  # ty
         resp = await submit(h, {"input": "w " * 900})
         assert resp.status_code == 202
         assert resp.json()["truncated"] is True and resp.json()["bucket"] == "512"
+
+
+async def test_a_result_with_nan_is_served_as_valid_json(gw: Harness) -> None:
+    job_id = (await submit(gw, {"input": "x"})).json()["id"]
+    await gw.queue.complete("m", [Outcome.ok(job_id, [1.5, float("nan"), float("inf")])])
+    resp = await gw.client.get(f"/v1/jobs/{job_id}")
+    assert resp.status_code == 200 and resp.json()["result"] == [1.5, None, None]

@@ -1,0 +1,30 @@
+"""The JSON response every route returns directly (no FastAPI encoding pass)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from fastapi.responses import JSONResponse
+
+
+def _finite(value: Any) -> Any:
+    """NaN and infinities (a model's output can hold them) become null: valid JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+class Json(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:  # allow_nan=False refused a non-finite float
+            return json.dumps(
+                _finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")
+            ).encode("utf-8")
