@@ -110,6 +110,11 @@ class Outcome:
     def fail(cls, job_id: str, err_type: str, message: str, run_ms: float = 0.0) -> Outcome:
         return cls(job_id, "fail", {"type": err_type, "message": message}, run_ms)
 
+    @classmethod
+    def release(cls, job_id: str) -> Outcome:
+        """Hand back a job that never ran: requeued in its place, no attempt used."""
+        return cls(job_id, "release", None, 0.0)
+
 
 def _int(raw: dict[str, str], name: str) -> int | None:
     v = raw.get(name)

@@ -11,8 +11,11 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from sluice.config import ModelConfig
 from sluice.errors import RedisUnavailable
@@ -23,18 +26,25 @@ T = TypeVar("T")
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
 
 
+def _one_retry() -> Retry:
+    # redis-py's default (several retries, backoff up to seconds) can hold one call
+    # far past socket_timeout; one quick retry rides out a dropped connection, and
+    # callers handle anything longer (503 at the gateway, back-off in workers).
+    return Retry(ExponentialBackoff(cap=0.2, base=0.02), 1)
+
+
 def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
     """A sync client with bounded timeouts, text replies."""
     return redis.Redis.from_url(
         url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        health_check_interval=30,
+        health_check_interval=30, retry=_one_retry(),
     )  # fmt: skip
 
 
 def connect_async(url: str, timeout_s: float = 5.0) -> aioredis.Redis:
     return aioredis.Redis.from_url(
         url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        health_check_interval=30,
+        health_check_interval=30, retry=AsyncRetry(ExponentialBackoff(cap=0.2, base=0.02), 1),
     )  # fmt: skip
 
 
@@ -69,8 +79,10 @@ class QueueClient:
     def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
         return self.run(self.ops.claim(model, worker_id, **kw))
 
-    def complete(self, model: str, outcomes: Sequence[Outcome]) -> tuple[int, int]:
-        return self.run(self.ops.complete(model, outcomes))
+    def complete(
+        self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
+    ) -> tuple[int, int]:
+        return self.run(self.ops.complete(model, outcomes, worker_id))
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
         return self.run(self.ops.renew(model, worker_id, job_ids))
@@ -118,8 +130,10 @@ class AsyncQueueClient:
     async def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
         return await self.run(self.ops.claim(model, worker_id, **kw))
 
-    async def complete(self, model: str, outcomes: Sequence[Outcome]) -> tuple[int, int]:
-        return await self.run(self.ops.complete(model, outcomes))
+    async def complete(
+        self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
+    ) -> tuple[int, int]:
+        return await self.run(self.ops.complete(model, outcomes, worker_id))
 
     async def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
         return await self.run(self.ops.renew(model, worker_id, job_ids))

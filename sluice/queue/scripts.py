@@ -55,7 +55,9 @@ class Call(Generic[T]):
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    # ASCII escapes: a lone surrogate in a string (valid JSON, not valid UTF-8)
+    # would otherwise fail to encode for Redis and lose the whole call.
+    return json.dumps(value, separators=(",", ":"))
 
 
 def _ms(seconds: float) -> int:
@@ -136,12 +138,16 @@ class QueueOps:
     def _ks(self, model: str) -> list[str]:
         return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
 
-    def complete(self, model: str, outcomes: Sequence[Outcome]) -> Call[tuple[int, int]]:
+    def complete(
+        self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
+    ) -> Call[tuple[int, int]]:
+        """Outcomes of one batch; with ``worker_id``, retry/fail/release count only
+        while that worker still holds the job (a lapsed lease cannot give it back)."""
         cfg = self.model(model)
         args: list[Any] = [
             keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
             cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s, cfg.batching.max_attempts,
-            len(outcomes),
+            worker_id, len(outcomes),
         ]  # fmt: skip
         for o in outcomes:
             args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]

@@ -279,3 +279,50 @@ def test_large_batches_and_submits_go_through_in_one_call(queue_factory) -> None
     stats = q.stats("m")
     assert stats.in_flight == 0 and stats.counters["succeeded"] == 4096
     assert stats.queued_cost == 904
+
+
+def test_a_lapsed_worker_cannot_give_back_a_job_another_worker_holds(queue_factory) -> None:
+    q = queue_factory(batching={"lease_s": 0.1, "max_attempts": 5})
+    job = q.submit("m", [small(0)])[0].id
+    q.claim("m", "a")
+    time.sleep(0.15)
+    assert [j.id for j in q.claim("m", "b").jobs] == [job]  # a's lease lapsed
+    assert q.complete("m", [Outcome.retry(job, "E", "late")], worker_id="a") == (0, 1)
+    assert q.complete("m", [Outcome.fail(job, "E", "late")], worker_id="a") == (0, 1)
+    rec = q.get(job)
+    assert rec.status is JobStatus.RUNNING and rec.worker == "b"
+    assert q.renew("m", "b", [job]) == []  # b still holds its lease
+    assert q.complete("m", [Outcome.ok(job, "b's")], worker_id="b") == (1, 0)
+    assert q.get(job).result == "b's"
+
+
+def test_release_requeues_in_place_without_using_an_attempt(queue_factory) -> None:
+    q = queue_factory(batching={"max_attempts": 1})
+    ids = [s.id for s in q.submit("m", [small(i) for i in range(3)])]
+    batch = q.claim("m", "w", max_batch=2)
+    done = q.complete("m", [Outcome.release(j.id) for j in batch.jobs], worker_id="w")
+    assert done == (2, 0)
+    assert all(q.get(i).status is JobStatus.QUEUED and q.get(i).attempts == 0 for i in ids[:2])
+    assert q.stats("m").in_flight == 0 and q.stats("m").queued_cost == 12
+    again = q.claim("m", "w2", max_batch=3)
+    assert [j.id for j in again.jobs] == ids and again.jobs[0].attempts == 1
+    assert q.dead_letters("m") == []
+
+
+def test_idempotency_key_of_an_expired_job_makes_a_new_job(queue_factory, r: redis.Redis) -> None:
+    q = queue_factory()
+    first = q.submit("m", [small(0, idempotency_key="k")])[0]
+    r.delete(keys.job_key("m", first.id))  # what the result TTL does
+    again = q.submit("m", [small(1, idempotency_key="k")])[0]
+    assert again.created and again.id != first.id
+    assert q.get(again.id).status is JobStatus.QUEUED
+
+
+def test_lone_surrogates_survive_the_round_trip(queue_factory) -> None:
+    q = queue_factory()
+    value = {"text": "bad \ud800 half"}
+    job = q.submit("m", [NewJob(input=value, bucket="32", cost=2)])[0].id
+    [claimed] = q.claim("m", "w").jobs
+    assert claimed.input == value
+    assert q.complete("m", [Outcome.ok(job, {"echo": "\udfff"})], worker_id="w") == (1, 0)
+    assert q.get(job).result == {"echo": "\udfff"}

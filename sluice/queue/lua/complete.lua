@@ -2,28 +2,42 @@
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
 -- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
 -- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
--- ARGV[7] number of outcomes N, then N groups of 4:
---   id, kind ('ok' | 'retry' | 'fail'), payload (result or error JSON), run ms
+-- ARGV[7] reporting worker id ('' = any)   ARGV[8] number of outcomes N, then N groups
+--   of 4: id, kind ('ok' | 'retry' | 'fail' | 'release'), payload (result or error
+--   JSON), run ms
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket (same hash tag).
--- The first outcome of a job wins: a job already ended (or cancelled) is left as
--- it is and counted stale, so a late worker can never overwrite a result.
+-- The first result of a job wins: a job already ended (or cancelled) is left as
+-- it is and counted stale, so a late worker can never overwrite a result. A retry,
+-- fail or release from a worker that no longer holds the job (its lease lapsed and
+-- another worker took it) is stale too: only the holder may give a job back.
+-- 'release' hands back a job that never ran: requeued, the claim's attempt undone.
 -- Returns {accepted, stale}.
 local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
 local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local n = tonumber(ARGV[7])
+local reporter, n = ARGV[7], tonumber(ARGV[8])
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
 
 for i = 0, n - 1 do
-  local b = 8 + i * 4
+  local b = 9 + i * 4
   local id, kind, payload, run_ms = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local jk = jprefix .. id
-  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost')
+  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker')
   local status = f[1]
-  if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') then
+  local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
+  if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
     stale = stale + 1
+  elseif kind == 'release' then
+    accepted = accepted + 1
+    local g = redis.call('HMGET', jk, 'score')
+    redis.call('ZREM', inflight, id)
+    redis.call('HINCRBY', jk, 'att', -1)
+    redis.call('HSET', jk, 'status', 'queued')
+    redis.call('HDEL', jk, 'worker', 'start')
+    redis.call('ZADD', qprefix .. f[2], g[1], id)
+    add_cost(stats, f[2], tonumber(f[3]))
   else
     accepted = accepted + 1
     if status == 'queued' then

@@ -21,6 +21,10 @@ for i = 0, n - 1 do
   local ikey = ARGV[b + 7]
   if ikey ~= '' then
     existing[i] = redis.call('GET', iprefix .. ikey)
+    -- A key whose job has expired (result TTL) is free again: a new job, not a 404.
+    if existing[i] and redis.call('EXISTS', jprefix .. existing[i]) == 0 then
+      existing[i] = false
+    end
   end
   if not existing[i] then
     new_count = new_count + 1
