@@ -4,6 +4,10 @@ The observer reads, :func:`autoscaler.policy.decide` decides, the backend acts.
 A failed read holds (decide() sees no observation); a failed backend action is
 logged and counted and retried next period. One structured log line per
 decision.
+
+Before each read the loop reclaims the model's expired leases: otherwise only a
+worker's claim does, and a model at zero workers would keep them ``running``
+forever (nothing queued, so nothing wakes it).
 """
 
 from __future__ import annotations
@@ -15,12 +19,15 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+import redis
+
 from autoscaler.backends.base import Backend
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.policy import Decision, Observation, PolicyState, decide, default_service_rate
 from autoscaler.reload import PolicySource
 from sluice.errors import SluiceError
+from sluice.queue.client import REDIS_ERRORS
 
 log = logging.getLogger("sluice.autoscaler")
 
@@ -39,7 +46,7 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
             queued_cost=r(obs.queued_cost), arrival_rate_cost=r(obs.arrival_rate_cost),
             arrival_rate_cost_recent=r(obs.arrival_rate_cost_recent),
             service_rate=r(obs.service_rate), p99_wait_ms=obs.p99_wait_ms,
-            oldest_wait_ms=r(obs.oldest_wait_ms),
+            oldest_wait_ms=r(obs.oldest_wait_ms), in_flight=obs.in_flight,
         )  # fmt: skip
     return fields
 
@@ -73,6 +80,21 @@ class Autoscaler:
                 out[model] = d
         return out
 
+    def _reclaim(self, model: str) -> int | None:
+        """Requeue (or dead-letter) the model's expired leases; None if Redis failed.
+        A failure only loses this period's reclaim: the read that follows decides."""
+        try:
+            n = self.observer.client.reclaim(model)
+        except (SluiceError, redis.RedisError, *REDIS_ERRORS) as e:
+            log.warning("autoscaler: %s: cannot reclaim expired leases (%s)", model, e)
+            self.metrics.reclaim_errors.labels(model).inc()
+            return None
+        if n:
+            self.metrics.reclaimed.labels(model).inc(n)
+            log.info(json.dumps({"event": "autoscaler_reclaimed", "model": model,
+                                 "reclaimed": n}))  # fmt: skip
+        return n
+
     def _observe(self, model: str) -> Observation | None:
         obs = self.observer.read(model, 0)
         workers = self.observer.last_workers.get(model, [])
@@ -88,6 +110,7 @@ class Autoscaler:
         return replace(obs, current=current, cold_start_s=cold or obs.cold_start_s)
 
     def decide_one(self, model: str, now: float) -> Decision | None:
+        self._reclaim(model)
         try:
             obs = self._observe(model)
         except SluiceError as e:

@@ -26,6 +26,13 @@ class AutoscalerMetrics:
                                       "Backend actions that failed.", ["model"],
                                       registry=r)  # fmt: skip
 
+        self.reclaimed = Counter("sluice_autoscaler_reclaimed_leases_total",
+                                 "Expired leases the loop requeued or dead-lettered.",
+                                 ["model"], registry=r)  # fmt: skip
+        self.reclaim_errors = Counter("sluice_autoscaler_reclaim_errors_total",
+                                      "Reclaims that failed (Redis errors).", ["model"],
+                                      registry=r)  # fmt: skip
+
     def record(self, model: str, d: Decision) -> None:
         self.desired.labels(model).set(d.desired)
         self.current.labels(model).set(d.current)

@@ -23,6 +23,7 @@ MIN_RATE_COVERAGE = 0.5
 REASONS = (
     "missing-metrics", "no-service-rate", "steady", "load", "backlog", "tolerance",
     "slo-breach", "low-priority-cap", "wake", "idle", "min", "max", "stabilizing",
+    "orphaned-jobs",
 )  # fmt: skip
 
 
@@ -131,6 +132,15 @@ def _breach(p: AutoscalingConfig, obs: Observation) -> bool:
     )
 
 
+def _orphaned(obs: Observation) -> bool:
+    """Jobs are in flight at zero replicas and no registered worker (even a draining one)
+    holds them: a crash or reboot left their leases with nobody. Until those leases
+    expire no reclaim can requeue them, so nothing would be queued to wake for; a worker
+    started now claims them back the moment they do."""
+    live = obs.ready + obs.starting + obs.draining
+    return obs.current == 0 and obs.in_flight > 0 and live == 0
+
+
 def _floor(p: AutoscalingConfig, obs: Observation, last_active_s: float, now_s: float) -> int:
     """min_replicas, except that a scale-to-zero model keeps one until idle long enough."""
     if p.min_replicas > 0 or obs.current == 0:
@@ -164,6 +174,8 @@ def _want(
         want, reason = max(cap, cur), "low-priority-cap"
     if cur == 0 and queued > 0 and want < 1:
         want, reason = 1, "wake"
+    elif want < 1 and _orphaned(obs):
+        want, reason = 1, "orphaned-jobs"
     return want, needed, reason
 
 
@@ -204,8 +216,9 @@ def decide(
         if cur < policy.min_replicas:
             return Decision(cur, policy.min_replicas, "min", float(cur), state)
         wake = cur == 0 and (obs.queued or 0) > 0 and policy.max_replicas > 0
-        return Decision(cur, 1 if wake else cur, "wake" if wake else "missing-metrics",
-                        float(cur), state)  # fmt: skip
+        orphans = not wake and _orphaned(obs) and policy.max_replicas > 0
+        reason = "wake" if wake else "orphaned-jobs" if orphans else "missing-metrics"
+        return Decision(cur, 1 if wake or orphans else cur, reason, float(cur), state)
     p, cur = policy, obs.current
     active = (obs.queued or 0) > 0 or obs.in_flight > 0 or (obs.arrival_rate_cost or 0) > 0
     last_active = now_s if active or state.last_active_s is None else state.last_active_s
@@ -219,8 +232,10 @@ def decide(
     )  # fmt: skip
     if mu is None:
         # Nothing measured or configured yet: hold, but wake a sleeping model for work.
-        want = 1 if cur == 0 and (obs.queued or 0) > 0 else cur
-        desired, reason = _bound(p, want, p.min_replicas, "no-service-rate")
+        orphans = (obs.queued or 0) == 0 and _orphaned(obs)
+        want = 1 if cur == 0 and ((obs.queued or 0) > 0 or orphans) else cur
+        why = "orphaned-jobs" if orphans else "no-service-rate"
+        desired, reason = _bound(p, want, p.min_replicas, why)
         return Decision(cur, desired, reason, float(want), new_state)
     floor = _floor(p, obs, last_active, now_s)
     if floor == 0 and not active and cur > 0 and p.min_replicas == 0:
