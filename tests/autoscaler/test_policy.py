@@ -131,6 +131,30 @@ CASES = [
     # 3900/s < 4000: the ready workers keep up, so it may be noise; the long window rules.
     ("recent-rate-ignored", {}, obs(4, 2000, arrival_rate_cost_recent=3900, queued=10,
                                      queued_cost=1000), PolicyState(), 4, "steady"),
+    # At zero, nothing queued or arriving (0 / 500 = 0 replicas), but 3 jobs in flight and
+    # 0 ready + 0 starting + 0 draining workers hold them: wake one for them.
+    ("orphaned-wake", {"min_replicas": 0, "idle_s": 60}, obs(0, 0, ready=0, in_flight=3),
+     PolicyState(last_active_s=NOW - 500), 1, "orphaned-jobs"),
+    # The same 3, but a draining worker (1 live) still holds them: it finishes them; stay 0.
+    ("in-flight-draining-holds", {"min_replicas": 0, "idle_s": 60},
+     obs(0, 0, ready=0, draining=1, in_flight=3), PolicyState(last_active_s=NOW - 500), 0,
+     "steady"),
+    # Orphans and no rate yet (a restarted autoscaler): still wake to one.
+    ("orphaned-no-rate-yet", {"min_replicas": 0}, obs(0, None, ready=0, in_flight=2),
+     PolicyState(), 1, "orphaned-jobs"),
+    # Orphans and no service rate measured or configured: wake to one.
+    ("orphaned-no-service-rate", {"service_rate_cost_per_s": None, "min_replicas": 0},
+     obs(0, 0, ready=0, service_rate=None, in_flight=2), PolicyState(), 1, "orphaned-jobs"),
+    # max_replicas 0 (a model switched off) stays off: the bound wins, 1 -> 0.
+    ("orphaned-max-zero", {"min_replicas": 0, "max_replicas": 0},
+     obs(0, 0, ready=0, in_flight=2), PolicyState(), 0, "max"),
+    # The queue read failed: in_flight is unknown too; hold at zero.
+    ("orphaned-missing", {"min_replicas": 0}, obs(0, 0, ready=0, queued=None, in_flight=3),
+     PolicyState(), 0, "missing-metrics"),
+    # With 2 replicas the jobs are held (or will be reclaimed by their claims): 3 in flight
+    # keep the model active, so a floor of 1 is kept (2 -> 1 needs idle 60 s; active now).
+    ("in-flight-with-workers", {"min_replicas": 0, "idle_s": 60}, obs(2, 0, in_flight=3),
+     recs(active_ago_s=0), 1, "min"),
 ]
 
 
@@ -169,6 +193,9 @@ observations = st.builds(
     st.integers(0, 5000), st.integers(1, 2_000_000), st.none() | st.floats(0, 60_000),
     st.floats(0, 60_000), st.none() | st.integers(0, 10),
 )  # fmt: skip
+# The same, sometimes with jobs in flight (held by the ready workers, or by nobody at zero).
+observations = st.builds(lambda o, n: replace(o, in_flight=n), observations,
+                         st.sampled_from([0, 0, 1, 7]))  # fmt: skip
 policies = st.builds(
     lambda lo, span, low_cap, window, u, drain: pol(
         min_replicas=lo, max_replicas=lo + span, low_priority_max_replicas=low_cap,
@@ -212,6 +239,22 @@ def test_no_scale_down_inside_the_window(p: AutoscalingConfig, o: Observation,
                                       o.current + above),), started_s=NOW - 3600)  # fmt: skip
     d: Decision = decide(p, o, s, NOW)
     assert d.desired >= min(o.current, p.max_replicas)
+
+
+@settings(max_examples=200, deadline=None)
+@given(observations, st.none() | st.floats(0, 50_000), st.booleans(), st.integers(1, 20),
+       st.integers(1, 50))  # fmt: skip
+def test_jobs_held_by_nobody_always_wake_a_model_at_zero(
+    o: Observation, lam: float | None, measured: bool, top: int, n: int
+) -> None:
+    # Whatever the load, rate knowledge or history: at zero replicas with no live worker,
+    # n jobs in flight bring up at least one replica (and no more than max_replicas).
+    p = pol(min_replicas=0, max_replicas=top, idle_s=60,
+            service_rate_cost_per_s=1000 if measured else None)  # fmt: skip
+    o = replace(o, current=0, ready=0, starting=0, draining=0, in_flight=n,
+                arrival_rate_cost=lam, service_rate=None)  # fmt: skip
+    d = decide(p, o, PolicyState(last_active_s=NOW - 1000, started_s=NOW - 3600), NOW)
+    assert 1 <= d.desired <= top
 
 
 @settings(max_examples=6, deadline=None)

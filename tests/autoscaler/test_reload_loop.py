@@ -95,3 +95,6 @@ def test_loop_holds_when_redis_is_down(tmp_path: Path) -> None:
     loop = Autoscaler(PolicySource(path, cfg), Observer(client, dict(cfg.models)), Two())
     d = loop.step(now_s=1.0)["m"]
     assert (d.current, d.desired, d.reason) == (2, 2, "missing-metrics")
+    # The reclaim before the read failed too: counted, and it did not stop the period.
+    assert loop.metrics.registry.get_sample_value(
+        "sluice_autoscaler_reclaim_errors_total", {"model": "m"}) == 1.0
