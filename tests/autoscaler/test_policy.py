@@ -151,8 +151,8 @@ CASES = [
     # The queue read failed: in_flight is unknown too; hold at zero.
     ("orphaned-missing", {"min_replicas": 0}, obs(0, 0, ready=0, queued=None, in_flight=3),
      PolicyState(), 0, "missing-metrics"),
-    # With 2 replicas the jobs are held (or will be reclaimed by their claims): 3 in flight
-    # keep the model active, so a floor of 1 is kept (2 -> 1 needs idle 60 s; active now).
+    # With 2 replicas the jobs are held, not orphaned; needing 0, the 3 in flight still make
+    # the model active (idle 0 s < 60 s), so the floor is 1: 2 -> 1, never to 0.
     ("in-flight-with-workers", {"min_replicas": 0, "idle_s": 60}, obs(2, 0, in_flight=3),
      recs(active_ago_s=0), 1, "min"),
 ]
