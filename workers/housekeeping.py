@@ -2,8 +2,12 @@
 
 It ticks every ``min(heartbeat_s, lease_s / 3)`` seconds so a lease is renewed
 at least twice before it could expire, even while one long batch holds the
-main thread. A failed Redis round trip is logged and retried next tick; the
-batch loop never waits on this thread.
+main thread. A failed Redis round trip (any RedisError: connection lost, OOM
+under maxmemory, READONLY during a failover) is logged and retried next tick,
+never faster than the period and never slower (a lease must be renewed as soon
+as Redis takes writes again); nothing a tick raises ends the thread, since
+leases, heartbeats and drain commands all depend on it. The batch loop never
+waits on this thread.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from sluice import keys, registry
 from sluice.errors import RedisUnavailable
@@ -45,6 +49,7 @@ class Housekeeper:
         self.on_tick = on_tick
         self.wall = wall
         self.lost: set[str] = set()
+        self.failures = 0  # consecutive failed ticks, for logging
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-housekeeping", daemon=True)
 
@@ -58,20 +63,34 @@ class Housekeeper:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except Exception:  # noqa: BLE001 - this thread must outlive any one tick
+                log.exception("housekeeping tick failed; carrying on")
             self._stop.wait(self.period_s)
 
     def tick(self) -> None:
         if self.on_tick is not None:
             self.on_tick()
-        try:
-            self.renew()
-            command = self.beat()
-        except (RedisUnavailable, *REDIS_ERRORS) as e:
-            log.warning("housekeeping: Redis unavailable (%s); retrying", e)
-            return
-        if command:
-            self.on_command(command)
+        errors: list[Exception] = []
+        # Apart: Redis refusing writes (OOM) fails the renewal, yet the control
+        # poll in the heartbeat round trip still takes a drain command.
+        for step in (self.renew, self.beat):
+            try:
+                step()
+            except (RedisUnavailable, RedisError, *REDIS_ERRORS) as e:
+                errors.append(e)
+        self._log_health(errors)
+
+    def _log_health(self, errors: list[Exception]) -> None:
+        if errors:
+            self.failures += 1
+            if self.failures == 1 or self.failures % 50 == 0:
+                log.warning("housekeeping: Redis refused %d tick(s) in a row (%s); retrying",
+                            self.failures, errors[0])  # fmt: skip
+        elif self.failures:
+            log.info("housekeeping: Redis answers again after %d failed tick(s)", self.failures)
+            self.failures = 0
 
     def renew(self) -> None:
         info = self.status.snapshot()
@@ -82,8 +101,9 @@ class Housekeeper:
                 self.lost.update(lost)
                 log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
 
-    def beat(self) -> str | None:
-        """Publish one heartbeat and take one control command, in one round trip."""
+    def beat(self) -> None:
+        """Publish one heartbeat and take (and act on) one control command, in one
+        round trip; raises the first error if Redis refused the heartbeat's writes."""
         now = self.wall()
         info = self.status.update(heartbeat_at=now)
         pipe = self.client.redis.pipeline(transaction=False)
@@ -95,7 +115,11 @@ class Housekeeper:
         if isinstance(command, ResponseError):
             # Someone wrote a plain string instead of the list; accept it too.
             command = self.client.redis.getdel(keys.worker_control_key(info.model, info.id))
-        return command if isinstance(command, str) and command else None
+        if isinstance(command, str) and command:
+            self.on_command(command)  # popped already: act on it even if the beat failed
+        refused = [x for x in replies[:-1] if isinstance(x, Exception)]
+        if refused:
+            raise refused[0]
 
     def deregister(self, model: str, worker_id: str) -> None:
         pipe = self.client.redis.pipeline(transaction=False)

@@ -39,6 +39,9 @@ EXIT_QUARANTINED = 4
 EXIT_LOAD_FAILED = 5
 IDLE_MIN_S = 0.002
 IDLE_MAX_S = 0.05  # the longest an idle worker waits before polling again
+# Waits between tries to send a batch's outcomes (about 4 s in all, while the
+# housekeeping thread keeps renewing the leases); then it gives up and logs.
+COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class Worker:
         self._signalled = ""  # set by the signal handler, acted on by the threads
         self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
         self._metrics_server: object | None = None
+        self.complete_backoff_s = COMPLETE_BACKOFF_S
 
     @property
     def id(self) -> str:
@@ -210,7 +214,7 @@ class Worker:
         if publish:
             try:
                 self.housekeeper.beat()
-            except (RedisUnavailable, OSError) as e:
+            except (RedisUnavailable, RedisError, OSError) as e:
                 log.warning("could not publish state %s: %s", state, e)
 
     def _shutdown(self) -> None:
@@ -230,25 +234,30 @@ class Worker:
     def _loop(self) -> int:
         pending: Future[_Fetched | None] | None = None
         idle_s = IDLE_MIN_S
-        while True:
-            if self.streak.tripped:
-                return self._quarantine(pending)
-            if pending is not None:
-                fetched, pending = self._result(pending), None
-            elif self._stopping():
-                return EXIT_OK
-            else:
-                fetched = self._fetch()
-            if fetched is None:
-                if self.opts.burst and self._queue_empty():
+        try:
+            while True:
+                if self.streak.tripped:
+                    held, pending = pending, None
+                    return self._quarantine(held)
+                if pending is not None:
+                    fetched, pending = self._result(pending), None
+                elif self._stopping():
                     return EXIT_OK
-                self._stop.wait(idle_s)
-                idle_s = min(IDLE_MAX_S, idle_s * 2)
-                continue
-            idle_s = IDLE_MIN_S
-            if self._pool is not None and not self._stopping():
-                pending = self._pool.submit(self._fetch)
-            self._process(fetched)
+                else:
+                    fetched = self._fetch()
+                if fetched is None:
+                    if self.opts.burst and self._queue_empty():
+                        return EXIT_OK
+                    self._stop.wait(idle_s)
+                    idle_s = min(IDLE_MAX_S, idle_s * 2)
+                    continue
+                idle_s = IDLE_MIN_S
+                if self._pool is not None and not self._stopping():
+                    pending = self._pool.submit(self._fetch)
+                self._process(fetched)
+        finally:
+            if pending is not None:  # left by an unexpected error: it never ran
+                self._give_back(pending, "loop error")
 
     def _result(self, pending: Future[_Fetched | None]) -> _Fetched | None:
         try:
@@ -284,13 +293,12 @@ class Worker:
     def _queue_empty(self) -> bool:
         try:
             stats = self.client.stats(self.model)
-        except RedisUnavailable:
+        except (RedisUnavailable, RedisError):
             return False
         return sum(b.queued for b in stats.buckets if b.bucket in self.buckets) == 0
 
     def _process(self, f: _Fetched) -> None:
         batch = f.batch
-        self.status.update(busy=True)
         waits = [(batch.claimed_at_ms - j.enqueued_at_ms) / 1000 for j in batch.jobs]
         self.metrics.observe_waits(batch.bucket, waits)
         try:
@@ -304,19 +312,33 @@ class Worker:
         self.status.release([j.id for j in batch.jobs])
         self._account(batch, result)
 
-    def _complete(self, outcomes: list[Outcome]) -> None:
-        for delay in (0.2, 0.5, 1.0, 0.0):
+    def _complete(self, outcomes: list[Outcome]) -> bool:
+        """Send one batch's outcomes as their holder; False if it gave up.
+
+        Any Redis error (connection lost, OOM under maxmemory, READONLY during a
+        failover) is retried with back-off: the process must not die holding jobs.
+        """
+        error: Exception | None = None
+        delays = self.complete_backoff_s
+        for delay in (*delays, None):
             try:
-                self.client.complete(self.model, outcomes)
-                return
-            except (TypeError, ValueError):
-                outcomes = [_serialisable(o) for o in outcomes]  # then try again
-            except RedisUnavailable as e:
-                if not delay:
-                    # The leases will expire and the jobs run again elsewhere.
-                    log.error("could not complete %d job(s): %s", len(outcomes), e)
-                    return
-                time.sleep(delay)
+                # As the holder: a retry/fail/release after our lease lapsed and
+                # another worker took the job is counted stale, not applied.
+                self.client.complete(self.model, outcomes, worker_id=self.id)
+                return True
+            except (TypeError, ValueError) as e:
+                error, outcomes = e, [_serialisable(o) for o in outcomes]  # then again
+            except (RedisUnavailable, RedisError) as e:
+                error = e
+                if delay is not None:
+                    log.warning("could not send %d outcome(s), retrying in %.1f s: %s",
+                                len(outcomes), delay, e)  # fmt: skip
+                    time.sleep(delay)
+        # The leases will lapse and the jobs run again elsewhere (an attempt used).
+        ids = " ".join(o.id for o in outcomes)
+        log.error("gave up sending %d outcome(s) after %d tries (%s); jobs: %s",
+                  len(outcomes), len(delays) + 1, error, ids)  # fmt: skip
+        return False
 
     def _account(self, batch: Batch, result: BatchResult) -> None:
         kinds: dict[str, int] = {}
@@ -338,7 +360,7 @@ class Worker:
         self.metrics.token_budget.labels(self.model).set(self.budget.current)
         info = self.status.snapshot()
         self.status.update(
-            busy=False, batches=info.batches + 1, jobs=info.jobs + len(batch),
+            batches=info.batches + 1, jobs=info.jobs + len(batch),
             failures=info.failures + (1 if result.failed else 0), service_rate=self.rate.rate,
             extra={"token_budget": self.budget.current, "overlap": self.overlap,
                    "padding_efficiency": round(self.metrics.padding_efficiency_value, 4),
@@ -349,13 +371,20 @@ class Worker:
         log.error("worker %s quarantined after %d failed batches", self.id, self.streak.count)
         self._stop.set()
         self._set_state("quarantined")
-        fetched = self._result(pending) if pending is not None else None
-        if fetched is not None:
-            # Never run: hand the jobs back so a healthy worker takes them.
-            self._complete([Outcome.retry(j.id, "worker_quarantined", "worker quarantined")
-                            for j in fetched.batch.jobs])  # fmt: skip
-            self.status.release([j.id for j in fetched.batch.jobs])
+        if pending is not None:
+            self._give_back(pending, "worker quarantined")
         # The grace period keeps the quarantined heartbeat visible to operators and the
         # autoscaler before the worker disappears; a SIGTERM does not shorten it.
         time.sleep(max(0.0, self.cfg.worker.quarantine_grace_s))
         return EXIT_QUARANTINED
+
+    def _give_back(self, pending: Future[_Fetched | None], reason: str) -> None:
+        """Release a prefetched batch that never ran: requeued in its place with the
+        claim's attempt undone, so a job on its last attempt is not dead-lettered."""
+        fetched = self._result(pending)
+        if fetched is None:
+            return
+        ids = [j.id for j in fetched.batch.jobs]
+        log.info("handing back %d job(s) that never ran: %s", len(ids), reason)
+        self._complete([Outcome.release(i) for i in ids])
+        self.status.release(ids)
