@@ -24,7 +24,9 @@ class Json(JSONResponse):
     def render(self, content: Any) -> bytes:
         try:
             return super().render(content)
-        except ValueError:  # allow_nan=False refused a non-finite float
+        except ValueError:
+            # allow_nan=False refused a non-finite float, or a lone surrogate (valid
+            # in JSON input, not encodable as UTF-8) refused to encode: ASCII escapes.
             return json.dumps(
-                _finite(content), ensure_ascii=False, allow_nan=False, separators=(",", ":")
-            ).encode("utf-8")
+                _finite(content), ensure_ascii=True, allow_nan=False, separators=(",", ":")
+            ).encode("ascii")

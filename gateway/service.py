@@ -21,8 +21,8 @@ from gateway.admission import (
 )
 from gateway.state import GatewayState
 from sluice.config import ModelConfig
-from sluice.cost import Estimate
-from sluice.errors import InputTooLarge, InvalidInput, QueueFull, SluiceError
+from sluice.cost import CostEstimator, Estimate
+from sluice.errors import InputTooLarge, InvalidInput, JobNotFound, QueueFull, SluiceError
 from sluice.jobs import JobRecord, NewJob, Submitted
 
 MAX_IDEMPOTENCY_KEY = 200
@@ -49,17 +49,46 @@ def _check_spec(cfg: ModelConfig, spec: Spec) -> None:
         raise InvalidInput(f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} printable characters")
 
 
-def _estimate_all(st: GatewayState, model: str, inputs: list[Any]) -> list[Estimate]:
-    est = st.estimators[model]
+OFFLOAD_TEXT_CHARS = 16_384  # above this much text the estimate leaves the event loop
+
+
+def _text_chars(inputs: list[Any]) -> int:
+    """Roughly how much text the estimator will read (strings and {"text": ...} only)."""
+    n = 0
+    for value in inputs:
+        if isinstance(value, str):
+            n += len(value)
+        elif isinstance(value, dict) and isinstance(value.get("text"), str):
+            n += len(value["text"])
+    return n
+
+
+def _estimate_each(est: CostEstimator, inputs: list[Any]) -> list[Estimate]:
     out = []
     for i, value in enumerate(inputs):
         try:
             out.append(est.estimate(value))
         except (InvalidInput, InputTooLarge) as e:
-            st.metrics.rejected.labels(model, e.type).inc(len(inputs))
             where = f"inputs[{i}]: " if len(inputs) > 1 else "input: "
             raise type(e)(where + str(e)) from e
     return out
+
+
+async def _estimate_all(st: GatewayState, model: str, inputs: list[Any]) -> list[Estimate]:
+    """Estimates in order; a large input is tokenized in a worker thread.
+
+    A tokenizer over a body near max_body_bytes takes long enough to stall every
+    other request on the loop; small inputs (the usual case) stay inline, where a
+    thread hop would cost more than the estimate.
+    """
+    est = st.estimators[model]
+    try:
+        if _text_chars(inputs) > OFFLOAD_TEXT_CHARS:
+            return await asyncio.to_thread(_estimate_each, est, inputs)
+        return _estimate_each(est, inputs)
+    except (InvalidInput, InputTooLarge) as e:
+        st.metrics.rejected.labels(model, e.type).inc(len(inputs))
+        raise
 
 
 def _admit(st: GatewayState, model: str, cfg: ModelConfig, spec: Spec, cost: int) -> None:
@@ -106,13 +135,39 @@ async def submit(
     """Submit inputs as jobs in one round trip; returns their views and whether all replayed."""
     cfg = st.model(model)
     _check_spec(cfg, spec)
-    estimates = _estimate_all(st, model, inputs)
+    estimates = await _estimate_all(st, model, inputs)
     total = sum(e.cost for e in estimates)
     _admit(st, model, cfg, spec, total)
     jobs = _build_jobs(inputs, estimates, spec, batch)
+    subs = await _enqueue(st, model, cfg, spec, jobs, total)
+    replayed = await _read_replays(st, subs)
+    if None in replayed.values():
+        # A replayed job expired between the submit and the read: its key is free
+        # now, so the same submit again makes a new job (the others replay).
+        again = await _enqueue(st, model, cfg, spec, jobs, total)
+        subs = [Submitted(b.id, a.created or b.created) for a, b in zip(subs, again, strict=True)]
+        replayed = await _read_replays(st, subs)
+    views = []
+    for job, sub, est in zip(jobs, subs, estimates, strict=True):
+        view = _accepted(model, job, sub, est.truncated_to is not None)
+        rec = replayed.get(sub.id)
+        if sub.created:
+            st.metrics.count_submitted(model, job.bucket, job.priority)
+        elif rec is None:  # gone twice in a row: nothing true to answer with
+            raise JobNotFound(f"job {sub.id!r} expired while replaying its idempotency key")
+        else:  # a replay answers with the job the key created, as it is now
+            view.update(status=rec.status.value, bucket=rec.bucket, cost=rec.cost,
+                        priority=rec.priority)  # fmt: skip
+        views.append(view)
+    return views, not any(s.created for s in subs)
+
+
+async def _enqueue(
+    st: GatewayState, model: str, cfg: ModelConfig, spec: Spec, jobs: list[NewJob], total: int
+) -> list[Submitted]:
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
-        subs = await st.call(
+        return await st.call(
             st.queue.submit(model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost)
         )
     except QueueFull as e:
@@ -120,17 +175,18 @@ async def submit(
         e.retry_after_s = retry_after_full(e, limits, len(jobs), total, drain_rate(cfg, load))
         st.metrics.rejected.labels(model, e.reason).inc(len(jobs))
         raise
-    views = []
-    for job, sub, est in zip(jobs, subs, estimates, strict=True):
-        view = _accepted(model, job, sub, est.truncated_to is not None)
-        if sub.created:
-            st.metrics.count_submitted(model, job.bucket, job.priority)
-        else:  # a replay answers with the job the key created, as it is now
-            rec = await get(st, sub.id)
-            view.update(status=rec.status.value, bucket=rec.bucket, cost=rec.cost,
-                        priority=rec.priority)  # fmt: skip
-        views.append(view)
-    return views, not any(s.created for s in subs)
+
+
+async def _read_replays(st: GatewayState, subs: list[Submitted]) -> dict[str, JobRecord | None]:
+    """The replayed jobs as they are now; None for one whose hash has expired since."""
+    out: dict[str, JobRecord | None] = {}
+    for sub in subs:
+        if not sub.created:
+            try:
+                out[sub.id] = await get(st, sub.id)
+            except JobNotFound:
+                out[sub.id] = None
+    return out
 
 
 def _empty_load() -> Load:
