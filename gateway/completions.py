@@ -3,30 +3,97 @@
 The reader task subscribes to every model's done channel once and resolves the
 futures of the requests waiting on the ended job ids. Requests never poll
 Redis: they register a waiter, read the job once, and sleep on the future.
+
+A half-open connection (the peer gone without a FIN or RST) never fails a read,
+and redis-py's pub/sub ping only sends: so the reader itself expects a reply. When
+nothing at all (not even the PONG of its own ping) arrives within two idle ping
+intervals, it reconnects and resubscribes. Waiters stay registered across the gap;
+after each subscribe one pipelined read re-checks their jobs, so a completion
+published while the subscription was down still wakes them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from gateway.redis_io import raise_if_cancelling
+from gateway.redis_io import bounded, raise_if_cancelling
+from sluice import keys
+from sluice.jobs import JobStatus, model_of
 
 log = logging.getLogger("sluice.gateway")
-IDLE_PING_S = 30.0  # with no message for this long, ping to detect a dead connection
+IDLE_PING_S = 30.0  # with nothing heard for this long, ping; silent for twice this: reconnect
 RECONNECT_MAX_S = 2.0
+PING_MESSAGE = "sluice-liveness"  # not redis-py's health-check message, which it swallows
+
+
+class SilentConnection(ConnectionError):
+    """No reply at all, not even to a ping, for two idle ping intervals."""
+
+
+@dataclass
+class Liveness:
+    """When to ping and when to give a silent subscription up (pure; ``now`` passed in)."""
+
+    idle_s: float
+    heard_at: float
+    pinged: bool = False
+
+    def heard(self, now: float) -> None:
+        self.heard_at, self.pinged = now, False
+
+    def wait_s(self, now: float) -> float:
+        """How long to read before the next decision."""
+        due = self.heard_at + (2 if self.pinged else 1) * self.idle_s
+        return max(0.0, due - now)
+
+    def due(self, now: float) -> str | None:
+        """Dead after 2x idle of silence, ping after 1x (once), else None."""
+        silence = now - self.heard_at
+        if silence >= 2 * self.idle_s:
+            return "dead"
+        if silence >= self.idle_s and not self.pinged:
+            self.pinged = True
+            return "ping"
+        return None
+
+
+async def ended_jobs(r: aioredis.Redis, job_ids: Iterable[str]) -> list[str]:
+    """The ids among ``job_ids`` whose job has ended or is gone, in one pipelined read."""
+    ids = [j for j in job_ids if model_of(j)]
+    pipe = r.pipeline(transaction=False)
+    for job_id in ids:
+        pipe.hget(keys.job_key(str(model_of(job_id)), job_id), "status")
+    statuses = await pipe.execute() if ids else []
+    return [j for j, s in zip(ids, statuses, strict=True) if s is None or _ended(s)]
+
+
+def _ended(status: str) -> bool:
+    try:
+        return JobStatus(status).terminal
+    except ValueError:
+        return True  # unknown to us: let the waiter read it and answer as it is
 
 
 class Completions:
-    def __init__(self, r: aioredis.Redis, channels: list[str]) -> None:
+    def __init__(
+        self, r: aioredis.Redis, channels: list[str], *, reads: aioredis.Redis | None = None,
+        timeout_s: float = 2.0, idle_ping_s: float = IDLE_PING_S,
+    ) -> None:  # fmt: skip
         self.redis = r
+        self.reads = reads if reads is not None else r  # for the re-check after a subscribe
         self.channels = channels
+        self.timeout_s = timeout_s
+        self.idle_ping_s = idle_ping_s
         self.connected = asyncio.Event()
+        self.reconnects = 0  # subscriptions lost (errors or silence) since start
         self._waiters: dict[str, set[asyncio.Future[float | None]]] = {}
 
     @property
@@ -35,9 +102,10 @@ class Completions:
 
     @contextmanager
     def waiter(self, job_id: str) -> Iterator[asyncio.Future[float | None]]:
-        """A future resolved when ``job_id`` ends (or when notifications may have been lost).
+        """A future resolved when ``job_id`` ends.
 
-        Its result is the ``perf_counter`` time the notification arrived, or None.
+        Its result is the ``perf_counter`` time the notification arrived, or None
+        when the re-check after a resubscribe found the job ended.
         """
         fut: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(job_id, set()).add(fut)
@@ -52,21 +120,23 @@ class Completions:
 
     def dispatch(self, data: str) -> int:
         """Wake the waiters of comma-joined ended job ids; returns how many woke."""
-        woke, now = 0, time.perf_counter()
-        for job_id in data.split(","):
+        return self._wake(data.split(","), time.perf_counter())
+
+    def _wake(self, job_ids: Iterable[str], at: float | None) -> int:
+        woke = 0
+        for job_id in job_ids:
             for fut in self._waiters.pop(job_id, ()):
                 if not fut.done():
-                    fut.set_result(now)
+                    fut.set_result(at)
                     woke += 1
         return woke
 
-    def wake_all(self) -> None:
-        """After a reconnect messages may be lost: every waiter re-reads its job."""
-        for group in self._waiters.values():
-            for fut in group:
-                if not fut.done():
-                    fut.set_result(None)  # not a completion: no wake-up time
-        self._waiters.clear()
+    async def recheck(self) -> int:
+        """Wake the waiters whose job ended while no notification could arrive."""
+        if not self._waiters:
+            return 0
+        ended = await bounded(ended_jobs(self.reads, list(self._waiters)), self.timeout_s)
+        return self._wake(ended, None)  # not a notification: no wake-up time
 
     async def run(self) -> None:
         delay = 0.05
@@ -77,10 +147,12 @@ class Completions:
                 raise
             except Exception as e:  # any connection trouble: reconnect with backoff
                 raise_if_cancelling()
-                log.warning("completion subscription lost: %s", e)
+                log.warning("completion subscription lost: %s", e or type(e).__name__)
             raise_if_cancelling()
+            self.reconnects += 1
+            if self.connected.is_set():  # it had worked: start the backoff over
+                delay = 0.05
             self.connected.clear()
-            self.wake_all()
             await asyncio.sleep(delay)
             delay = min(RECONNECT_MAX_S, delay * 2)
 
@@ -88,22 +160,29 @@ class Completions:
         ps = self.redis.pubsub(ignore_subscribe_messages=True)
         try:
             await ps.subscribe(*self.channels)
+            # Subscribed first, then re-checked: an end after the read is published to us.
+            await self.recheck()
             self.connected.set()
-            self.wake_all()
             loop = asyncio.get_running_loop()
-            last = loop.time()
+            live = Liveness(self.idle_ping_s, loop.time())
             while True:
-                # None also means "a subscribe or pong reply was skipped", so only a
-                # real silence of IDLE_PING_S triggers the liveness ping.
-                msg = await ps.get_message(ignore_subscribe_messages=True, timeout=IDLE_PING_S)
-                now = loop.time()
-                if msg is not None:
-                    last = now
-                    if msg.get("type") == "message":
+                # parse_response, not get_message: any reply (subscribe confirmations,
+                # our PONG) is a sign of life, not only the messages get_message returns.
+                reply = await ps.parse_response(block=False, timeout=live.wait_s(loop.time()))
+                if reply is not None:
+                    live.heard(loop.time())
+                    msg = await ps.handle_message(reply, ignore_subscribe_messages=True)
+                    if msg is not None and msg.get("type") == "message":
                         self.dispatch(msg["data"])
-                elif now - last >= IDLE_PING_S:
-                    last = now
-                    await ps.ping()
+                    continue
+                action = live.due(loop.time())
+                if action == "dead":
+                    raise SilentConnection(f"no reply for {2 * self.idle_ping_s:g} s")
+                if action == "ping":
+                    async with asyncio.timeout(self.timeout_s):  # a full send buffer is dead too
+                        await ps.ping(PING_MESSAGE)
         finally:
-            self.connected.clear()
-            await ps.aclose()
+            # Bounded: closing a half-open connection must not hold the reconnect up.
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(self.timeout_s):
+                    await ps.aclose()

@@ -51,7 +51,10 @@ class GatewayState:
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
         self.metrics = GatewayMetrics()
         self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
-        self.completions = Completions(self.pubsub_redis, [keys.done_channel(m) for m in models])
+        self.completions = Completions(
+            self.pubsub_redis, [keys.done_channel(m) for m in models],
+            reads=self.redis, timeout_s=self.timeout_s,
+        )  # fmt: skip
         self._tasks: list[asyncio.Task[Any]] = []
 
     def model(self, name: str) -> ModelConfig:
