@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -55,3 +56,12 @@ class NotJsonHandler(SyntheticHandler):
 
     def postprocess(self, output: Any, batch: Collated) -> list[Any]:
         return [{"tokens": c} if c != 3 else {"oops": object()} for c in output]
+
+
+class SlowCollateHandler(SyntheticHandler):
+    """Collating takes ``params.collate_ms``: with overlap the worker sits between
+    batches holding a prefetched lease while the prefetch thread collates."""
+
+    def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
+        time.sleep(float(self.params.get("collate_ms", 0)) / 1000)
+        return super().collate(inputs, costs)
