@@ -78,6 +78,9 @@ def stack_cmd(
     mixed_base_ms: Annotated[float, typer.Option(help="Benchmark 2: ms per batch.")] = 10.0,
     per_token_ms: Annotated[float, typer.Option(help="Benchmark 2: ms per padded word.")] = 1.0,
     mixed_duration_s: Annotated[float, typer.Option(help="Benchmark 2: s per case.")] = 30.0,
+    pin_short: Annotated[
+        int, typer.Option(help="Benchmark 2: of the bucketed workers, this many short-only.")
+    ] = 0,
     util_of: Annotated[
         str, typer.Option(help="Benchmark 2: utilisation of the buckets' capacity, or own.")
     ] = "buckets",
@@ -109,7 +112,8 @@ def stack_cmd(
     if only in ("both", "mixed"):
         params = MixedParams(workers=mixed_workers, max_batch=mixed_batch, base_ms=mixed_base_ms,
                              per_token_ms=per_token_ms, overlap=overlap,
-                             duration_s=mixed_duration_s, util_of=util_of)  # fmt: skip
+                             duration_s=mixed_duration_s, util_of=util_of,
+                             pin_short=pin_short)  # fmt: skip
         out["mixed"] = run_mixed(workdir, params, progress=progress)
         print_mixed(out["mixed"], console)
     write_json(json_path, out)

@@ -44,6 +44,9 @@ class MixedParams:
     # "buckets": both configs get the same rate (a fraction of the bucketed capacity);
     # "own": each config runs at that fraction of its own measured capacity.
     util_of: str = "buckets"
+    # With buckets, this many of the workers serve only the short bucket
+    # (``sluice worker --buckets``); one bucket cannot tell jobs apart, so all serve all.
+    pin_short: int = 0
 
     @property
     def long_words(self) -> int:
@@ -81,6 +84,13 @@ def _case(out: dict[str, Any], p: MixedParams, model: str, util: float) -> dict[
             "short": out["bands"][f"{s}-{s}"], "long": out["bands"][f"{lw}-{lw}"]}  # fmt: skip
 
 
+def _start(st: Stack, model: str, p: MixedParams) -> None:
+    pinned = p.pin_short if model == "mix_buckets" else 0
+    if pinned:
+        st.add_workers(model, pinned, extra_args=("--buckets", str(p.short_words)))
+    st.add_workers(model, p.workers - pinned)
+
+
 def run_mixed(workdir: Path, p: MixedParams, progress: bool = True) -> dict[str, Any]:
     """Benchmark 2; returns the JSON document.
 
@@ -98,7 +108,7 @@ def run_mixed(workdir: Path, p: MixedParams, progress: bool = True) -> dict[str,
     with Stack(cfg_path, workdir / "logs-mixed", worker_args=args) as st:
         base = replace(base, url=st.url)
         for model in MODELS:
-            st.add_workers(model, p.workers)
+            _start(st, model, p)
             out = phase(st, replace(base, model=model, label=f"{model} capacity"))
             capacity[model] = out["throughput_per_s"]
             st.stop_workers(model)
@@ -106,7 +116,7 @@ def run_mixed(workdir: Path, p: MixedParams, progress: bool = True) -> dict[str,
             for model in MODELS:
                 ref = capacity[model if p.util_of == "own" else "mix_buckets"]
                 rate = max(1.0, round(util * ref, 1))
-                st.add_workers(model, p.workers)
+                _start(st, model, p)
                 spec = replace(base, model=model, concurrency=None, rate=rate, seed=100 + i,
                                duration_s=p.duration_s, warmup_s=p.warmup_s,
                                label=f"{model} at {util:.0%} = {rate}/s")  # fmt: skip

@@ -67,11 +67,13 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def add_workers(self, model: str, n: int, timeout_s: float = 60.0) -> None:
+    def add_workers(
+        self, model: str, n: int, timeout_s: float = 60.0, extra_args: tuple[str, ...] = ()
+    ) -> None:
         """Start n more workers of model and wait until all of its workers are ready."""
         args = ["worker", "--model", model, "--metrics-port", "-1", "--log-level", "WARNING"]
         for _ in range(n):
-            self._spawn(f"worker:{model}", [*args, *self.worker_args])
+            self._spawn(f"worker:{model}", [*args, *self.worker_args, *extra_args])
         want = len(self.workers(model))
         deadline = time.monotonic() + timeout_s
         while self.ready_workers(model) < want:

@@ -54,7 +54,8 @@ def print_mixed(data: dict[str, Any], console: Console) -> None:
         f"batch ms = {p['base_ms']} + {p['per_token_ms']} x padded words; inputs "
         f"{p['short_words']} words (90%) and {10 * p['short_words']} (10%); overlap "
         f"{p['overlap']}; measured capacity: buckets {cap['mix_buckets']:.1f} jobs/s, "
-        f"one bucket {cap['mix_one']:.1f} jobs/s; utilisation of: {p['util_of']}"
+        f"one bucket {cap['mix_one']:.1f} jobs/s; utilisation of: {p['util_of']}; "
+        f"short-only workers (buckets): {p.get('pin_short', 0)}"
     )
     t = Table(title="Short-job latency: size buckets vs one bucket", box=box.SIMPLE_HEAD)
     for name in ("util", "config", "rate", "jobs/s", "short p50", "short p99", "short wait p99",
