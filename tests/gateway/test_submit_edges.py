@@ -140,3 +140,44 @@ async def test_the_loop_keeps_answering_while_a_large_input_is_estimated(
     assert not task.done()
     gate.set()
     assert (await asyncio.wait_for(task, 5))[0].bucket == "100000"
+
+
+def _tokenizer_cfg() -> Any:
+    return gateway_config(
+        gateway={"max_body_bytes": 1 << 20}, cost={"method": "tokenizer", "truncate": True}
+    )
+
+
+@pytest.mark.parametrize("kind", ["fake"])
+async def test_lone_surrogate_with_a_tokenizer_model_is_a_clear_422(make_gateway: Any) -> None:
+    async with make_gateway(_tokenizer_cfg()) as h:
+        assert h.state.estimators["m"].method == "tokenizer"
+        for text in ("a \ud800 b", "long " * 2000 + "\udc00"):  # inline and off the loop
+            resp = await _post(h, "/v1/models/m/jobs", {"input": text})
+            assert resp.status_code == 422, resp.text
+            assert "lone surrogate" in resp.json()["error"]["message"]
+
+
+async def test_tokenizing_a_large_input_leaves_the_loop_running() -> None:
+    """The tokenizer releases the GIL in the worker thread: the loop keeps ticking."""
+
+    class St:
+        estimators = {"m": service.CostEstimator(_tokenizer_cfg().models["m"])}
+
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.001)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    await asyncio.sleep(0.01)
+    before = ticks
+    est = await service._estimate_all(St(), "m", ["lorem ipsum dolor sit amet " * 15_000])  # type: ignore[arg-type]
+    during = ticks - before
+    ticker.cancel()
+    assert est[0].truncated_to == 512
+    # ~0.2 s of tokenizing: with the GIL held the loop would not tick at all.
+    assert during >= 10, f"the loop ticked {during} times while tokenizing"
