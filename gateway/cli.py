@@ -14,6 +14,7 @@ from sluice.config import CONFIG_ENV, REDIS_URL_ENV
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("gateway")(gateway_cmd)
     bench_app.command("gateway")(bench_cmd)
+    bench_app.command("gateway-stall")(bench_stall_cmd)
 
 
 def gateway_cmd(
@@ -57,3 +58,10 @@ def bench_cmd(
         longpoll_rate=longpoll_rate,
         json_path=json_path,
     )
+
+
+def bench_stall_cmd(json_path: JsonOpt = None) -> None:
+    """Longest event-loop gap while a large input is estimated: inline, thread, now."""
+    from gateway.bench_stall import main
+
+    main(json_path=json_path)
