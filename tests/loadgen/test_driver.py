@@ -16,6 +16,7 @@ def _gateway(reject_every: int = 0, fail_every: int = 0) -> httpx.MockTransport:
     """Answers submits (every Nth with 429), then one pending and one finished long-poll."""
     ids = itertools.count(1)
     polls: dict[str, int] = {}
+    buckets: dict[str, str] = {}
 
     def handle(req: httpx.Request) -> httpx.Response:
         if req.method == "POST":
@@ -23,8 +24,8 @@ def _gateway(reject_every: int = 0, fail_every: int = 0) -> httpx.MockTransport:
             if reject_every and n % reject_every == 0:
                 return httpx.Response(429, json={"error": {"type": "queue_full", "message": "x"}})
             words = len(json.loads(req.content)["input"].split())
-            bucket = "32" if words <= 32 else "512"
-            return httpx.Response(202, json={"id": f"m.{n}", "bucket": bucket, "cost": words})
+            buckets[f"m.{n}"] = "32" if words <= 32 else "512"
+            return httpx.Response(202, json={"id": f"m.{n}", "bucket": buckets[f"m.{n}"]})
         job_id = req.url.path.rsplit("/", 1)[1]
         assert float(req.url.params["wait"]) > 0  # a long-poll, not a busy poll
         polls[job_id] = polls.get(job_id, 0) + 1
@@ -34,8 +35,8 @@ def _gateway(reject_every: int = 0, fail_every: int = 0) -> httpx.MockTransport:
         status = "failed" if fail_every and n % fail_every == 0 else "succeeded"
         timings = {"queued_at": 100.0, "started_at": 100.002, "finished_at": 100.007,
                    "queue_wait_ms": 2, "run_ms": 5.0}  # fmt: skip
-        return httpx.Response(200, json={"id": job_id, "status": status, "bucket": "32",
-                                         "timings": timings})  # fmt: skip
+        view = {"id": job_id, "status": status, "bucket": buckets[job_id], "timings": timings}
+        return httpx.Response(200, json=view)
 
     return httpx.MockTransport(handle)
 
@@ -72,3 +73,17 @@ def test_spec_needs_exactly_one_mode_and_an_end() -> None:
         LoadSpec(url="u", model="m", concurrency=2).check()
     with pytest.raises(ConfigError, match="warm-up"):
         LoadSpec(url="u", model="m", concurrency=2, duration_s=1.0, warmup_s=1.0).check()
+
+
+async def test_trace_replays_its_times_and_lengths() -> None:
+    from sluice.loadgen.workload import Arrival
+
+    trace = [Arrival(0.0, 5), Arrival(0.05, 120), Arrival(0.1, 7)]
+    spec = LoadSpec(url="http://gw", model="m", trace=trace, progress=False)
+    driver = Driver(spec, transport=_gateway())
+    out = await driver.run()
+    assert out["sent"] == 3 and out["succeeded"] == 3 and out["spec"]["mode"] == "trace"
+    assert sorted(o.words or 0 for o in driver.outcomes) == [5, 7, 120]
+    assert out["buckets"]["512"]["jobs"] == 1  # the 120-word input
+    sent = sorted(o.sent_s - driver.t0 for o in driver.outcomes)
+    assert sent[2] >= 0.1 - 1e-3  # not sent before its time
