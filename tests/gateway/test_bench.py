@@ -20,3 +20,13 @@ def test_bench_runs_every_server_and_writes_json(tmp_path: Path) -> None:
     assert lp["jobs"] == 25 and lp["not_succeeded"] == 0
     assert lp["gateway_share"]["count"] == 25  # each long-poll was woken by its completion
     assert result["saturation_ratio_gateway_over_bare"]["1 process(es)"] > 0
+
+
+def test_stall_bench_measures_every_way_and_writes_json(tmp_path: Path) -> None:
+    from gateway.bench_stall import main as stall
+
+    out = tmp_path / "stall.json"
+    rows = stall(json_path=out, sizes=(5_000,))
+    assert json.loads(out.read_text())["rows"] == rows
+    assert set(rows[0]) == {"chars", "inline", "thread_gil_held", "now"}
+    assert all(rows[0][k] > 0 for k in ("inline", "thread_gil_held", "now"))
