@@ -3,16 +3,7 @@
 .venv/bin/python bench/gateway_stall.py [--json PATH]
 """
 
-from __future__ import annotations
-
-import sys
-from pathlib import Path
-
-# Named like nothing in the package, but run from bench/: the repository root first.
-sys.path[0] = str(Path(__file__).resolve().parent.parent)
-
-from sluice.cli import main  # noqa: E402
+from _cli import run
 
 if __name__ == "__main__":
-    sys.argv[1:1] = ["bench", "gateway-stall"]
-    main()
+    run("bench", "gateway-stall")

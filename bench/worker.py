@@ -4,12 +4,7 @@
                                  [--json PATH]
 """
 
-from __future__ import annotations
-
-import sys
-
-from sluice.cli import main
+from _cli import run
 
 if __name__ == "__main__":
-    sys.argv[1:1] = ["bench", "worker"]
-    main()
+    run("bench", "worker")
