@@ -67,6 +67,11 @@ def done_channel(model: str) -> str:
     return f"{_tag(model)}done"
 
 
+def wake_key(model: str) -> str:
+    """List of wake-up tokens (at most 64) that idle workers block on (BLPOP)."""
+    return f"{_tag(model)}wake"
+
+
 def wait_hist_prefix(model: str) -> str:
     """Per-window queue-wait histograms: ``<prefix><window_start_s>``."""
     return f"{_tag(model)}waith:"
