@@ -7,7 +7,6 @@ provisions for. Every built-in is seeded, so a run is reproducible.
 
 from __future__ import annotations
 
-import csv
 import math
 import random
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sluice.errors import ConfigError
+from sluice.tracefile import read_trace_csv
 
 BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed")
 COST_MIN, COST_MAX = 8, 512  # log-uniform job costs (tokens): mean about 121
@@ -127,22 +127,8 @@ def builtin(name: str, factor: float | None = None) -> Trace:
 
 def load_csv(path: Path) -> Trace:
     """CSV with a header naming ``time_s`` (or ``t``) and ``cost`` columns; rows in any order."""
-    try:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read trace: {e.strerror}") from e
-    if not rows:
-        raise ConfigError(f"{path}: empty trace")
-    tcol = "time_s" if "time_s" in rows[0] else "t"
-    if tcol not in rows[0] or "cost" not in rows[0]:
-        raise ConfigError(f"{path}: need columns time_s and cost, got {list(rows[0])}")
-    try:
-        pairs = sorted((float(r[tcol]), float(r["cost"])) for r in rows)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: bad number in trace: {e}") from e
-    t0 = pairs[0][0]
-    times = [t - t0 for t, _ in pairs]
+    pairs = read_trace_csv(path)
+    times = [t for t, _ in pairs]
     costs = [c for _, c in pairs]
     return Trace(path.stem, times, costs, times[-1] + 1.0, None, sum(costs) / len(costs))
 

@@ -8,13 +8,13 @@ driver keeps C jobs outstanding), so nothing here knows about HTTP.
 
 from __future__ import annotations
 
-import csv
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from sluice.errors import ConfigError
+from sluice.tracefile import read_trace_csv
 
 # Common short English words: a tokenizer maps most of them to one token, so a
 # text of n words costs about n tokens whichever cost method the model uses.
@@ -121,19 +121,4 @@ def load_trace(path: Path) -> list[Arrival]:
 
     Times are shifted so the first arrival is at 0; rows may come in any order.
     """
-    try:
-        with path.open(newline="") as f:
-            rows = list(csv.DictReader(f))
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read trace: {e.strerror}") from e
-    if not rows:
-        raise ConfigError(f"{path}: empty trace")
-    tcol = "time_s" if "time_s" in rows[0] else "t"
-    if tcol not in rows[0] or "cost" not in rows[0]:
-        raise ConfigError(f"{path}: need columns time_s and cost, got {list(rows[0])}")
-    try:
-        pairs = sorted((float(r[tcol]), max(1, round(float(r["cost"])))) for r in rows)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: bad number in trace: {e}") from e
-    t0 = pairs[0][0]
-    return [Arrival(t - t0, words) for t, words in pairs]
+    return [Arrival(t, max(1, round(c))) for t, c in read_trace_csv(path)]
