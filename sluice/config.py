@@ -22,6 +22,12 @@ CONFIG_ENV = "SLUICE_CONFIG"
 REDIS_URL_ENV = "SLUICE_REDIS_URL"
 
 
+def _known_priorities(by_priority: dict[str, float]) -> None:
+    unknown = set(by_priority) - set(PRIORITIES)
+    if unknown:
+        raise ValueError(f"unknown priority {sorted(unknown)}; use {list(PRIORITIES)}")
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -50,9 +56,7 @@ class QueueConfig(_Strict):
     @field_validator("priority_weights")
     @classmethod
     def _weights(cls, v: dict[str, float]) -> dict[str, float]:
-        unknown = set(v) - set(PRIORITIES)
-        if unknown:
-            raise ValueError(f"unknown priority {sorted(unknown)}; use {list(PRIORITIES)}")
+        _known_priorities(v)
         if any(w <= 0 for w in v.values()):
             raise ValueError("priority weights must be > 0")
         return {p: v.get(p, 1.0) for p in PRIORITIES}
@@ -176,9 +180,7 @@ class GatewayConfig(_Strict):
     @field_validator("shed_fraction")
     @classmethod
     def _shed(cls, v: dict[str, float]) -> dict[str, float]:
-        unknown = set(v) - set(PRIORITIES)
-        if unknown:
-            raise ValueError(f"unknown priority {sorted(unknown)}; use {list(PRIORITIES)}")
+        _known_priorities(v)
         if any(not 0 < f <= 1 for f in v.values()):
             raise ValueError("shed fractions must be in (0, 1]")
         full = {"high": 1.0, "normal": 0.9, "low": 0.7} | v
