@@ -37,8 +37,10 @@ log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
 EXIT_QUARANTINED = 4
 EXIT_LOAD_FAILED = 5
-IDLE_MIN_S = 0.002
-IDLE_MAX_S = 0.05  # the longest an idle worker waits before polling again
+# An idle worker blocks on the model's wake list (a submit pushes tokens) for at
+# most this long, then claims anyway: that claim reclaims lapsed leases, and a
+# drain or SIGTERM is acted on within this bound.
+IDLE_WAIT_S = 0.5
 # Waits between tries to send a batch's outcomes (about 4 s in all, while the
 # housekeeping thread keeps renewing the leases); then it gives up and logs.
 COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
@@ -233,7 +235,6 @@ class Worker:
     # -- the batch loop -------------------------------------------------------
     def _loop(self) -> int:
         pending: Future[_Fetched | None] | None = None
-        idle_s = IDLE_MIN_S
         try:
             while True:
                 if self.streak.tripped:
@@ -248,10 +249,8 @@ class Worker:
                 if fetched is None:
                     if self.opts.burst and self._queue_empty():
                         return EXIT_OK
-                    self._stop.wait(idle_s)
-                    idle_s = min(IDLE_MAX_S, idle_s * 2)
+                    self._wait_for_work()
                     continue
-                idle_s = IDLE_MIN_S
                 if self._pool is not None and not self._stopping():
                     pending = self._pool.submit(self._fetch)
                 self._process(fetched)
@@ -289,6 +288,20 @@ class Worker:
         except Exception:  # noqa: BLE001 - the runner retries item by item and records why
             collated = None
         return _Fetched(batch, collated)
+
+    def _wait_for_work(self) -> None:
+        """Idle: block until a submit's wake token (or IDLE_WAIT_S), then claim again.
+
+        The blocked call holds its own pooled connection, so the housekeeping
+        thread's heartbeats and renewals never queue behind it.
+        """
+        if self._stopping():
+            return
+        try:
+            self.client.wait_for_work(self.model, IDLE_WAIT_S)
+        except (RedisUnavailable, RedisError) as e:
+            log.warning("waiting for work failed: %s", e)
+            self._stop.wait(IDLE_WAIT_S)
 
     def _queue_empty(self) -> bool:
         try:

@@ -48,6 +48,11 @@ def connect_async(url: str, timeout_s: float = 5.0) -> aioredis.Redis:
     )  # fmt: skip
 
 
+def _under_socket_timeout(r: redis.Redis | aioredis.Redis, timeout_s: float) -> float:
+    sock = r.connection_pool.connection_kwargs.get("socket_timeout")
+    return min(timeout_s, sock / 2) if sock else timeout_s
+
+
 def _unavailable(e: Exception) -> RedisUnavailable:
     return RedisUnavailable(f"Redis unavailable: {e}")
 
@@ -92,6 +97,14 @@ class QueueClient:
 
     def cancel(self, job_id: str) -> str:
         return self.run(self.ops.cancel(job_id))
+
+    def wait_for_work(self, model: str, timeout_s: float) -> bool:
+        """Block (this call's own pooled connection) until a wake token or the timeout.
+
+        The wait is kept under half the socket timeout, so a quiet queue never
+        reads as a dead connection.
+        """
+        return self.run(self.ops.wait_for_work(model, _under_socket_timeout(self.redis, timeout_s)))
 
     def get(self, job_id: str, model: str | None = None) -> JobRecord:
         return self.run(self.ops.get(job_id, model))
@@ -143,6 +156,10 @@ class AsyncQueueClient:
 
     async def cancel(self, job_id: str) -> str:
         return await self.run(self.ops.cancel(job_id))
+
+    async def wait_for_work(self, model: str, timeout_s: float) -> bool:
+        timeout_s = _under_socket_timeout(self.redis, timeout_s)
+        return await self.run(self.ops.wait_for_work(model, timeout_s))
 
     async def get(self, job_id: str, model: str | None = None) -> JobRecord:
         return await self.run(self.ops.get(job_id, model))

@@ -90,10 +90,9 @@ class QueueOps:
                 _dumps(job.metadata) if job.metadata else "", int(deadline),
                 job.idempotency_key or "",
             ]  # fmt: skip
-        queues = [keys.queue_key(model, b) for b in cfg.bucket_names]
-        return Call(
-            _parse_submit, "submit", [keys.stats_key(model), keys.seq_key(model), *queues], args
-        )
+        ks = [keys.stats_key(model), keys.seq_key(model), keys.wake_key(model)]
+        ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
+        return Call(_parse_submit, "submit", ks, args)
 
     # -- claim ----------------------------------------------------------------
     def claim(
@@ -136,7 +135,9 @@ class QueueOps:
 
     # -- complete, renew, reclaim, cancel ----------------------------------------
     def _ks(self, model: str) -> list[str]:
-        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
+        # The wake list last: requeued jobs wake an idle worker (complete, reclaim).
+        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model),
+                keys.wake_key(model)]  # fmt: skip
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
@@ -179,6 +180,16 @@ class QueueOps:
             return reply[1]
 
         return Call(parse, "cancel", ks, args)
+
+    # -- idle wait ------------------------------------------------------------
+    def wait_for_work(self, model: str, timeout_s: float) -> Call[bool]:
+        """Block until a wake token arrives (True) or ``timeout_s`` passes (False).
+
+        Submit (and a requeue) pushes tokens; an idle worker pops one, then claims.
+        """
+        timeout = max(0.01, round(timeout_s, 3))  # BLPOP 0 would block forever
+        return Call(lambda r: r[0] is not None,
+                    commands=[("BLPOP", keys.wake_key(model), timeout)])  # fmt: skip
 
     # -- reads ----------------------------------------------------------------
     def _model_of(self, job_id: str) -> str:

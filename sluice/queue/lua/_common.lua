@@ -81,6 +81,19 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
   return #ids
 end
 
+-- Wake idle workers blocked (BLPOP) on the wake list: one token per job made
+-- claimable, at most WAKE_CAP in the list, one LPUSH. A token whose job another
+-- worker took first costs its taker one empty claim, nothing more.
+local WAKE_CAP = 64
+local function wake(key, n)
+  if key and n > 0 then
+    local tokens = {}
+    for i = 1, math.min(n, WAKE_CAP) do tokens[i] = '1' end
+    redis.call('LPUSH', key, unpack(tokens))
+    redis.call('LTRIM', key, 0, WAKE_CAP - 1)
+  end
+end
+
 local function publish_ended(channel, ended)
   if #ended > 0 then
     redis.call('PUBLISH', channel, table.concat(ended, ','))

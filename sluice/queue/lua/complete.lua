@@ -1,5 +1,6 @@
 -- complete: record the outcome of every job of a batch in one round trip.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
+-- KEYS[4] wake list (optional): one token per job requeued (retry, release)
 -- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
 -- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
 -- ARGV[7] reporting worker id ('' = any)   ARGV[8] number of outcomes N, then N groups
@@ -17,7 +18,7 @@ local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local reporter, n = ARGV[7], tonumber(ARGV[8])
 local now = now_ms()
-local ended, accepted, stale = {}, 0, 0
+local ended, accepted, stale, requeued = {}, 0, 0, 0
 local done_cost, done_ids = 0, {}
 
 for i = 0, n - 1 do
@@ -38,6 +39,7 @@ for i = 0, n - 1 do
     redis.call('HDEL', jk, 'worker', 'start')
     redis.call('ZADD', qprefix .. f[2], g[1], id)
     add_cost(stats, f[2], tonumber(f[3]))
+    requeued = requeued + 1
   else
     accepted = accepted + 1
     if status == 'queued' then
@@ -55,6 +57,8 @@ for i = 0, n - 1 do
     elseif kind == 'retry' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl) then
         table.insert(ended, id)
+      else
+        requeued = requeued + 1
       end
     else
       redis.call('ZREM', inflight, id)
@@ -70,4 +74,5 @@ if #done_ids > 0 then
 end
 if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
 publish_ended(channel, ended)
+wake(KEYS[4], requeued)
 return {accepted, stale}
