@@ -67,9 +67,15 @@ def done_channel(model: str) -> str:
     return f"{_tag(model)}done"
 
 
-def wake_key(model: str) -> str:
-    """List of wake-up tokens (at most 64) that idle workers block on (BLPOP)."""
-    return f"{_tag(model)}wake"
+def wake_prefix(model: str) -> str:
+    """Per-bucket wake lists: ``<prefix><bucket>`` (what scripts append to)."""
+    return f"{_tag(model)}wake:"
+
+
+def wake_key(model: str, bucket: str) -> str:
+    """List of wake-up tokens (at most 64) for one bucket; idle workers serving
+    it block on it (BLPOP)."""
+    return f"{wake_prefix(model)}{bucket}"
 
 
 def wait_hist_prefix(model: str) -> str:
