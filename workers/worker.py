@@ -298,7 +298,7 @@ class Worker:
         if self._stopping():
             return
         try:
-            self.client.wait_for_work(self.model, IDLE_WAIT_S)
+            self.client.wait_for_work(self.model, IDLE_WAIT_S, self.buckets)
         except (RedisUnavailable, RedisError) as e:
             log.warning("waiting for work failed: %s", e)
             self._stop.wait(IDLE_WAIT_S)

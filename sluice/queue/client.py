@@ -98,13 +98,18 @@ class QueueClient:
     def cancel(self, job_id: str) -> str:
         return self.run(self.ops.cancel(job_id))
 
-    def wait_for_work(self, model: str, timeout_s: float) -> bool:
-        """Block (this call's own pooled connection) until a wake token or the timeout.
+    def wait_for_work(
+        self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
+    ) -> bool:
+        """Idle: drop stale wake tokens, then block (on this call's own pooled
+        connection) until a served bucket's token arrives (True) or the timeout.
 
         The wait is kept under half the socket timeout, so a quiet queue never
         reads as a dead connection.
         """
-        return self.run(self.ops.wait_for_work(model, _under_socket_timeout(self.redis, timeout_s)))
+        self.run(self.ops.drop_stale_wakes(model, buckets))
+        timeout_s = _under_socket_timeout(self.redis, timeout_s)
+        return self.run(self.ops.wait_for_work(model, timeout_s, buckets))
 
     def get(self, job_id: str, model: str | None = None) -> JobRecord:
         return self.run(self.ops.get(job_id, model))
@@ -157,9 +162,12 @@ class AsyncQueueClient:
     async def cancel(self, job_id: str) -> str:
         return await self.run(self.ops.cancel(job_id))
 
-    async def wait_for_work(self, model: str, timeout_s: float) -> bool:
+    async def wait_for_work(
+        self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
+    ) -> bool:
+        await self.run(self.ops.drop_stale_wakes(model, buckets))
         timeout_s = _under_socket_timeout(self.redis, timeout_s)
-        return await self.run(self.ops.wait_for_work(model, timeout_s))
+        return await self.run(self.ops.wait_for_work(model, timeout_s, buckets))
 
     async def get(self, job_id: str, model: str | None = None) -> JobRecord:
         return await self.run(self.ops.get(job_id, model))

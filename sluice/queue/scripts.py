@@ -32,7 +32,7 @@ from sluice.jobs import (
 )
 
 T = TypeVar("T")
-SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
+SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim", "idle")
 RECLAIM_LIMIT = 256
 
 
@@ -80,7 +80,7 @@ class QueueOps:
         cfg = self.model(model)
         args: list[Any] = [
             keys.job_prefix(model), keys.queue_prefix(model), keys.idempotency_prefix(model),
-            max_jobs, max_cost, cfg.queue.idempotency_ttl_s, len(jobs),
+            max_jobs, max_cost, cfg.queue.idempotency_ttl_s, len(jobs), keys.wake_prefix(model),
         ]  # fmt: skip
         for job in jobs:
             deadline = job.deadline_ms or cfg.queue.default_deadline_ms or 0
@@ -90,7 +90,7 @@ class QueueOps:
                 _dumps(job.metadata) if job.metadata else "", int(deadline),
                 job.idempotency_key or "",
             ]  # fmt: skip
-        ks = [keys.stats_key(model), keys.seq_key(model), keys.wake_key(model)]
+        ks = [keys.stats_key(model), keys.seq_key(model)]
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
         return Call(_parse_submit, "submit", ks, args)
 
@@ -135,9 +135,7 @@ class QueueOps:
 
     # -- complete, renew, reclaim, cancel ----------------------------------------
     def _ks(self, model: str) -> list[str]:
-        # The wake list last: requeued jobs wake an idle worker (complete, reclaim).
-        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model),
-                keys.wake_key(model)]  # fmt: skip
+        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
@@ -148,7 +146,7 @@ class QueueOps:
         args: list[Any] = [
             keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
             cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s, cfg.batching.max_attempts,
-            worker_id, len(outcomes),
+            worker_id, keys.wake_prefix(model), len(outcomes),
         ]  # fmt: skip
         for o in outcomes:
             args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]
@@ -163,6 +161,7 @@ class QueueOps:
         args = [
             keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
             limit, cfg.batching.max_attempts, cfg.queue.dead_letter_ttl_s,
+            keys.wake_prefix(model),
         ]  # fmt: skip
         return Call(int, "reclaim", self._ks(model), args)
 
@@ -182,14 +181,24 @@ class QueueOps:
         return Call(parse, "cancel", ks, args)
 
     # -- idle wait ------------------------------------------------------------
-    def wait_for_work(self, model: str, timeout_s: float) -> Call[bool]:
-        """Block until a wake token arrives (True) or ``timeout_s`` passes (False).
+    def _served(self, model: str, buckets: Sequence[str] | None) -> list[str]:
+        return list(buckets) if buckets else self.model(model).bucket_names
 
-        Submit (and a requeue) pushes tokens; an idle worker pops one, then claims.
-        """
+    def drop_stale_wakes(self, model: str, buckets: Sequence[str] | None = None) -> Call[int]:
+        """Empty the wake lists of served buckets whose queue is empty (atomic)."""
+        ks: list[str] = []
+        for b in self._served(model, buckets):
+            ks += [keys.queue_key(model, b), keys.wake_key(model, b)]
+        return Call(int, "idle", ks, [])
+
+    def wait_for_work(
+        self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
+    ) -> Call[bool]:
+        """Block until a wake token of a served bucket arrives (True) or
+        ``timeout_s`` passes (False). Submit (and a requeue) pushes tokens."""
         timeout = max(0.01, round(timeout_s, 3))  # BLPOP 0 would block forever
-        return Call(lambda r: r[0] is not None,
-                    commands=[("BLPOP", keys.wake_key(model), timeout)])  # fmt: skip
+        wakes = [keys.wake_key(model, b) for b in self._served(model, buckets)]
+        return Call(lambda r: r[0] is not None, commands=[("BLPOP", *wakes, timeout)])
 
     # -- reads ----------------------------------------------------------------
     def _model_of(self, job_id: str) -> str:

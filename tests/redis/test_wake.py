@@ -17,19 +17,21 @@ from sluice.queue.client import connect
 
 pytestmark = pytest.mark.redis
 Factory = Callable[..., QueueClient]
-WAKE = keys.wake_key("m")
+WAKE = keys.wake_key("m", "32")
 
 
 def jobs(n: int, **kw: object) -> list[NewJob]:
     return [NewJob({"text": f"t{i}"}, "32", 4, **kw) for i in range(n)]  # type: ignore[arg-type]
 
 
-def waiter(qc: QueueClient, timeout_s: float) -> tuple[threading.Thread, dict[str, object]]:
+def waiter(
+    qc: QueueClient, timeout_s: float, buckets: list[str] | None = None
+) -> tuple[threading.Thread, dict[str, object]]:
     out: dict[str, object] = {}
 
     def run() -> None:
         t0 = time.monotonic()
-        out["woken"] = qc.wait_for_work("m", timeout_s)
+        out["woken"] = qc.wait_for_work("m", timeout_s, buckets)
         out["took_s"] = time.monotonic() - t0
 
     t = threading.Thread(target=run, daemon=True)
@@ -67,6 +69,33 @@ def test_tokens_are_one_per_new_job_capped_at_64(r: redis.Redis, queue_factory: 
     qc.submit("m", jobs(3))
     assert r.llen(WAKE) == 64
     assert qc.wait_for_work("m", 0.1) is True and r.llen(WAKE) == 63  # one waiter, one token
+
+
+def test_a_waiter_is_woken_only_by_the_buckets_it_serves(
+    redis_url: str, queue_factory: Factory
+) -> None:
+    qc = QueueClient(connect(redis_url, timeout_s=30), queue_factory().ops.models)
+    t, out = waiter(qc, 1.0, ["512"])
+    time.sleep(0.1)
+    qc.submit("m", jobs(1))  # bucket 32: its token stays for a worker serving 32
+    t.join(3)
+    assert out["woken"] is False and out["took_s"] > 0.9  # type: ignore[operator]
+    assert qc.redis.llen(WAKE) == 1
+    qc.redis.close()
+
+
+def test_stale_tokens_are_dropped_only_where_the_queue_is_empty(
+    r: redis.Redis, queue_factory: Factory
+) -> None:
+    qc = queue_factory(batching={"max_batch": 8})
+    qc.submit("m", jobs(3))
+    qc.submit("m", [NewJob({"text": "x"}, "128", 50)])
+    assert len(qc.claim("m", "w1", buckets=["32"])) == 3  # busy worker took them
+    # Without the drop an idle worker would pop 3 stale tokens: 3 empty claims.
+    assert qc.run(qc.ops.drop_stale_wakes("m")) == 3
+    assert r.llen(WAKE) == 0
+    assert r.llen(keys.wake_key("m", "128")) == 1  # its job is still queued
+    assert qc.wait_for_work("m", 0.1) is True  # so a waiter serving 128 wakes
 
 
 def test_no_token_for_a_refused_submit_or_an_idempotent_replay(

@@ -65,7 +65,8 @@ def test_drain_stops_an_idle_worker_within_its_wait(
 
 @pytest.mark.slow
 def test_sigterm_stops_an_idle_worker_process_within_about_a_second(
-    r: redis.Redis, spawn: Callable[..., subprocess.Popen[bytes]]  # noqa: F811
+    r: redis.Redis,
+    spawn: Callable[..., subprocess.Popen[bytes]],  # noqa: F811
 ) -> None:
     cfg = fast_config()
     qc = QueueClient(r, dict(cfg.models))

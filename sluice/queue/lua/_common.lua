@@ -41,11 +41,25 @@ local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s)
   redis.call('HINCRBY', stats, 'failed', 1)
 end
 
+-- Wake idle workers blocked (BLPOP) on a bucket's wake list: one token per job
+-- made claimable, at most WAKE_CAP in the list, one LPUSH. A token whose job
+-- another worker took first costs its taker one empty claim, nothing more.
+local WAKE_CAP = 64
+local function wake(key, n)
+  if key and n > 0 then
+    local tokens = {}
+    for i = 1, math.min(n, WAKE_CAP) do tokens[i] = '1' end
+    redis.call('LPUSH', key, unpack(tokens))
+    redis.call('LTRIM', key, 0, WAKE_CAP - 1)
+  end
+end
+
 -- A running job whose attempt ended without a result: back to its queue in its
--- original place (the score it was first queued with), or dead-lettered.
+-- original place (the score it was first queued with), or dead-lettered. With a
+-- wake prefix, a requeued job also pushes a token onto its bucket's wake list.
 -- Returns true when the job reached a terminal state.
 local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
-                             max_attempts, dead_ttl_s)
+                             max_attempts, dead_ttl_s, wprefix)
   redis.call('ZREM', inflight, id)
   local f = redis.call('HMGET', jk, 'att', 'bucket', 'score', 'cost')
   if tonumber(f[1] or '0') >= max_attempts then
@@ -57,13 +71,15 @@ local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
   redis.call('ZADD', qprefix .. f[2], f[3], id)
   add_cost(stats, f[2], tonumber(f[4]))
   redis.call('HINCRBY', stats, 'retried', 1)
+  if wprefix then wake(wprefix .. f[2], 1) end
   return false
 end
 
 -- Requeue or dead-letter every job whose lease ended before `now`.
--- Returns the number reclaimed and appends terminal ids to `ended`.
+-- Returns the number reclaimed and appends terminal ids to `ended`. `wprefix`
+-- (nil from claim, whose caller takes the jobs itself) wakes idle workers.
 local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
-                               max_attempts, dead_ttl_s, ended)
+                               max_attempts, dead_ttl_s, ended, wprefix)
   local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
   local err = cjson.encode({type = 'lease_expired',
                             message = 'the worker holding this job stopped renewing its lease'})
@@ -71,7 +87,7 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
     local jk = jprefix .. id
     if redis.call('HGET', jk, 'status') == 'running' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
-                       max_attempts, dead_ttl_s) then
+                       max_attempts, dead_ttl_s, wprefix) then
         table.insert(ended, id)
       end
     else
@@ -79,19 +95,6 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
     end
   end
   return #ids
-end
-
--- Wake idle workers blocked (BLPOP) on the wake list: one token per job made
--- claimable, at most WAKE_CAP in the list, one LPUSH. A token whose job another
--- worker took first costs its taker one empty claim, nothing more.
-local WAKE_CAP = 64
-local function wake(key, n)
-  if key and n > 0 then
-    local tokens = {}
-    for i = 1, math.min(n, WAKE_CAP) do tokens[i] = '1' end
-    redis.call('LPUSH', key, unpack(tokens))
-    redis.call('LTRIM', key, 0, WAKE_CAP - 1)
-  end
 end
 
 local function publish_ended(channel, ended)

@@ -1,28 +1,29 @@
 -- complete: record the outcome of every job of a batch in one round trip.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
--- KEYS[4] wake list (optional): one token per job requeued (retry, release)
 -- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
 -- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
--- ARGV[7] reporting worker id ('' = any)   ARGV[8] number of outcomes N, then N groups
+-- ARGV[7] reporting worker id ('' = any)   ARGV[8] wake list prefix
+-- ARGV[9] number of outcomes N, then N groups
 --   of 4: id, kind ('ok' | 'retry' | 'fail' | 'release'), payload (result or error
 --   JSON), run ms
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket (same hash tag).
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[8]..bucket (same hash tag).
 -- The first result of a job wins: a job already ended (or cancelled) is left as
 -- it is and counted stale, so a late worker can never overwrite a result. A retry,
 -- fail or release from a worker that no longer holds the job (its lease lapsed and
 -- another worker took it) is stale too: only the holder may give a job back.
 -- 'release' hands back a job that never ran: requeued, the claim's attempt undone.
+-- A requeued job (retry, release) pushes a wake token onto its bucket's list.
 -- Returns {accepted, stale}.
 local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
 local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local reporter, n = ARGV[7], tonumber(ARGV[8])
+local reporter, wprefix, n = ARGV[7], ARGV[8], tonumber(ARGV[9])
 local now = now_ms()
-local ended, accepted, stale, requeued = {}, 0, 0, 0
+local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
 
 for i = 0, n - 1 do
-  local b = 9 + i * 4
+  local b = 10 + i * 4
   local id, kind, payload, run_ms = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker')
@@ -39,7 +40,7 @@ for i = 0, n - 1 do
     redis.call('HDEL', jk, 'worker', 'start')
     redis.call('ZADD', qprefix .. f[2], g[1], id)
     add_cost(stats, f[2], tonumber(f[3]))
-    requeued = requeued + 1
+    wake(wprefix .. f[2], 1)
   else
     accepted = accepted + 1
     if status == 'queued' then
@@ -55,10 +56,9 @@ for i = 0, n - 1 do
       done_cost = done_cost + tonumber(f[3])
       table.insert(ended, id)
     elseif kind == 'retry' then
-      if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl) then
+      if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl,
+                       wprefix) then
         table.insert(ended, id)
-      else
-        requeued = requeued + 1
       end
     else
       redis.call('ZREM', inflight, id)
@@ -74,5 +74,4 @@ if #done_ids > 0 then
 end
 if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
 publish_ended(channel, ended)
-wake(KEYS[4], requeued)
 return {accepted, stale}

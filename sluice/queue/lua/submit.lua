@@ -1,24 +1,27 @@
 -- submit: enqueue one or many jobs in one round trip (all or none).
--- KEYS[1] stats hash            KEYS[2] sequence counter     KEYS[3] wake list
--- KEYS[4..] the model's queue keys (every bucket), for the admission count
+-- KEYS[1] stats hash            KEYS[2] sequence counter
+-- KEYS[3..] the model's queue keys (every bucket), for the admission count
 -- ARGV[1] job key prefix        ARGV[2] queue key prefix    ARGV[3] idempotency key prefix
 -- ARGV[4] max queued jobs (0 = no limit)   ARGV[5] max queued cost (0 = no limit)
 -- ARGV[6] idempotency TTL seconds          ARGV[7] number of jobs N
+-- ARGV[8] wake list prefix
 -- then N groups of 8: id, bucket, cost, priority rank (0 high .. 2 low), input JSON,
 --   metadata JSON, deadline in ms from now (0 = none), idempotency key ('' = none)
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..idempotency key (same hash tag).
--- Pushes min(new jobs, 64) wake tokens onto KEYS[3] (the list holds at most 64).
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..idempotency key,
+--   ARGV[8]..bucket (same hash tag).
+-- Per bucket, pushes min(new jobs, 64) wake tokens onto ARGV[8]..bucket in one
+-- LPUSH (each list holds at most 64).
 -- Returns {'ok', now, id_1, created_1, ...} or {'full', reason, queued, queued_cost}.
 local stats, seq = KEYS[1], KEYS[2]
 local jprefix, qprefix, iprefix = ARGV[1], ARGV[2], ARGV[3]
 local max_jobs, max_cost = tonumber(ARGV[4]), tonumber(ARGV[5])
-local idem_ttl, n = tonumber(ARGV[6]), tonumber(ARGV[7])
+local idem_ttl, n, wprefix = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
 local now = now_ms()
 
 -- Replays of an idempotency key return the job that key created.
 local existing, new_count, new_cost = {}, 0, 0
 for i = 0, n - 1 do
-  local b = 8 + i * 8
+  local b = 9 + i * 8
   local ikey = ARGV[b + 7]
   if ikey ~= '' then
     existing[i] = redis.call('GET', iprefix .. ikey)
@@ -35,7 +38,7 @@ end
 
 if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
   local queued = 0
-  for k = 4, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
+  for k = 3, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
   local queued_cost = tonumber(redis.call('HGET', stats, 'queued_cost') or '0')
   if max_jobs > 0 and queued + new_count > max_jobs then
     return {'full', 'queue_jobs', queued, queued_cost}
@@ -50,7 +53,7 @@ local base = 0
 if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count end
 local zadds, costs, k = {}, {}, 0
 for i = 0, n - 1 do
-  local b = 8 + i * 8
+  local b = 9 + i * 8
   if existing[i] then
     table.insert(out, existing[i]); table.insert(out, 0)
   else
@@ -76,9 +79,9 @@ end
 for bucket, za in pairs(zadds) do
   call_chunked('ZADD', qprefix .. bucket, za, 1000)
   redis.call('HINCRBY', stats, 'cost:' .. bucket, costs[bucket])
+  wake(wprefix .. bucket, #za / 2)
 end
 if new_cost > 0 then redis.call('HINCRBY', stats, 'queued_cost', new_cost) end
 redis.call('HINCRBY', stats, 'arrived', new_count)
 redis.call('HINCRBY', stats, 'arrived_cost', new_cost)
-wake(KEYS[3], new_count)
 return out
