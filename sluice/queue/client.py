@@ -101,13 +101,12 @@ class QueueClient:
     def wait_for_work(
         self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
     ) -> bool:
-        """Idle: drop stale wake tokens, then block (on this call's own pooled
-        connection) until a served bucket's token arrives (True) or the timeout.
+        """Idle (after an empty claim): block, on this call's own pooled connection,
+        until a served bucket's wake token arrives (True) or the timeout (False).
 
         The wait is kept under half the socket timeout, so a quiet queue never
         reads as a dead connection.
         """
-        self.run(self.ops.drop_stale_wakes(model, buckets))
         timeout_s = _under_socket_timeout(self.redis, timeout_s)
         return self.run(self.ops.wait_for_work(model, timeout_s, buckets))
 
@@ -165,7 +164,6 @@ class AsyncQueueClient:
     async def wait_for_work(
         self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
     ) -> bool:
-        await self.run(self.ops.drop_stale_wakes(model, buckets))
         timeout_s = _under_socket_timeout(self.redis, timeout_s)
         return await self.run(self.ops.wait_for_work(model, timeout_s, buckets))
 

@@ -32,7 +32,7 @@ from sluice.jobs import (
 )
 
 T = TypeVar("T")
-SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim", "idle")
+SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
 RECLAIM_LIMIT = 256
 
 
@@ -114,6 +114,7 @@ class QueueOps:
             max_batch_tokens or b.max_batch_tokens, _ms(b.lease_s), b.max_attempts,
             RECLAIM_LIMIT, cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s,
             *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
+            keys.wake_prefix(model),
         ]  # fmt: skip
         for name in served:
             est = (service_ms or {}).get(name)
@@ -184,18 +185,12 @@ class QueueOps:
     def _served(self, model: str, buckets: Sequence[str] | None) -> list[str]:
         return list(buckets) if buckets else self.model(model).bucket_names
 
-    def drop_stale_wakes(self, model: str, buckets: Sequence[str] | None = None) -> Call[int]:
-        """Empty the wake lists of served buckets whose queue is empty (atomic)."""
-        ks: list[str] = []
-        for b in self._served(model, buckets):
-            ks += [keys.queue_key(model, b), keys.wake_key(model, b)]
-        return Call(int, "idle", ks, [])
-
     def wait_for_work(
         self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
     ) -> Call[bool]:
         """Block until a wake token of a served bucket arrives (True) or
-        ``timeout_s`` passes (False). Submit (and a requeue) pushes tokens."""
+        ``timeout_s`` passes (False). Submit (and a requeue) pushes tokens; an
+        empty claim drops the stale ones first, so call this after one."""
         timeout = max(0.01, round(timeout_s, 3))  # BLPOP 0 would block forever
         wakes = [keys.wake_key(model, b) for b in self._served(model, buckets)]
         return Call(lambda r: r[0] is not None, commands=[("BLPOP", *wakes, timeout)])

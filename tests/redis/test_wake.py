@@ -84,18 +84,21 @@ def test_a_waiter_is_woken_only_by_the_buckets_it_serves(
     qc.redis.close()
 
 
-def test_stale_tokens_are_dropped_only_where_the_queue_is_empty(
+def test_an_empty_claim_drops_the_stale_tokens_of_its_buckets(
     r: redis.Redis, queue_factory: Factory
 ) -> None:
     qc = queue_factory(batching={"max_batch": 8})
     qc.submit("m", jobs(3))
     qc.submit("m", [NewJob({"text": "x"}, "128", 50)])
-    assert len(qc.claim("m", "w1", buckets=["32"])) == 3  # busy worker took them
-    # Without the drop an idle worker would pop 3 stale tokens: 3 empty claims.
-    assert qc.run(qc.ops.drop_stale_wakes("m")) == 3
+    assert len(qc.claim("m", "w1", buckets=["32"])) == 3  # a busy worker took them
+    assert r.llen(WAKE) == 3  # stale now
+    # An idle worker's empty claim drops them; else it would pop 3 stale tokens,
+    # one empty claim each.
+    assert len(qc.claim("m", "w2", buckets=["32", "512"])) == 0
     assert r.llen(WAKE) == 0
-    assert r.llen(keys.wake_key("m", "128")) == 1  # its job is still queued
-    assert qc.wait_for_work("m", 0.1) is True  # so a waiter serving 128 wakes
+    assert r.llen(keys.wake_key("m", "128")) == 1  # not served by w2: untouched
+    assert len(qc.claim("m", "w3")) == 1  # 128's job is still queued
+    assert r.llen(keys.wake_key("m", "128")) == 1  # a non-empty claim drops nothing
 
 
 def test_no_token_for_a_refused_submit_or_an_idempotent_replay(

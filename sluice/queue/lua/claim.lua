@@ -6,8 +6,13 @@
 -- ARGV[7] max batch cost   ARGV[8] lease ms           ARGV[9] max attempts
 -- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
 -- ARGV[13..15] priority weights (high, normal, low)   ARGV[16] overdue factor
--- ARGV[17..] per served queue: bucket name, expected service ms (same order as KEYS[4..])
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window (same hash tag).
+-- ARGV[17] wake list prefix
+-- ARGV[18..] per served queue: bucket name, expected service ms (same order as KEYS[4..])
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
+--   (same hash tag).
+-- A claim that finds every served queue empty empties their wake lists: the
+-- tokens there announce jobs already taken, and an idle worker would otherwise
+-- spin through them (up to 64), one empty claim each.
 -- Bucket choice: highest response ratio next over queue heads,
 -- weight[prio] * (wait + service) / service. A head that has waited more than
 -- overdue factor x its service time is overdue, and overdue heads go first, oldest
@@ -33,7 +38,7 @@ for k = 4, #KEYS do
   if #head > 0 then
     local prio = math.floor(tonumber(head[2]) / 1e12)
     local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq') or now)
-    local service = tonumber(ARGV[17 + (k - 4) * 2 + 1])
+    local service = tonumber(ARGV[18 + (k - 4) * 2 + 1])
     local wait = math.max(now - enq, 0)
     local ratio = (weights[prio + 1] or 1) * (wait + service) / service
     if ratio > best_ratio then best, best_ratio = k, ratio end
@@ -42,11 +47,12 @@ for k = 4, #KEYS do
 end
 if oldest > 0 then best = oldest end
 if best == 0 then
+  for k = 4, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[18 + (k - 4) * 2]) end
   publish_ended(channel, ended)
   return {'', now, 0, n_reclaimed}
 end
 
-local queue, bucket = KEYS[best], ARGV[17 + (best - 4) * 2]
+local queue, bucket = KEYS[best], ARGV[18 + (best - 4) * 2]
 local out = {bucket, now, 0, n_reclaimed}
 local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
