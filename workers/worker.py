@@ -37,7 +37,7 @@ log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
 EXIT_QUARANTINED = 4
 EXIT_LOAD_FAILED = 5
-# An idle worker blocks on the model's wake list (a submit pushes tokens) for at
+# An idle worker blocks on its buckets' wake lists (a submit pushes tokens) for at
 # most this long, then claims anyway: that claim reclaims lapsed leases, and a
 # drain or SIGTERM is acted on within this bound.
 IDLE_WAIT_S = 0.5
