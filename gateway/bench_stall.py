@@ -64,7 +64,7 @@ async def _run(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
         async def now(text: str = text) -> None:
             await service._estimate_all(st, "m", [text])
 
-        row = {"chars": n}
+        row: dict[str, float] = {"chars": n}
         for name, work in (("inline", inline), ("thread_gil_held", thread_gil), ("now", now)):
             row[name] = round(min([await _max_gap_ms(work) for _ in range(3)]), 1)
         rows.append(row)
