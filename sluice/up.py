@@ -8,7 +8,6 @@ no descendant process is left behind.
 
 from __future__ import annotations
 
-import ctypes
 import signal
 import subprocess
 import sys
@@ -24,16 +23,7 @@ import psutil
 
 from sluice.config import SluiceConfig
 from sluice.errors import SluiceError
-from sluice.redis_server import RedisServer, start_redis
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child before exec (Linux)
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+from sluice.redis_server import RedisServer, die_with_parent, start_redis
 
 
 def sluice_argv() -> list[str]:
@@ -73,7 +63,7 @@ class Stack:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         proc = subprocess.Popen(
             [*sluice_argv(), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )  # fmt: skip
         child = Child(name, proc, log)
         self.children.append(child)

@@ -6,8 +6,10 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 import redis
 
@@ -98,3 +100,24 @@ def test_status_shows_queued_work_and_a_job(redis_url: str, example_config) -> N
         "status", "synthetic.nope", "--config", str(EXAMPLE_CONFIG), "--redis-url", redis_url
     )
     assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+def test_redis_dies_with_a_killed_parent() -> None:
+    # A parent killed with SIGKILL cannot stop its server: the kernel does.
+    code = (
+        "from sluice.redis_server import start_redis; import time; "
+        "s = start_redis(); print(s.proc.pid, flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    server_pid = int(parent.stdout.readline())
+    parent.kill()
+    parent.wait(10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.pid_exists(server_pid):
+        if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
+            break
+        time.sleep(0.1)
+    assert not psutil.pid_exists(server_pid) or (
+        psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE
+    )

@@ -112,9 +112,13 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     assert stack.ready("minilm") and stack.ready("synthetic")
     assert gateway_sees_ready(stack.gateway)
     yield stack
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait()
+    if proc.poll() is None:  # a test failed before the Ctrl-C test stopped it
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def test_banner_gives_a_curl_that_works(up: Up) -> None:
