@@ -2,7 +2,8 @@
 
 Python puts this directory first on sys.path, where ``gateway.py`` and
 ``worker.py`` would shadow the packages of the same names; the repository root
-goes first instead.
+goes in front of it. This directory stays on the path: a benchmark's spawned
+processes re-import the script, and with it this module.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 
 def run(*command: str) -> None:
-    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     from sluice.cli import main
 
     sys.argv[1:1] = list(command)
