@@ -117,3 +117,16 @@ def models_key() -> str:
 def bench_key(name: str) -> str:
     """Scratch keys of benchmarks (never read by Sluice itself)."""
     return f"{PREFIX}:bench:{name}"
+
+
+def owner_jobs_key(model: str) -> str:
+    """Hash of API-key name -> that owner's unfinished (queued + running) jobs.
+
+    Raised by submit, lowered wherever a job ends; only jobs with an owner count.
+    """
+    return f"{_tag(model)}owners"
+
+
+def rate_limit_key(model: str) -> str:
+    """Hash of API-key name -> "<tokens>:<last refill ms>" (the per-key token bucket)."""
+    return f"{_tag(model)}ratelimit"
