@@ -47,12 +47,15 @@ def redis_cmd(
     data_dir: Annotated[
         Path | None, typer.Option("--data-dir", help="Keep an append-only file here.")
     ] = None,
+    appendfsync: Annotated[
+        str, typer.Option(help="With --data-dir: always, everysec or no (see docs/reliability).")
+    ] = "everysec",
 ) -> None:
     """Run a private redis-server on loopback; prints its redis:// URL first."""
     from sluice.redis_server import start_redis
 
     try:
-        server = start_redis(data_dir=data_dir, port=port or None)
+        server = start_redis(data_dir=data_dir, port=port or None, appendfsync=appendfsync)
     except SluiceError as e:
         fail(str(e))
     print(server.url, flush=True)

@@ -22,6 +22,10 @@ from sluice.errors import RedisBinaryNotFound, SluiceError
 
 MIN_VERSION = (6, 2)
 PR_SET_PDEATHSIG = 1
+# How often the append-only file is fsynced: "always" acknowledges a write only
+# once it is on disk (no accepted job lost when the server is killed), "everysec"
+# may lose about the last second of acknowledged writes, "no" leaves it to the OS.
+APPENDFSYNC = ("always", "everysec", "no")
 
 
 def die_with_parent() -> None:
@@ -61,8 +65,8 @@ def free_port(host: str = "127.0.0.1") -> int:
 class RedisServer:
     """A redis-server child process; a context manager that stops it on exit.
 
-    ``data_dir`` turns on the append-only file there (durable across restarts);
-    without it, the server keeps nothing on disk.
+    ``data_dir`` turns on the append-only file there (durable across restarts),
+    fsynced as ``appendfsync`` says; without it, the server keeps nothing on disk.
     """
 
     def __init__(
@@ -73,7 +77,11 @@ class RedisServer:
         data_dir: str | os.PathLike[str] | None = None,
         binary: str | None = None,
         startup_timeout_s: float = 10.0,
+        appendfsync: str = "everysec",
     ) -> None:
+        if appendfsync not in APPENDFSYNC:
+            raise SluiceError(f"appendfsync {appendfsync!r}: use one of {', '.join(APPENDFSYNC)}")
+        self.appendfsync = appendfsync
         self.host = host
         self.port = port or free_port(host)
         self.data_dir = Path(data_dir) if data_dir else None
@@ -90,7 +98,7 @@ class RedisServer:
         if self.data_dir:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             workdir = str(self.data_dir)
-            persistence = ["--appendonly", "yes", "--appendfsync", "everysec"]
+            persistence = ["--appendonly", "yes", "--appendfsync", self.appendfsync]
         else:
             self._tmp = tempfile.TemporaryDirectory(prefix="sluice-redis-")
             workdir = self._tmp.name
@@ -172,12 +180,13 @@ class RedisServer:
 
 
 def start_redis(
-    data_dir: str | os.PathLike[str] | None = None, port: int | None = None, attempts: int = 5
+    data_dir: str | os.PathLike[str] | None = None, port: int | None = None, attempts: int = 5,
+    appendfsync: str = "everysec",
 ) -> RedisServer:
     """Start a server on a free port, retrying if another process took the port first."""
     last: Exception | None = None
     for _ in range(attempts):
-        server = RedisServer(port=port, data_dir=data_dir)
+        server = RedisServer(port=port, data_dir=data_dir, appendfsync=appendfsync)
         try:
             return server.start()
         except SluiceError as e:
