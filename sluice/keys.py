@@ -87,6 +87,26 @@ def wait_hist_key(model: str, window_start_s: int) -> str:
     return f"{wait_hist_prefix(model)}{window_start_s}"
 
 
+def e2e_hist_prefix(model: str) -> str:
+    """Per-window end-to-end latency histograms (enqueue to finish of succeeded
+    jobs, written by the complete script): ``<prefix><window_start_s>``."""
+    return f"{_tag(model)}e2eh:"
+
+
+def e2e_hist_key(model: str, window_start_s: int) -> str:
+    return f"{e2e_hist_prefix(model)}{window_start_s}"
+
+
+def decisions_key(model: str) -> str:
+    """List of the autoscaler's recent decisions (JSON, newest first, bounded)."""
+    return f"{_tag(model)}scale:log"
+
+
+def scale_state_key(model: str) -> str:
+    """Hash of the autoscaler's latest decision: current, desired, reason, at_ms."""
+    return f"{_tag(model)}scale:now"
+
+
 def worker_prefix(model: str) -> str:
     return f"{_tag(model)}worker:"
 
