@@ -51,6 +51,16 @@ class QueueFull(SluiceError):
         self.queued_cost = queued_cost
 
 
+class RateLimited(SluiceError):
+    """Admission refused: the API key is over its rate limit (``retry_after_s`` set)."""
+
+    type = "rate_limited"
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class JobConflict(SluiceError):
     """The job is in a state that does not allow the request (e.g. cancel a finished job)."""
 
