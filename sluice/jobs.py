@@ -58,6 +58,20 @@ class NewJob:
 
 
 @dataclass(frozen=True, slots=True)
+class Owner:
+    """The API key a submit is made under, with its limits (0 = none).
+
+    Its jobs carry its name, count against ``max_unfinished`` until they end, and
+    its idempotency keys live in its own namespace.
+    """
+
+    name: str
+    max_unfinished: int = 0
+    rate_per_s: float = 0.0
+    burst: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Submitted:
     id: str
     created: bool  # False when an idempotency key replayed an earlier job
@@ -143,6 +157,7 @@ class JobRecord:
     run_ms: float | None
     worker: str | None = None
     timings: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None  # the API key name that submitted it (None: open gateway)
 
     @classmethod
     def from_hash(cls, model: str, raw: dict[str, str]) -> JobRecord:
@@ -170,6 +185,7 @@ class JobRecord:
             deadline_at_ms=_int(raw, "dl"),
             run_ms=float(raw["run_ms"]) if raw.get("run_ms") else None,
             worker=raw.get("worker"),
+            owner=raw.get("owner") or None,
             timings={
                 "queued_at": queued / 1000,
                 "started_at": started / 1000 if started else None,
