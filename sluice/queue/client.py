@@ -78,7 +78,7 @@ class QueueClient:
             raise _unavailable(e) from e
         return call.parse(reply)
 
-    def submit(self, model: str, jobs: Sequence[NewJob], **limits: int) -> list[Submitted]:
+    def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return self.run(self.ops.submit(model, jobs, **limits))
 
     def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
@@ -141,7 +141,7 @@ class AsyncQueueClient:
             raise _unavailable(e) from e
         return call.parse(reply)
 
-    async def submit(self, model: str, jobs: Sequence[NewJob], **limits: int) -> list[Submitted]:
+    async def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return await self.run(self.ops.submit(model, jobs, **limits))
 
     async def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:

@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from sluice import keys
 from sluice.config import PRIORITIES, ModelConfig
-from sluice.errors import JobConflict, JobNotFound, QueueFull
+from sluice.errors import JobConflict, JobNotFound, QueueFull, RateLimited
 from sluice.jobs import (
     Batch,
     BucketStats,
@@ -24,6 +24,7 @@ from sluice.jobs import (
     JobRecord,
     NewJob,
     Outcome,
+    Owner,
     QueueStats,
     Submitted,
     model_of,
@@ -75,12 +76,15 @@ class QueueOps:
 
     # -- submit ---------------------------------------------------------------
     def submit(
-        self, model: str, jobs: Sequence[NewJob], *, max_jobs: int = 0, max_cost: int = 0
+        self, model: str, jobs: Sequence[NewJob], *, max_jobs: int = 0, max_cost: int = 0,
+        owner: Owner | None = None,
     ) -> Call[list[Submitted]]:
         cfg = self.model(model)
+        o = owner or _NO_OWNER
         args: list[Any] = [
             keys.job_prefix(model), keys.queue_prefix(model), keys.idempotency_prefix(model),
             max_jobs, max_cost, cfg.queue.idempotency_ttl_s, len(jobs), keys.wake_prefix(model),
+            o.name, o.max_unfinished, o.rate_per_s, max(1, o.burst),
         ]  # fmt: skip
         for job in jobs:
             deadline = job.deadline_ms or cfg.queue.default_deadline_ms or 0
@@ -88,9 +92,10 @@ class QueueOps:
                 job.id or new_job_id(model), job.bucket, int(job.cost),
                 priority_rank(job.priority), _dumps(job.input),
                 _dumps(job.metadata) if job.metadata else "", int(deadline),
-                job.idempotency_key or "",
+                _idem(o.name, job.idempotency_key),
             ]  # fmt: skip
-        ks = [keys.stats_key(model), keys.seq_key(model)]
+        ks = [keys.stats_key(model), keys.seq_key(model), keys.owner_jobs_key(model),
+              keys.rate_limit_key(model)]  # fmt: skip
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
         return Call(_parse_submit, "submit", ks, args)
 
@@ -121,8 +126,7 @@ class QueueOps:
             if est is None:
                 est = b.service_ms_base + b.service_ms_per_cost * int(name)
             args += [name, max(est, 0.001)]
-        ks = [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
-        ks += [keys.queue_key(model, name) for name in served]
+        ks = self._ks(model) + [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
             jobs = [
@@ -136,7 +140,8 @@ class QueueOps:
 
     # -- complete, renew, reclaim, cancel ----------------------------------------
     def _ks(self, model: str) -> list[str]:
-        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model)]
+        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model),
+                keys.owner_jobs_key(model)]  # fmt: skip
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
@@ -168,7 +173,8 @@ class QueueOps:
 
     def cancel(self, job_id: str) -> Call[str]:
         model = self._model_of(job_id)
-        ks = [keys.inflight_key(model), keys.stats_key(model), keys.job_key(model, job_id)]
+        ks = [keys.inflight_key(model), keys.stats_key(model), keys.job_key(model, job_id),
+              keys.owner_jobs_key(model)]  # fmt: skip
         args = [keys.queue_prefix(model), keys.done_channel(model), job_id,
                 self.model(model).queue.result_ttl_s]  # fmt: skip
 
@@ -236,7 +242,24 @@ class QueueOps:
                     commands=[("LRANGE", keys.dead_letter_key(model), 0, limit - 1)])  # fmt: skip
 
 
+_NO_OWNER = Owner("")
+
+
+def _idem(owner: str, key: str | None) -> str:
+    # Each API key has its own namespace: key A's Idempotency-Key never replays B's job.
+    # Names cannot contain '/', so "<owner>/<key>" never collides with an open key.
+    if not key:
+        return ""
+    return f"{owner}/{key}" if owner else key
+
+
 def _parse_submit(reply: list[Any]) -> list[Submitted]:
+    if reply[0] == "limited":
+        wait_s = int(reply[1]) / 1000
+        raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
+    if reply[0] == "full" and reply[1] == "owner_jobs":
+        raise QueueFull(f"this API key has {reply[2]} unfinished jobs, its limit",
+                        "owner_jobs", int(reply[2]), 0)  # fmt: skip
     if reply[0] == "full":
         reason, queued, cost = reply[1], int(reply[2]), int(reply[3])
         what = "jobs" if reason == "queue_jobs" else "cost"

@@ -31,8 +31,17 @@ local function add_cost(stats, bucket, cost)
   redis.call('HINCRBY', stats, 'queued_cost', cost)
 end
 
+-- A job of an API key (field 'owner') that ends no longer counts against that
+-- key's cap on unfinished jobs. Called exactly once per job, where it turns terminal.
+local function release_owner(owners, owner)
+  if owner and owner ~= '' then
+    if redis.call('HINCRBY', owners, owner, -1) <= 0 then redis.call('HDEL', owners, owner) end
+  end
+end
+
 -- Terminal failure: keep the error, remember the job in the dead-letter list.
-local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s)
+local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
+  release_owner(owners, redis.call('HGET', jk, 'owner'))
   redis.call('HSET', jk, 'status', 'failed', 'error', err, 'fin', int(now))
   redis.call('HDEL', jk, 'worker')
   redis.call('LPUSH', dead, id)
@@ -59,11 +68,11 @@ end
 -- wake prefix, a requeued job also pushes a token onto its bucket's wake list.
 -- Returns true when the job reached a terminal state.
 local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
-                             max_attempts, dead_ttl_s, wprefix)
+                             max_attempts, dead_ttl_s, wprefix, owners)
   redis.call('ZREM', inflight, id)
   local f = redis.call('HMGET', jk, 'att', 'bucket', 'score', 'cost')
   if tonumber(f[1] or '0') >= max_attempts then
-    dead_letter(jk, id, stats, dead, err, now, dead_ttl_s)
+    dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
     return true
   end
   redis.call('HSET', jk, 'status', 'queued', 'error', err)
@@ -79,7 +88,7 @@ end
 -- Returns the number reclaimed and appends terminal ids to `ended`. `wprefix`
 -- (nil from claim, whose caller takes the jobs itself) wakes idle workers.
 local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
-                               max_attempts, dead_ttl_s, ended, wprefix)
+                               max_attempts, dead_ttl_s, ended, wprefix, owners)
   local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
   local err = cjson.encode({type = 'lease_expired',
                             message = 'the worker holding this job stopped renewing its lease'})
@@ -87,7 +96,7 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
     local jk = jprefix .. id
     if redis.call('HGET', jk, 'status') == 'running' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
-                       max_attempts, dead_ttl_s, wprefix) then
+                       max_attempts, dead_ttl_s, wprefix, owners) then
         table.insert(ended, id)
       end
     else

@@ -1,13 +1,14 @@
 -- claim: reclaim expired leases, pick a bucket, lease up to max_batch jobs from it.
 -- KEYS[1] in-flight zset (score = lease expiry ms)   KEYS[2] stats hash
--- KEYS[3] dead-letter list                            KEYS[4..] queue keys served
+-- KEYS[3] dead-letter list                            KEYS[4] per-owner unfinished-job counts
+-- KEYS[5..] queue keys served
 -- ARGV[1] job key prefix   ARGV[2] queue key prefix   ARGV[3] wait-histogram prefix
 -- ARGV[4] done channel     ARGV[5] worker id          ARGV[6] max batch
 -- ARGV[7] max batch cost   ARGV[8] lease ms           ARGV[9] max attempts
 -- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
 -- ARGV[13..15] priority weights (high, normal, low)   ARGV[16] overdue factor
 -- ARGV[17] wake list prefix
--- ARGV[18..] per served queue: bucket name, expected service ms (same order as KEYS[4..])
+-- ARGV[18..] per served queue: bucket name, expected service ms (same order as KEYS[5..])
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
 --   (same hash tag).
 -- A claim that finds every served queue empty empties their wake lists: the
@@ -18,7 +19,8 @@
 -- overdue factor x its service time is overdue, and overdue heads go first, oldest
 -- first: under sustained overload HRRN alone would let short jobs starve long ones.
 -- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
-local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
+local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local Q1 = 5  -- KEYS index of the first queue
 local jprefix, qprefix, hprefix, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local worker, max_batch, max_cost = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local lease_ms, max_attempts = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -28,17 +30,17 @@ local now = now_ms()
 local ended = {}
 
 local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now,
-                                    reclaim_limit, max_attempts, dead_ttl, ended)
+                                    reclaim_limit, max_attempts, dead_ttl, ended, nil, owners)
 
 -- Highest response ratio next among the heads of the served queues.
 local overdue_factor = tonumber(ARGV[16])
 local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
-for k = 4, #KEYS do
+for k = Q1, #KEYS do
   local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
   if #head > 0 then
     local prio = math.floor(tonumber(head[2]) / 1e12)
     local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq') or now)
-    local service = tonumber(ARGV[18 + (k - 4) * 2 + 1])
+    local service = tonumber(ARGV[18 + (k - Q1) * 2 + 1])
     local wait = math.max(now - enq, 0)
     local ratio = (weights[prio + 1] or 1) * (wait + service) / service
     if ratio > best_ratio then best, best_ratio = k, ratio end
@@ -47,12 +49,12 @@ for k = 4, #KEYS do
 end
 if oldest > 0 then best = oldest end
 if best == 0 then
-  for k = 4, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[18 + (k - 4) * 2]) end
+  for k = Q1, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[18 + (k - Q1) * 2]) end
   publish_ended(channel, ended)
   return {'', now, 0, n_reclaimed}
 end
 
-local queue, bucket = KEYS[best], ARGV[18 + (best - 4) * 2]
+local queue, bucket = KEYS[best], ARGV[18 + (best - Q1) * 2]
 local out = {bucket, now, 0, n_reclaimed}
 local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
@@ -64,13 +66,14 @@ while not full do
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
     local jk = jprefix .. id
-    local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input')
+    local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input', 'owner')
     local cost, dl = tonumber(f[2] or '0'), tonumber(f[3] or '0')
     if f[1] ~= 'queued' then
       table.insert(rem, id)  -- a stale entry: the job hash is gone or moved on
     elseif dl > 0 and dl < now then
       table.insert(rem, id)
       dropped = dropped + cost
+      release_owner(owners, f[7])
       redis.call('HSET', jk, 'status', 'expired', 'fin', int(now))
       redis.call('EXPIRE', jk, result_ttl)
       n_expired = n_expired + 1

@@ -1,5 +1,6 @@
 -- complete: record the outcome of every job of a batch in one round trip.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
+-- KEYS[4] per-owner unfinished-job counts
 -- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
 -- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
 -- ARGV[7] reporting worker id ('' = any)   ARGV[8] wake list prefix
@@ -14,7 +15,7 @@
 -- 'release' hands back a job that never ran: requeued, the claim's attempt undone.
 -- A requeued job (retry, release) pushes a wake token onto its bucket's list.
 -- Returns {accepted, stale}.
-local inflight, stats, dead = KEYS[1], KEYS[2], KEYS[3]
+local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local reporter, wprefix, n = ARGV[7], ARGV[8], tonumber(ARGV[9])
@@ -26,7 +27,7 @@ for i = 0, n - 1 do
   local b = 10 + i * 4
   local id, kind, payload, run_ms = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local jk = jprefix .. id
-  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker')
+  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker', 'owner')
   local status = f[1]
   local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
   if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
@@ -50,6 +51,7 @@ for i = 0, n - 1 do
     end
     if kind == 'ok' then
       table.insert(done_ids, id)
+      release_owner(owners, f[5])
       redis.call('HSET', jk, 'status', 'succeeded', 'result', payload, 'fin', int(now), 'run_ms', run_ms)
       redis.call('HDEL', jk, 'worker', 'input')
       redis.call('EXPIRE', jk, result_ttl)
@@ -57,13 +59,13 @@ for i = 0, n - 1 do
       table.insert(ended, id)
     elseif kind == 'retry' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl,
-                       wprefix) then
+                       wprefix, owners) then
         table.insert(ended, id)
       end
     else
       redis.call('ZREM', inflight, id)
       redis.call('HSET', jk, 'run_ms', run_ms)
-      dead_letter(jk, id, stats, dead, payload, now, dead_ttl)
+      dead_letter(jk, id, stats, dead, payload, now, dead_ttl, owners)
       table.insert(ended, id)
     end
   end
