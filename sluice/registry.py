@@ -35,6 +35,7 @@ class WorkerInfo:
     busy: bool = False
     service_rate: float = 0.0  # cost units per second while busy, measured
     metrics_port: int = 0
+    batch_size: int = 0  # jobs in the worker's latest batch (the dashboard shows it)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:

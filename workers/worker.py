@@ -373,7 +373,7 @@ class Worker:
         self.metrics.token_budget.labels(self.model).set(self.budget.current)
         info = self.status.snapshot()
         self.status.update(
-            batches=info.batches + 1, jobs=info.jobs + len(batch),
+            batches=info.batches + 1, jobs=info.jobs + len(batch), batch_size=len(batch),
             failures=info.failures + (1 if result.failed else 0), service_rate=self.rate.rate,
             extra={"token_budget": self.budget.current, "overlap": self.overlap,
                    "padding_efficiency": round(self.metrics.padding_efficiency_value, 4),
