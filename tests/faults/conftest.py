@@ -1,0 +1,229 @@
+"""Real processes for fault tests: a private redis-server per test, and ``sluice
+gateway`` / ``sluice worker`` started through the CLI, each logging to a file.
+
+Every wait has a deadline; teardown kills (after SIGCONT) every process a test
+started, by its own pid.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+import yaml
+
+from sluice.config import SluiceConfig, parse_config
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import RedisServer, free_port
+
+MODEL = "m"
+STAMPED = "tests.faults.handlers:StampedHandler"
+BROKEN = "tests.faults.handlers:BrokenHandler"
+SLUICE = [sys.executable, "-m", "sluice"]
+
+
+def fault_config(
+    handler: str = STAMPED, *, params: dict[str, Any] | None = None,
+    batching: dict[str, Any] | None = None, worker: dict[str, Any] | None = None,
+    gateway: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """One synthetic-like model ``m``; short leases and heartbeats so faults show fast."""
+    return {
+        "models": {MODEL: {
+            "handler": handler, "params": {"base_ms": 20, "per_token_ms": 0, **(params or {})},
+            "buckets": [32, 128, 512], "cost": {"method": "words"},
+            "batching": {"max_batch": 4, "max_batch_tokens": 4096, "lease_s": 1.5,
+                         **(batching or {})},
+        }},
+        "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3, "quarantine_grace_s": 0.5,
+                   "metrics_port": 0, **(worker or {})},
+        "gateway": {"redis_timeout_s": 1.0, "stats_refresh_s": 0.5, **(gateway or {})},
+    }  # fmt: skip
+
+
+def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@dataclass
+class Redis:
+    """A redis-server this test may kill, stop and restart on the same port and data dir."""
+
+    port: int
+    data_dir: Path | None
+    appendfsync: str = "everysec"
+    server: RedisServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    @property
+    def pid(self) -> int:
+        assert self.server is not None and self.server.proc is not None
+        return self.server.proc.pid
+
+    def start(self) -> Redis:
+        self.server = RedisServer(port=self.port, data_dir=self.data_dir,
+                                  appendfsync=self.appendfsync).start()  # fmt: skip
+        return self
+
+    def kill9(self) -> None:
+        assert self.server is not None and self.server.proc is not None
+        self.server.proc.kill()
+        self.server.proc.wait(5)
+        self.server.stop()  # closes pipes and the temporary dir; the process is gone
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+    def client(self) -> redis.Redis:
+        return connect(self.url, timeout_s=2.0)
+
+    def stop(self) -> None:
+        if self.server is not None and self.server.proc is not None:
+            if self.server.proc.poll() is None:
+                os.kill(self.server.proc.pid, signal.SIGCONT)
+            self.server.stop(timeout_s=5)
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+    cmd: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            self.popen.send_signal(sig)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def count(self, needle: str) -> int:
+        return sum(1 for line in self.text().splitlines() if needle in line)
+
+
+@dataclass
+class Stack:
+    """What one test started; ``spawn_*`` go through the ``sluice`` CLI."""
+
+    tmp: Path
+    redis: Redis
+    procs: list[Proc] = field(default_factory=list)
+    configs: int = 0
+
+    def write_config(self, cfg: dict[str, Any]) -> Path:
+        self.configs += 1
+        path = self.tmp / f"sluice-{self.configs}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    def _spawn(self, name: str, cmd: list[str]) -> Proc:
+        log = self.tmp / f"{name}-{len(self.procs)}.log"
+        with log.open("wb") as out:  # a file, never a pipe: a full pipe would block the child
+            popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)  # fmt: skip
+        proc = Proc(name, popen, log, cmd)
+        self.procs.append(proc)
+        return proc
+
+    def spawn_gateway(self, cfg_path: Path, port: int | None = None) -> tuple[Proc, str]:
+        port = port or free_port()
+        cmd = [*SLUICE, "gateway", "-c", str(cfg_path), "--redis-url", self.redis.url,
+               "--port", str(port), "--log-level", "info"]  # fmt: skip
+        proc = self._spawn("gateway", cmd)
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: ready(url) or not proc.alive(), 30, "the gateway to be ready")
+        assert proc.alive(), proc.text()
+        return proc, url
+
+    def restart(self, proc: Proc) -> Proc:
+        """The same command again (same port, same config)."""
+        return self._spawn(proc.name, proc.cmd)
+
+    def spawn_worker(self, cfg_path: Path, *extra: str, wait_ready: bool = True) -> Proc:
+        cmd = [*SLUICE, "worker", "-c", str(cfg_path), "-m", MODEL, "--redis-url", self.redis.url,
+               "--metrics-port", "-1", *extra]  # fmt: skip
+        proc = self._spawn("worker", cmd)
+        if wait_ready:
+            wait_for(lambda: " ready: " in proc.text() or not proc.alive(), 30,
+                     "the worker to be ready")  # fmt: skip
+            assert proc.alive(), proc.text()
+        return proc
+
+    def queue(self, cfg: dict[str, Any]) -> QueueClient:
+        return QueueClient(self.redis.client(), dict(parse(cfg).models))
+
+    def teardown(self) -> None:
+        for p in self.procs:
+            if p.alive():
+                p.signal(signal.SIGCONT)
+                p.popen.kill()
+            try:
+                p.popen.wait(10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.redis.stop()
+
+
+def parse(cfg: dict[str, Any]) -> SluiceConfig:
+    return parse_config(cfg)
+
+
+def ready(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def make_stack(tmp: Path, *, aof: str | None = None) -> Stack:
+    data = tmp / "redis-data" if aof else None
+    return Stack(tmp, Redis(free_port(), data, aof or "everysec").start())
+
+
+@pytest.fixture
+def stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """``stack_factory(aof=None | "always" | "everysec") -> Stack``; all torn down after."""
+    made: list[Stack] = []
+
+    def make(aof: str | None = None) -> Stack:
+        made.append(make_stack(tmp_path / f"stack{len(made)}", aof=aof))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.teardown()
+
+
+def submit(url: str, text: str, timeout_s: float = 5.0) -> httpx.Response:
+    return httpx.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": text}, timeout=timeout_s)
