@@ -8,6 +8,7 @@ names the field and the value.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,6 +177,10 @@ class GatewayConfig(_Strict):
     # Retry-After, workers-ready check); scrapes never cost a Redis round trip.
     stats_refresh_s: float = Field(1.0, gt=0, le=60)
     max_wait_s: float = Field(60.0, gt=0, le=60)
+    # Admin routes (/metrics, /dashboard, /v1/admin) on their own listener: when
+    # set, they are served there only (absent from `port`).
+    admin_port: int | None = Field(None, gt=0, lt=65536)
+    admin_host: str = "127.0.0.1"
 
     @field_validator("shed_fraction")
     @classmethod
@@ -225,12 +230,72 @@ class AutoscalerConfig(_Strict):
         return v
 
 
+KEY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
+SECRET_FIELDS = frozenset({"hash"})  # values never echoed in config errors
+
+
+class ApiKeyConfig(_Strict):
+    """One API key, stored only as the SHA-256 of the key (``sha256:<64 hex>``)."""
+
+    name: str  # the owner id: jobs, limits and idempotency keys belong to it
+    hash: str
+    admin: bool = False
+    rate_limit_per_s: float | None = Field(None, gt=0)
+    burst: int | None = Field(None, gt=0)
+    max_queued_jobs: int | None = Field(None, gt=0)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not KEY_NAME_RE.match(v):
+            raise ValueError(
+                f"key name {v!r} must be 1-64 letters, digits, '_', '.', '@' or '-'"
+            )
+        return v
+
+    @field_validator("hash")
+    @classmethod
+    def _hash(cls, v: str) -> str:
+        if not KEY_HASH_RE.match(v):
+            # Never echo the value: it may be a plaintext key pasted by mistake.
+            raise ValueError(
+                "must be 'sha256:' and 64 lowercase hex digits, the hash of the key, never "
+                "the key itself; `sluice keys new NAME` prints a key and its hash line"
+            )
+        return v
+
+
+class AuthConfig(_Strict):
+    """API keys: none configured (the default) leaves the gateway open."""
+
+    keys: list[ApiKeyConfig] = Field(default_factory=list)
+    # A file (e.g. a mounted Kubernetes Secret) and/or the name of an environment
+    # variable, each holding a YAML list of entries shaped like ``keys``.
+    keys_file: str | None = None
+    keys_env: str | None = None
+    # Limits for keys that set none of their own (None = no limit).
+    default_rate_limit_per_s: float | None = Field(None, gt=0)
+    default_burst: int | None = Field(None, gt=0)
+    default_max_queued_jobs: int | None = Field(None, gt=0)
+
+    @field_validator("keys")
+    @classmethod
+    def _unique(cls, v: list[ApiKeyConfig]) -> list[ApiKeyConfig]:
+        names = [k.name for k in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"key names must be unique, repeated: {dup}")
+        return v
+
+
 class SluiceConfig(_Strict):
     redis_url: str | None = None
     models: dict[str, ModelConfig]
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     autoscaler: AutoscalerConfig = Field(default_factory=AutoscalerConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
 
     @field_validator("models")
     @classmethod
@@ -256,6 +321,8 @@ def _format_error(e: ValidationError, source: str) -> str:
     if first["type"] in ("missing",):
         return f"{source}: {loc}: field required{extra}"
     value = first.get("input")
+    if first["loc"] and first["loc"][-1] in SECRET_FIELDS:  # maybe a pasted plaintext key
+        return f"{source}: {loc}: {msg}{extra}"
     if isinstance(value, dict):  # a whole-section check: its message names the fields
         return f"{source}: {loc}: {msg}{extra}"
     return f"{source}: {loc} = {value!r}: {msg}{extra}"
