@@ -152,7 +152,7 @@ class QueueOps:
         args: list[Any] = [
             keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
             cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s, cfg.batching.max_attempts,
-            worker_id, keys.wake_prefix(model), len(outcomes),
+            worker_id, keys.wake_prefix(model), keys.e2e_hist_prefix(model), len(outcomes),
         ]  # fmt: skip
         for o in outcomes:
             args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]

@@ -4,30 +4,36 @@
 -- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
 -- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
 -- ARGV[7] reporting worker id ('' = any)   ARGV[8] wake list prefix
--- ARGV[9] number of outcomes N, then N groups
+-- ARGV[9] end-to-end histogram prefix   ARGV[10] number of outcomes N, then N groups
 --   of 4: id, kind ('ok' | 'retry' | 'fail' | 'release'), payload (result or error
 --   JSON), run ms
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[8]..bucket (same hash tag).
+-- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[8]..bucket, ARGV[9]..window
+--   (same hash tag).
 -- The first result of a job wins: a job already ended (or cancelled) is left as
 -- it is and counted stale, so a late worker can never overwrite a result. A retry,
 -- fail or release from a worker that no longer holds the job (its lease lapsed and
 -- another worker took it) is stale too: only the holder may give a job back.
 -- 'release' hands back a job that never ran: requeued, the claim's attempt undone.
 -- A requeued job (retry, release) pushes a wake token onto its bucket's list.
+-- Each succeeded job's end-to-end latency (enqueue to now) is counted in the
+-- 10 s window's histogram, with the claim script's queue-wait bounds.
 -- Returns {accepted, stale}.
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
 local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local reporter, wprefix, n = ARGV[7], ARGV[8], tonumber(ARGV[9])
+local reporter, wprefix, eprefix, n = ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10])
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
+-- Same bounds as claim.lua's queue-wait histogram (autoscaler/waits.py BOUNDS_MS).
+local bounds = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+local e2e_hist = {}
 
 for i = 0, n - 1 do
-  local b = 10 + i * 4
+  local b = 11 + i * 4
   local id, kind, payload, run_ms = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
   local jk = jprefix .. id
-  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker', 'owner')
+  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker', 'owner', 'enq')
   local status = f[1]
   local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
   if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
@@ -56,6 +62,9 @@ for i = 0, n - 1 do
       redis.call('HDEL', jk, 'worker', 'input')
       redis.call('EXPIRE', jk, result_ttl)
       done_cost = done_cost + tonumber(f[3])
+      local e2e, slot = now - tonumber(f[6] or now), #bounds + 1
+      for k, bound in ipairs(bounds) do if e2e <= bound then slot = k; break end end
+      e2e_hist[slot] = (e2e_hist[slot] or 0) + 1
       table.insert(ended, id)
     elseif kind == 'retry' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl,
@@ -75,5 +84,13 @@ if #done_ids > 0 then
   redis.call('HINCRBY', stats, 'succeeded', #done_ids)
 end
 if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
+if #done_ids > 0 then
+  local hkey = eprefix .. int(math.floor(now / 10000) * 10)
+  for slot, count in pairs(e2e_hist) do
+    redis.call('HINCRBY', hkey, bounds[slot] and int(bounds[slot]) or 'inf', count)
+  end
+  redis.call('HINCRBY', hkey, 'count', #done_ids)
+  redis.call('EXPIRE', hkey, 3600)
+end
 publish_ended(channel, ended)
 return {accepted, stale}
