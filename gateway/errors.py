@@ -47,6 +47,7 @@ HTTP_STATUS: dict[type[SluiceError], int] = {
     ConfigError: 500,
 }
 HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}
+INVALID_JSON = "invalid_json"  # the body is not (strict) JSON; see gateway.strict_json
 
 
 def status_for(e: SluiceError) -> int:
@@ -81,12 +82,20 @@ async def _validation_error(_: Request, e: Exception) -> JSONResponse:
     errs = e.errors()
     first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
     if first.get("type") == "json_invalid":
-        message = "body is not valid JSON"
-    else:
-        message = f"{_field(tuple(first.get('loc', ())))}: {first.get('msg')}"
+        # gateway.strict_json refuses through this path too, with its reason in ctx.
+        return error_response(422, INVALID_JSON, _json_message(first))
+    message = f"{_field(tuple(first.get('loc', ())))}: {first.get('msg')}"
     if len(errs) > 1:
         message += f" (and {len(errs) - 1} more)"
     return error_response(422, "invalid_request", message)
+
+
+def _json_message(err: Any) -> str:
+    reason = str((err.get("ctx") or {}).get("error") or "").strip()
+    loc = tuple(err.get("loc", ()))
+    pos = loc[1] if len(loc) > 1 and isinstance(loc[1], int) else 0
+    where = f" at character {pos}" if pos > 0 else ""
+    return f"body is not valid JSON: {reason}{where}" if reason else "body is not valid JSON"
 
 
 async def _http_error(_: Request, e: Exception) -> JSONResponse:

@@ -17,14 +17,17 @@ class _Body(BaseModel):
 class JobRequest(_Body):
     input: Any = Field(..., description="The model's input: text, or {'text': ...}, or a list.")
     priority: Priority = "normal"
-    deadline_ms: int | None = Field(None, gt=0, description="Expire if not started by then.")
+    # strict: "5000" or 5000.0 is a client bug to report, not to coerce.
+    deadline_ms: int | None = Field(
+        None, gt=0, strict=True, description="Expire if not started by then."
+    )
     metadata: dict[str, Any] | None = None
 
 
 class BatchRequest(_Body):
     inputs: list[Any] = Field(..., min_length=1)
     priority: Priority = "normal"
-    deadline_ms: int | None = Field(None, gt=0)
+    deadline_ms: int | None = Field(None, gt=0, strict=True)
     metadata: dict[str, Any] | None = None
 
 

@@ -19,9 +19,10 @@ from gateway.schemas import (
     errors,
 )
 from gateway.state import GatewayState
+from gateway.strict_json import StrictJsonRoute
 from sluice.errors import InvalidInput
 
-router = APIRouter(prefix="/v1", tags=["jobs"])
+router = APIRouter(prefix="/v1", tags=["jobs"], route_class=StrictJsonRoute)
 ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
 JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_length=256)]
 
@@ -72,7 +73,9 @@ async def submit_batch(
 )  # fmt: skip
 async def get_job(
     job_id: JobId, st: State,
-    wait: Annotated[float, Query(ge=0, le=60, description="Long-poll up to S seconds.")] = 0,
+    wait: Annotated[
+        float, Query(ge=0, le=60, allow_inf_nan=False, description="Long-poll up to S seconds.")
+    ] = 0,
 ) -> Json:  # fmt: skip
     """A job's status, result or error, and timings; ``?wait=S`` answers as soon as it ends."""
     rec = await (service.wait(st, job_id, wait) if wait > 0 else service.get(st, job_id))

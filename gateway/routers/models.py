@@ -12,10 +12,11 @@ from gateway.deps import IdempotencyKey, State
 from gateway.redis_io import run_reads
 from gateway.responses import Json
 from gateway.schemas import JobRequest, JobView, ModelList, errors
+from gateway.strict_json import StrictJsonRoute
 from sluice.jobs import QueueStats
 from sluice.registry import WorkerInfo, list_workers_call, workers_by_state
 
-router = APIRouter(prefix="/v1", tags=["models"])
+router = APIRouter(prefix="/v1", tags=["models"], route_class=StrictJsonRoute)
 ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
 
 
@@ -65,7 +66,8 @@ async def predict(
     model: ModelName, body: JobRequest, st: State,
     idempotency_key: IdempotencyKey = None,
     timeout: Annotated[
-        float | None, Query(gt=0, le=60, description="Wait at most this long (s).")
+        float | None,
+        Query(gt=0, le=60, allow_inf_nan=False, description="Wait at most this long (s)."),
     ] = None,
 ) -> Json:  # fmt: skip
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
