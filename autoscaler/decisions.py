@@ -1,0 +1,103 @@
+"""The autoscaler's recent decisions, kept in Redis for the dashboard.
+
+Every period the latest decision overwrites one small hash (current, desired,
+reason, when); a decision that differs from the previous one recorded for the
+model (other current, desired or reason) is also pushed onto a bounded list,
+so the dashboard's log shows what changed and why, not one "steady" line per
+period. Both keys expire: a stopped autoscaler leaves nothing behind for long,
+and the hash's age tells the page whether an autoscaler is running at all.
+A failed write is logged and dropped: recording must never stop scaling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from autoscaler.policy import Decision, Observation
+from sluice import keys
+from sluice.queue.client import REDIS_ERRORS
+
+log = logging.getLogger("sluice.autoscaler")
+LOG_LENGTH = 50  # decisions kept per model (newest first)
+LOG_TTL_S = 86_400
+STATE_TTL_MIN_S = 60  # the latest decision outlives a few missed periods, then expires
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One decision as the dashboard shows it."""
+
+    at_ms: int
+    current: int
+    desired: int
+    reason: str
+    needed: float
+    ready: int | None = None
+    starting: int | None = None
+    queued: int | None = None
+    p99_wait_ms: float | None = None
+
+    @property
+    def signature(self) -> tuple[int, int, str]:
+        return self.current, self.desired, self.reason
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "at_ms": self.at_ms, "current": self.current, "desired": self.desired,
+            "reason": self.reason, "needed": round(self.needed, 2), "ready": self.ready,
+            "starting": self.starting, "queued": self.queued, "p99_wait_ms": self.p99_wait_ms,
+        }  # fmt: skip
+
+
+def entry(d: Decision, obs: Observation | None, at_ms: int) -> Entry:
+    if obs is None or obs.missing:
+        return Entry(at_ms, d.current, d.desired, d.reason, d.needed)
+    return Entry(at_ms, d.current, d.desired, d.reason, d.needed, obs.ready, obs.starting,
+                 obs.queued, obs.p99_wait_ms)  # fmt: skip
+
+
+def commands(model: str, e: Entry, period_s: float, changed: bool) -> list[tuple[Any, ...]]:
+    """Redis commands (one pipeline) that record ``e``; ``changed`` appends it to the log."""
+    state = keys.scale_state_key(model)
+    flat = {k: "" if v is None else v for k, v in e.fields().items()}
+    cmds: list[tuple[Any, ...]] = [
+        ("HSET", state, *(x for kv in flat.items() for x in kv), "period_s", period_s),
+        ("EXPIRE", state, max(STATE_TTL_MIN_S, int(10 * period_s))),
+    ]
+    if changed:
+        log_key = keys.decisions_key(model)
+        cmds += [
+            ("LPUSH", log_key, json.dumps(e.fields(), separators=(",", ":"))),
+            ("LTRIM", log_key, 0, LOG_LENGTH - 1),
+            ("EXPIRE", log_key, LOG_TTL_S),
+        ]
+    return cmds
+
+
+class DecisionLog:
+    """Records each model's decisions; remembers the last one logged per model."""
+
+    def __init__(self, r: redis.Redis, wall: Callable[[], float] = time.time) -> None:
+        self.redis = r
+        self.wall = wall
+        self.last: dict[str, tuple[int, int, str]] = {}
+
+    def record(self, model: str, d: Decision, obs: Observation | None, period_s: float) -> None:
+        e = entry(d, obs, int(self.wall() * 1000))
+        changed = self.last.get(model) != e.signature
+        pipe = self.redis.pipeline(transaction=False)
+        for cmd in commands(model, e, period_s, changed):
+            pipe.execute_command(*cmd)
+        try:
+            pipe.execute()
+        except (redis.RedisError, *REDIS_ERRORS) as err:
+            log.warning("autoscaler: %s: cannot record the decision (%s)", model, err)
+            return
+        self.last[model] = e.signature

@@ -1,0 +1,48 @@
+"""The autoscaler's decision log in Redis: latest decision always, changes only in the log."""
+
+from __future__ import annotations
+
+import json
+
+import redis
+
+from autoscaler.decisions import LOG_LENGTH, DecisionLog, commands, entry
+from autoscaler.policy import Decision, Observation
+from sluice import keys
+
+
+def test_only_changes_are_logged_and_the_log_is_bounded(r: redis.Redis) -> None:
+    clock = iter(float(t) for t in range(1000, 2000))
+    dlog = DecisionLog(r, wall=lambda: next(clock))
+    obs = Observation(current=1, ready=1, queued=7, p99_wait_ms=250.0)
+    for _ in range(3):  # the same steady decision three periods running: logged once
+        dlog.record("m", Decision(1, 1, "steady", 1.0), obs, period_s=5)
+    dlog.record("m", Decision(1, 3, "backlog", 2.6), obs, period_s=5)
+    log = [json.loads(x) for x in r.lrange(keys.decisions_key("m"), 0, -1)]
+    assert [(e["current"], e["desired"], e["reason"]) for e in log] == [
+        (1, 3, "backlog"), (1, 1, "steady")]  # fmt: skip
+    assert log[0]["queued"] == 7 and log[0]["p99_wait_ms"] == 250.0 and log[0]["needed"] == 2.6
+    state = r.hgetall(keys.scale_state_key("m"))
+    assert state["desired"] == "3" and state["reason"] == "backlog"
+    assert state["at_ms"] == "1003000" and float(state["period_s"]) == 5
+    assert 0 < r.ttl(keys.scale_state_key("m")) <= 60 and r.ttl(keys.decisions_key("m")) > 0
+    for i in range(LOG_LENGTH + 10):
+        dlog.record("m", Decision(i, i + 1, "load", 1.0), None, period_s=5)
+    assert r.llen(keys.decisions_key("m")) == LOG_LENGTH
+
+
+def test_missing_observation_records_no_made_up_signals() -> None:
+    e = entry(Decision(2, 2, "missing-metrics", 2.0), None, at_ms=5)
+    cmds = commands("m", e, period_s=30, changed=False)
+    hset = cmds[0]
+    fields = dict(zip(hset[2::2], hset[3::2], strict=True))
+    assert fields["queued"] == "" and fields["reason"] == "missing-metrics"
+    assert cmds[1] == ("EXPIRE", keys.scale_state_key("m"), 300)  # 10 periods
+    assert len(cmds) == 2  # unchanged: nothing appended to the log
+
+
+def test_a_redis_failure_is_swallowed() -> None:
+    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    dlog = DecisionLog(broken)
+    dlog.record("m", Decision(1, 2, "load", 2.0), None, period_s=5)  # must not raise
+    assert dlog.last == {}  # not remembered: the next period tries to log it again
