@@ -26,6 +26,7 @@ from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.policy import Decision, Observation, PolicyState, decide, default_service_rate
 from autoscaler.reload import PolicySource
+from sluice.backoff import Reconnect
 from sluice.errors import SluiceError
 from sluice.queue.client import REDIS_ERRORS
 
@@ -64,6 +65,8 @@ class Autoscaler:
         self.states = {m: PolicyState() for m in self.models}
         self.due = dict.fromkeys(self.models, 0.0)
         self.last: dict[str, Decision] = {}
+        # One log line per Redis outage per model, not one per period (ADR 0065).
+        self.outages = {m: Reconnect(log, f"autoscaler: {m}: reclaim") for m in self.models}
 
     def step(self, now_s: float | None = None) -> dict[str, Decision]:
         """Decide for every model whose period is due; returns those decisions."""
@@ -83,12 +86,15 @@ class Autoscaler:
     def _reclaim(self, model: str) -> int | None:
         """Requeue (or dead-letter) the model's expired leases; None if Redis failed.
         A failure only loses this period's reclaim: the read that follows decides."""
+        outage = self.outages.get(model) or self.outages.setdefault(
+            model, Reconnect(log, f"autoscaler: {model}: reclaim"))  # fmt: skip
         try:
             n = self.observer.client.reclaim(model)
         except (SluiceError, redis.RedisError, *REDIS_ERRORS) as e:
-            log.warning("autoscaler: %s: cannot reclaim expired leases (%s)", model, e)
+            outage.failed(e)  # the period is the retry interval; the delay is unused
             self.metrics.reclaim_errors.labels(model).inc()
             return None
+        outage.ok()
         if n:
             self.metrics.reclaimed.labels(model).inc(n)
             log.info(json.dumps({"event": "autoscaler_reclaimed", "model": model,

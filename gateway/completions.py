@@ -26,10 +26,12 @@ import redis.asyncio as aioredis
 
 from gateway.redis_io import bounded, raise_if_cancelling
 from sluice import keys
+from sluice.backoff import Reconnect
 from sluice.jobs import JobStatus, model_of
 
 log = logging.getLogger("sluice.gateway")
 IDLE_PING_S = 30.0  # with nothing heard for this long, ping; silent for twice this: reconnect
+RECONNECT_BASE_S = 0.05
 RECONNECT_MAX_S = 2.0
 PING_MESSAGE = "sluice-liveness"  # not redis-py's health-check message, which it swallows
 
@@ -94,6 +96,8 @@ class Completions:
         self.idle_ping_s = idle_ping_s
         self.connected = asyncio.Event()
         self.reconnects = 0  # subscriptions lost (errors or silence) since start
+        self.retry = Reconnect(log, "gateway completions", base_s=RECONNECT_BASE_S,
+                               cap_s=RECONNECT_MAX_S)  # fmt: skip
         self._waiters: dict[str, set[asyncio.Future[float | None]]] = {}
 
     @property
@@ -139,22 +143,23 @@ class Completions:
         return self._wake(ended, None)  # not a notification: no wake-up time
 
     async def run(self) -> None:
-        delay = 0.05
+        """Subscribe, and resubscribe after any loss with jittered backoff (ADR 0065);
+        one log line when the subscription goes and one when it is back."""
         while True:
+            error: object = "subscription ended"
             try:
                 await self._listen()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # any connection trouble: reconnect with backoff
                 raise_if_cancelling()
-                log.warning("completion subscription lost: %s", e or type(e).__name__)
+                error = e or type(e).__name__
             raise_if_cancelling()
             self.reconnects += 1
             if self.connected.is_set():  # it had worked: start the backoff over
-                delay = 0.05
+                self.retry.backoff.reset()
             self.connected.clear()
-            await asyncio.sleep(delay)
-            delay = min(RECONNECT_MAX_S, delay * 2)
+            await asyncio.sleep(self.retry.failed(error))
 
     async def _listen(self) -> None:
         ps = self.redis.pubsub(ignore_subscribe_messages=True)
@@ -163,6 +168,7 @@ class Completions:
             # Subscribed first, then re-checked: an end after the read is published to us.
             await self.recheck()
             self.connected.set()
+            self.retry.ok()
             loop = asyncio.get_running_loop()
             live = Liveness(self.idle_ping_s, loop.time())
             while True:

@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from gateway.admission import Load, drain_rate
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, raise_if_cancelling, run_reads
+from sluice.backoff import Reconnect
 from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
@@ -72,6 +73,7 @@ class Snapshots:
         self.call = call
         self.current: dict[str, ModelSnapshot] = {}
         self.last_ok_s = 0.0
+        self.retry = Reconnect(log, "gateway snapshots")
 
     def load(self, model: str) -> Load | None:
         snap = self.current.get(model)
@@ -96,15 +98,17 @@ class Snapshots:
         return fresh
 
     async def run(self, interval_s: float) -> None:
-        """Refresh forever; a failed read keeps the last snapshot and is retried next tick."""
+        """Refresh forever; a failed read keeps the last snapshot and is retried next
+        tick (never faster: the interval bounds the retry rate). One log line per outage."""
         while True:
             try:
                 await self.refresh()
+                self.retry.ok()
             except SluiceError as e:
                 raise_if_cancelling()
                 if self.last_ok_s:
                     self.metrics.snapshot_age.set(time.time() - self.last_ok_s)
-                log.warning("snapshot refresh failed: %s", e)
+                self.retry.failed(e)
             except Exception:  # never let the refresher die
                 raise_if_cancelling()
                 log.exception("snapshot refresh crashed")

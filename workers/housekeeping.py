@@ -20,6 +20,7 @@ from collections.abc import Callable
 from redis.exceptions import RedisError, ResponseError
 
 from sluice import keys, registry
+from sluice.backoff import Outage
 from sluice.errors import RedisUnavailable
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
@@ -49,7 +50,7 @@ class Housekeeper:
         self.on_tick = on_tick
         self.wall = wall
         self.lost: set[str] = set()
-        self.failures = 0  # consecutive failed ticks, for logging
+        self.outage = Outage("housekeeping")  # one log line per outage, not per tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-housekeeping", daemon=True)
 
@@ -83,14 +84,17 @@ class Housekeeper:
         self._log_health(errors)
 
     def _log_health(self, errors: list[Exception]) -> None:
-        if errors:
-            self.failures += 1
-            if self.failures == 1 or self.failures % 50 == 0:
-                log.warning("housekeeping: Redis refused %d tick(s) in a row (%s); retrying",
-                            self.failures, errors[0])  # fmt: skip
-        elif self.failures:
-            log.info("housekeeping: Redis answers again after %d failed tick(s)", self.failures)
-            self.failures = 0
+        # The tick period stays fixed through an outage (no backoff): a lease must be
+        # renewed as soon as Redis takes writes again, and one tick is cheap.
+        now = time.monotonic()
+        msg = self.outage.failed(now, errors[0]) if errors else self.outage.recovered(now)
+        if msg:
+            log.warning(msg)
+
+    @property
+    def failures(self) -> int:
+        """Consecutive failed ticks (0 while Redis answers)."""
+        return self.outage.failures
 
     def renew(self) -> None:
         info = self.status.snapshot()

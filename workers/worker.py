@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from sluice.backoff import Reconnect
 from sluice.config import ModelConfig, SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Batch, Outcome
@@ -41,9 +42,12 @@ EXIT_LOAD_FAILED = 5
 # most this long, then claims anyway: that claim reclaims lapsed leases, and a
 # drain or SIGTERM is acted on within this bound.
 IDLE_WAIT_S = 0.5
-# Waits between tries to send a batch's outcomes (about 4 s in all, while the
-# housekeeping thread keeps renewing the leases); then it gives up and logs.
-COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0)
+# Waits between tries to send a batch's outcomes (about 10 s in all, while the
+# housekeeping thread keeps renewing the leases), so a Redis restart does not
+# cost a batch; then it gives up and logs (the jobs run again elsewhere).
+COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 2.0)
+# Claims after a Redis error: jittered backoff up to this (ADR 0065).
+RECONNECT_MAX_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -124,6 +128,8 @@ class Worker:
         self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
         self._metrics_server: object | None = None
         self.complete_backoff_s = COMPLETE_BACKOFF_S
+        # Shared by the batch and prefetch threads: one log line per Redis outage.
+        self.redis_retry = Reconnect(log, f"worker {self.id}", cap_s=RECONNECT_MAX_S)
 
     @property
     def id(self) -> str:
@@ -275,9 +281,9 @@ class Worker:
                 max_batch_tokens=self.budget.current, service_ms=self.bucket_ms.ms or None,
             )  # fmt: skip
         except (RedisUnavailable, RedisError) as e:
-            log.warning("claim failed: %s", e)
-            self._stop.wait(0.5)
+            self._stop.wait(self.redis_retry.failed(e))
             return None
+        self.redis_retry.ok()
         if not batch.jobs:
             return None
         self.status.hold([j.id for j in batch.jobs])
@@ -295,13 +301,12 @@ class Worker:
         The blocked call holds its own pooled connection, so the housekeeping
         thread's heartbeats and renewals never queue behind it.
         """
-        if self._stopping():
-            return
+        if self._stopping() or self.redis_retry.down:
+            return  # Redis down: the failed claim has waited its backoff already
         try:
             self.client.wait_for_work(self.model, IDLE_WAIT_S, self.buckets)
         except (RedisUnavailable, RedisError) as e:
-            log.warning("waiting for work failed: %s", e)
-            self._stop.wait(IDLE_WAIT_S)
+            self._stop.wait(self.redis_retry.failed(e))
 
     def _queue_empty(self) -> bool:
         try:
@@ -333,6 +338,7 @@ class Worker:
         """
         error: Exception | None = None
         delays = self.complete_backoff_s
+        said = False
         for delay in (*delays, None):
             try:
                 # As the holder: a retry/fail/release after our lease lapsed and
@@ -344,8 +350,10 @@ class Worker:
             except (RedisUnavailable, RedisError) as e:
                 error = e
                 if delay is not None:
-                    log.warning("could not send %d outcome(s), retrying in %.1f s: %s",
-                                len(outcomes), delay, e)  # fmt: skip
+                    if not said:  # once per batch, not per try
+                        said = True
+                        log.warning("could not send %d outcome(s), retrying for up to %.0f s: %s",
+                                    len(outcomes), sum(delays), e)  # fmt: skip
                     time.sleep(delay)
         # The leases will lapse and the jobs run again elsewhere (an attempt used).
         ids = " ".join(o.id for o in outcomes)
