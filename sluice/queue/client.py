@@ -95,8 +95,8 @@ class QueueClient:
     def reclaim(self, model: str) -> int:
         return self.run(self.ops.reclaim(model))
 
-    def cancel(self, job_id: str) -> str:
-        return self.run(self.ops.cancel(job_id))
+    def cancel(self, job_id: str, owner: str = "") -> str:
+        return self.run(self.ops.cancel(job_id, owner))
 
     def wait_for_work(
         self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
@@ -158,8 +158,8 @@ class AsyncQueueClient:
     async def reclaim(self, model: str) -> int:
         return await self.run(self.ops.reclaim(model))
 
-    async def cancel(self, job_id: str) -> str:
-        return await self.run(self.ops.cancel(job_id))
+    async def cancel(self, job_id: str, owner: str = "") -> str:
+        return await self.run(self.ops.cancel(job_id, owner))
 
     async def wait_for_work(
         self, model: str, timeout_s: float, buckets: Sequence[str] | None = None

@@ -171,12 +171,13 @@ class QueueOps:
         ]  # fmt: skip
         return Call(int, "reclaim", self._ks(model), args)
 
-    def cancel(self, job_id: str) -> Call[str]:
+    def cancel(self, job_id: str, owner: str = "") -> Call[str]:
+        """With ``owner``, a job another API key submitted is not found (404, not 403)."""
         model = self._model_of(job_id)
         ks = [keys.inflight_key(model), keys.stats_key(model), keys.job_key(model, job_id),
               keys.owner_jobs_key(model)]  # fmt: skip
         args = [keys.queue_prefix(model), keys.done_channel(model), job_id,
-                self.model(model).queue.result_ttl_s]  # fmt: skip
+                self.model(model).queue.result_ttl_s, owner]  # fmt: skip
 
         def parse(reply: list[str]) -> str:
             if reply[0] == "missing":

@@ -2,6 +2,7 @@
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] the job hash
 -- KEYS[4] per-owner unfinished-job counts
 -- ARGV[1] queue key prefix  ARGV[2] done channel  ARGV[3] job id  ARGV[4] result TTL s
+-- ARGV[5] the caller's API key name ('' = any): another owner's job is 'missing'
 -- Derived keys: ARGV[1]..bucket (same hash tag).
 -- A queued job leaves its queue; a running job is marked cancelled and its lease
 -- dropped, so the worker's late result is discarded as stale.
@@ -11,6 +12,7 @@ local qprefix, channel, id, ttl = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'owner')
 local status = f[1]
 if not status then return {'missing', ''} end
+if ARGV[5] and ARGV[5] ~= '' and f[4] ~= ARGV[5] then return {'missing', ''} end
 if TERMINAL[status] then return {'refused', status} end
 local now = now_ms()
 if status == 'queued' then
