@@ -51,6 +51,18 @@ class QueueFull(SluiceError):
         self.queued_cost = queued_cost
 
 
+class Unauthorized(SluiceError):
+    """No API key, or one that is not configured (HTTP 401 with WWW-Authenticate)."""
+
+    type = "unauthorized"
+
+
+class Forbidden(SluiceError):
+    """A valid API key without the right to this route (an admin route)."""
+
+    type = "forbidden"
+
+
 class RateLimited(SluiceError):
     """Admission refused: the API key is over its rate limit (``retry_after_s`` set)."""
 
