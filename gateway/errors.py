@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sluice.errors import (
     ConfigError,
+    Forbidden,
     InputTooLarge,
     InvalidInput,
     JobConflict,
@@ -25,8 +26,10 @@ from sluice.errors import (
     NotReady,
     Overloaded,
     QueueFull,
+    RateLimited,
     RedisUnavailable,
     SluiceError,
+    Unauthorized,
     UnknownModel,
     UnsupportedMediaType,
 )
@@ -34,6 +37,9 @@ from sluice.errors import (
 log = logging.getLogger("sluice.gateway")
 
 HTTP_STATUS: dict[type[SluiceError], int] = {
+    Unauthorized: 401,
+    Forbidden: 403,
+    RateLimited: 429,
     InvalidInput: 422,
     UnknownModel: 404,
     JobNotFound: 404,
@@ -63,6 +69,8 @@ def error_response(
     headers = {}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+    if status == 401:  # RFC 9110: a 401 names the scheme it wants
+        headers["WWW-Authenticate"] = 'Bearer realm="sluice"'
     body = {"error": {"type": type_, "message": message}}
     return JSONResponse(body, status_code=status, headers=headers)
 
