@@ -22,6 +22,7 @@ from dataclasses import replace
 import redis
 
 from autoscaler.backends.base import Backend
+from autoscaler.decisions import DecisionLog
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.policy import Decision, Observation, PolicyState, decide, default_service_rate
@@ -65,6 +66,9 @@ class Autoscaler:
         self.states = {m: PolicyState() for m in self.models}
         self.due = dict.fromkeys(self.models, 0.0)
         self.last: dict[str, Decision] = {}
+        # The dashboard reads the latest and recent decisions from Redis.
+        r = getattr(getattr(observer, "client", None), "redis", None)
+        self.decision_log = DecisionLog(r) if r is not None else None
         # One log line per Redis outage per model, not one per period (ADR 0065).
         self.outages = {m: Reconnect(log, f"autoscaler: {m}: reclaim") for m in self.models}
 
@@ -132,6 +136,8 @@ class Autoscaler:
         self.states[model] = d.state
         self.last[model] = d
         self.metrics.record(model, d)
+        if self.decision_log is not None:
+            self.decision_log.record(model, d, obs, self.source.policy(model).period_s)
         log.info(json.dumps(_log_fields(model, d, obs)))
         if d.desired != d.current:
             try:

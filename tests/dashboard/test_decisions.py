@@ -46,3 +46,28 @@ def test_a_redis_failure_is_swallowed() -> None:
     dlog = DecisionLog(broken)
     dlog.record("m", Decision(1, 2, "load", 2.0), None, period_s=5)  # must not raise
     assert dlog.last == {}  # not remembered: the next period tries to log it again
+
+
+def test_the_control_loop_records_its_decisions(tmp_path, redis_url: str, r: redis.Redis) -> None:
+    from autoscaler.backends.base import DryRunBackend
+    from autoscaler.loop import Autoscaler
+    from autoscaler.observe import Observer
+    from autoscaler.reload import PolicySource
+    from sluice.config import load_config
+    from sluice.jobs import NewJob
+    from sluice.queue import QueueClient
+    from sluice.queue.client import connect
+
+    path = tmp_path / "sluice.yaml"
+    path.write_text("models:\n  m:\n    handler: synthetic\n    autoscaling:\n"
+                    "      min_replicas: 0\n      period_s: 1\n")  # fmt: skip
+    cfg = load_config(path)
+    client = QueueClient(connect(redis_url), dict(cfg.models))
+    client.submit("m", [NewJob(input="x", bucket="32", cost=10)])
+    loop = Autoscaler(PolicySource(path, cfg), Observer(client, dict(cfg.models)), DryRunBackend())
+    d = loop.step(now_s=100.0)["m"]
+    assert (d.current, d.desired, d.reason) == (0, 1, "wake")  # queued job at zero replicas
+    state = r.hgetall(keys.scale_state_key("m"))
+    assert (state["current"], state["desired"], state["reason"]) == ("0", "1", "wake")
+    [logged] = [json.loads(x) for x in r.lrange(keys.decisions_key("m"), 0, -1)]
+    assert logged["reason"] == "wake" and logged["queued"] == 1
