@@ -49,6 +49,9 @@ class LoadSpec:
     submit_only: bool = False  # POST only: the gateway's own submit capacity
     engine: str = "auto"  # sluice.loadgen.http: lean for http://, httpx otherwise
     max_in_flight: int = 4096  # open loop: jobs beyond this count as "overflow" errors
+    # This share of jobs carries a unique Idempotency-Key header (the key family
+    # a soak must see expire too); the draw is seeded, like the workload.
+    idempotency_fraction: float = 0.0
     progress: bool = True
     label: str = field(default="", compare=False)
 
@@ -64,6 +67,10 @@ class LoadSpec:
             raise ConfigError(f"engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.duration_s is not None and self.warmup_s >= self.duration_s:
             raise ConfigError(f"warm-up ({self.warmup_s}s) must be shorter than the run")
+        if not 0.0 <= self.idempotency_fraction <= 1.0:
+            raise ConfigError(
+                f"idempotency fraction must be in [0, 1], got {self.idempotency_fraction}"
+            )
 
     @property
     def mode(self) -> str:
@@ -85,6 +92,9 @@ class Driver:
         self.sent = 0
         self.t0 = 0.0
         self.engines: list[Engine] = []
+        self._idem_rng = random.Random(spec.seed)
+        self._idem_seq = 0
+        self._run_token = f"{time.time_ns():x}"  # keys of two runs on one Redis never meet
 
     async def run(self) -> dict[str, Any]:
         s = self.spec
@@ -169,12 +179,20 @@ class Driver:
         outcome = await self._job(http, text)
         return dataclasses.replace(outcome, words=len(text.split()))
 
+    def _headers(self) -> dict[str, str] | None:
+        """An Idempotency-Key for this share of jobs, unique to this run and job."""
+        fraction = self.spec.idempotency_fraction
+        if fraction <= 0 or self._idem_rng.random() >= fraction:
+            return None
+        self._idem_seq += 1
+        return {"Idempotency-Key": f"lg-{self._run_token}-{self._idem_seq}"}
+
     async def _job(self, http: Engine, text: str) -> Outcome:
         s = self.spec
         sent = time.monotonic()
         try:
             status, accepted = await http.call(
-                "POST", f"/v1/models/{s.model}/jobs", {"input": text}
+                "POST", f"/v1/models/{s.model}/jobs", {"input": text}, headers=self._headers()
             )
         except EngineTimeout:
             return Outcome(sent, time.monotonic(), "error", error="timeout")
@@ -249,6 +267,7 @@ def _describe(s: LoadSpec) -> dict[str, Any]:
         "duration_s": s.duration_s, "jobs": s.jobs, "warmup_s": s.warmup_s,
         "mix": [[b.lo, b.hi, b.weight] for b in s.bands], "seed": s.seed,
         "submit_only": s.submit_only, "engine": s.engine,
+        "idempotency_fraction": s.idempotency_fraction,
     }  # fmt: skip
 
 

@@ -32,8 +32,9 @@ class EngineError(Exception):
 
 class Engine(Protocol):
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:  # fmt: skip
         """Status and decoded JSON body (None when the body is not JSON)."""
         ...
 
@@ -60,10 +61,12 @@ class HttpxEngine:
                                       transport=transport)  # fmt: skip
 
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:  # fmt: skip
         try:
-            resp = await self.http.request(method, path, json=body, params=params)
+            resp = await self.http.request(method, path, json=body, params=params,
+                                           headers=headers)  # fmt: skip
         except httpx.TimeoutException as e:
             raise EngineTimeout(str(e)) from e
         except httpx.HTTPError as e:
@@ -100,13 +103,16 @@ class LeanEngine:
         return None
 
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None
-    ) -> tuple[int, Any]:
+        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, Any]:  # fmt: skip
         target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
         payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
         head = f"{method} {target} HTTP/1.1\r\n".encode() + self.host_header
         if body is not None:
             head += b"Content-Type: application/json\r\n"
+        for name, value in (headers or {}).items():
+            head += f"{name}: {value}\r\n".encode("latin-1")
         request = head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
         conn = self._reuse()
         try:
