@@ -15,6 +15,9 @@ from sluice.errors import ConfigError
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("load")(load_cmd)
     bench_app.command("stack")(stack_cmd)
+    from sluice.loadgen.soak_cli import soak_cmd
+
+    bench_app.command("soak")(soak_cmd)
 
 
 def load_cmd(

@@ -1,0 +1,198 @@
+"""A soak's pass/fail criteria, computed from its samples (pure).
+
+Memory growth is measured from the end of the warm-up to the end of the load:
+the median of the first ``EDGE`` samples taken at or after the warm-up, against
+the median of the last ``EDGE`` samples taken while the load ran. Medians of a
+few samples, not single readings, so one allocator hiccup neither hides nor
+fakes a trend. Redis keys and memory must plateau once every TTL the soak
+config sets has had time to act once (``plateau_from_s``): the mean of the
+last quarter of the remaining samples against the mean of the first quarter.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+EDGE = 3  # samples per median at each end
+EXPIRY_SLACK_S = 5.0  # Redis's active expiry is not instant; a TTL ends within this
+WAIT_HIST_TTL_S = 3600  # claim.lua: EXPIRE on each 10 s window
+WAIT_HIST_WINDOW_S = 10
+DEAD_LETTER_CAP = 10_000  # _common.lua: LTRIM of the dead-letter list
+WAKE_CAP = 64
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The soak's parameters that the criteria depend on."""
+
+    warmup_s: float
+    duration_s: float
+    rate_per_s: float
+    result_ttl_s: float
+    idempotency_ttl_s: float
+    idempotency_fraction: float
+    models: int = 1
+    buckets: int = 1
+    max_rss_growth_pct: float = 10.0
+    plateau_tolerance: float = 0.2  # late mean <= (1 + this) x early mean (+ slack)
+
+    @property
+    def plateau_from_s(self) -> float:
+        return self.warmup_s + max(self.result_ttl_s, self.idempotency_ttl_s) + EXPIRY_SLACK_S
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+
+def _median(xs: Sequence[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def rss_growth(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict[str, Any]]:
+    """Per process: RSS at the end of the warm-up, at the end of the load, growth in %."""
+    during = [s for s in samples if s["t_s"] <= lim.duration_s + 1e-6]
+    after_warmup = [s for s in during if s["t_s"] >= lim.warmup_s]
+    names = sorted({n for s in during for n in s["rss_mb"]})
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        series = [(s["t_s"], s["rss_mb"][name]) for s in after_warmup if name in s["rss_mb"]]
+        start = _median([v for _, v in series[:EDGE]])
+        end = _median([v for _, v in series[-EDGE:]])
+        growth = None
+        if start and end is not None and len(series) >= 2 * EDGE:
+            growth = round(100.0 * (end - start) / start, 2)
+        out[name] = {
+            "start_mb": start, "end_mb": end, "growth_pct": growth,
+            "growth_mb": round(end - start, 2) if start is not None and end is not None else None,
+            "peak_mb": max((v for _, v in series), default=None), "samples": len(series),
+        }  # fmt: skip
+    return out
+
+
+def _plateau(samples: Sequence[dict[str, Any]], lim: Limits, value: Any) -> dict[str, Any]:
+    span = [s for s in samples if lim.plateau_from_s <= s["t_s"] <= lim.duration_s + 1e-6]
+    if len(span) < 4:
+        return {"early": None, "late": None, "samples": len(span)}
+    q = max(1, len(span) // 4)
+    early = statistics.fmean(value(s) for s in span[:q])
+    late = statistics.fmean(value(s) for s in span[-q:])
+    return {"early": round(early, 3), "late": round(late, 3), "samples": len(span)}
+
+
+def _ttl_keys(s: dict[str, Any]) -> float:
+    """Keys that must plateau: all but the wait histograms, which build up for an hour."""
+    return float(s["redis_keys"] - s["families"].get("wait_hist", 0))
+
+
+def plateaus(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict[str, Any]]:
+    return {
+        "keys": _plateau(samples, lim, _ttl_keys),
+        "job_hashes": _plateau(samples, lim, lambda s: s["families"]["job"]),
+        "redis_used_mb": _plateau(samples, lim, lambda s: s["redis_used_mb"]),
+    }
+
+
+def _plateau_check(name: str, p: dict[str, Any], tol: float, slack: float) -> Check:
+    if p["early"] is None:
+        return Check(name, False, f"too few samples after the plateau start ({p['samples']})")
+    ok = p["late"] <= (1 + tol) * p["early"] + slack
+    return Check(name, ok, f"late {p['late']:g} vs early {p['early']:g} (limit x{1 + tol:g})")
+
+
+def family_bounds(lim: Limits) -> dict[str, float]:
+    """The most keys of each bounded family a healthy run can hold at once."""
+    per_s = lim.rate_per_s * 1.5  # Poisson bursts and expiry lag
+    return {
+        "job": per_s * (lim.result_ttl_s + EXPIRY_SLACK_S) + 200,
+        "idempotency": per_s * lim.idempotency_fraction * (lim.idempotency_ttl_s
+                                                            + EXPIRY_SLACK_S) + 50,
+        "wait_hist": lim.models * (WAIT_HIST_TTL_S / WAIT_HIST_WINDOW_S + 1),
+        "wake": lim.models * lim.buckets,
+        "queue": lim.models * lim.buckets,
+    }  # fmt: skip
+
+
+def _bounds_checks(samples: Sequence[dict[str, Any]], lim: Limits) -> list[Check]:
+    late = [s for s in samples if s["t_s"] >= lim.plateau_from_s] or list(samples)
+    out = []
+    for family, bound in family_bounds(lim).items():
+        peak = max((s["families"].get(family, 0) for s in late), default=0)
+        out.append(Check(f"{family} keys bounded", peak <= bound, f"peak {peak} <= {bound:.0f}"))
+    dead = max((s["dead_letters"] for s in samples), default=0)
+    cap = lim.models * DEAD_LETTER_CAP
+    out.append(Check("dead letters bounded", dead <= cap, f"peak {dead} <= {cap}"))
+    return out
+
+
+def _rss_checks(growth: dict[str, dict[str, Any]], lim: Limits) -> list[Check]:
+    out = []
+    for name, g in growth.items():
+        if name == "redis":
+            continue  # Redis is judged by its dataset, below, not by its RSS
+        pct = g["growth_pct"]
+        ok = pct is not None and pct < lim.max_rss_growth_pct
+        shown = "n/a" if pct is None else f"{pct:+.1f}%"
+        out.append(Check(f"{name} RSS growth", ok,
+                         f"{g['start_mb']} -> {g['end_mb']} MB ({shown})"))  # fmt: skip
+    return out
+
+
+def _series_check(samples: Sequence[dict[str, Any]], lim: Limits) -> Check:
+    series = [s["metric_series"] for s in samples
+              if s["t_s"] >= lim.warmup_s and s.get("metric_series") is not None]  # fmt: skip
+    if len(series) < 2:
+        return Check("metric label sets bounded", False, "no /metrics readings")
+    grew = series[-1] - series[0]
+    return Check("metric label sets bounded", grew <= 0,
+                 f"{series[0]} -> {series[-1]} sluice_* series")  # fmt: skip
+
+
+def completion_checks(load: dict[str, Any], final: dict[str, Any]) -> list[Check]:
+    """No errors, every accepted job done, nothing left queued, held or waited on."""
+    errors = load.get("errors") or {}
+    counters = final.get("counters", {})
+    arrived, done = counters.get("arrived", 0), counters.get("succeeded", 0)
+    left = final.get("queued", 0) + final.get("in_flight", 0)
+    return [
+        Check("no errors", not errors, ", ".join(f"{k} x{v}" for k, v in errors.items())
+              or "none"),
+        Check("every accepted job succeeded", load["succeeded"] == load["sent"] and done == arrived,
+              f"load generator {load['succeeded']}/{load['sent']}; Redis {done}/{arrived}"),
+        Check("queues empty after the run", left == 0, f"queued + in flight = {left}"),
+        Check("no long-poll waiter left", final.get("waiters") in (0, 0.0),
+              f"waiters gauge {final.get('waiters')}"),
+        Check("results and idempotency keys expired after the run",
+              final.get("job_keys") == 0 and final.get("idempotency_keys") == 0,
+              f"job hashes {final.get('job_keys')}, idempotency keys "
+              f"{final.get('idempotency_keys')} after the TTLs"),
+    ]  # fmt: skip
+
+
+def verdict(
+    samples: Sequence[dict[str, Any]], lim: Limits, load: dict[str, Any], final: dict[str, Any]
+) -> dict[str, Any]:
+    """Every criterion with its figures, and whether all passed."""
+    growth = rss_growth(samples, lim)
+    plat = plateaus(samples, lim)
+    checks = [
+        *completion_checks(load, final),
+        *_rss_checks(growth, lim),
+        _plateau_check("Redis keys plateau", plat["keys"], lim.plateau_tolerance, 50),
+        _plateau_check(
+            "Redis used_memory plateau", plat["redis_used_mb"], lim.plateau_tolerance, 0.5
+        ),  # fmt: skip
+        *_bounds_checks(samples, lim),
+        _series_check(samples, lim),
+    ]
+    return {
+        "passed": all(c.ok for c in checks), "checks": [asdict(c) for c in checks],
+        "rss": growth, "plateaus": plat, "family_bounds": family_bounds(lim),
+        "plateau_from_s": lim.plateau_from_s,
+    }  # fmt: skip
