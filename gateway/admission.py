@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from sluice.config import ModelConfig
 from sluice.errors import NotReady, Overloaded, QueueFull
+from sluice.jobs import Owner
 
 MIN_RETRY_S = 1
 MAX_RETRY_S = 3600
@@ -67,9 +68,15 @@ def clamp_retry(seconds: float) -> int:
 
 
 def retry_after_full(
-    err: QueueFull, limits: Limits, new_jobs: int, new_cost: int, rate: Rate
-) -> int:
-    """Seconds until enough backlog drains for this request to fit its priority's limits."""
+    err: QueueFull, limits: Limits, new_jobs: int, new_cost: int, rate: Rate,
+    owner: Owner | None = None,
+) -> int:  # fmt: skip
+    """Seconds until enough backlog drains for this request to fit its priority's limits
+    (or, for an API key over its cap, until enough of the key's own jobs could end)."""
+    if err.reason == "owner_jobs" and owner is not None:
+        # The model drains `rate` cost/s; assume this key's jobs cost what these do.
+        excess_jobs = err.queued + new_jobs - owner.max_unfinished
+        return clamp_retry(excess_jobs * (new_cost / max(1, new_jobs)) / rate.cost_per_s)
     if err.reason == "queue_jobs":
         avg = err.queued_cost / err.queued if err.queued else float(new_cost) / max(1, new_jobs)
         excess = (err.queued + new_jobs - limits.max_jobs) * avg

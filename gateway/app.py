@@ -12,9 +12,11 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from gateway import errors
+from gateway.auth import AuthGuard
 from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import health, jobs, models
 from gateway.state import GatewayState
+from sluice.apikeys import KeyRing, load_keyring
 from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
 from sluice.errors import ConfigError
 
@@ -22,14 +24,21 @@ GC_FREEZE_ENV = "SLUICE_GATEWAY_GC_FREEZE"  # "0" turns the start-up freeze off
 API_DESCRIPTION = """Submit inference jobs, poll or long-poll for results.
 
 Every error answers `{"error": {"type", "message"}}`; 429 and 503 carry `Retry-After`.
+When API keys are configured, send `Authorization: Bearer <key>` (or `X-API-Key`).
 """
 
 
 def create_app(
     cfg: SluiceConfig, redis_url: str | None = None, *,
     redis: aioredis.Redis | None = None, pubsub_redis: aioredis.Redis | None = None,
+    keyring: KeyRing | None = None,
 ) -> FastAPI:  # fmt: skip
-    """The app for one config; pass ``redis`` (and ``pubsub_redis``) to inject clients."""
+    """The app for one config; pass ``redis`` (and ``pubsub_redis``) to inject clients.
+
+    API keys come from ``cfg.auth`` (its secret file and env var are read here)
+    unless ``keyring`` is given.
+    """
+    keyring = load_keyring(cfg.auth) if keyring is None else keyring
     state = GatewayState(cfg, redis_url, redis=redis, pubsub_redis=pubsub_redis)
 
     @asynccontextmanager
@@ -48,6 +57,8 @@ def create_app(
     errors.install(app)
     # Outermost first at request time: metrics see every answer, including 413/415.
     app.add_middleware(BodyGuard, max_bytes=cfg.gateway.max_body_bytes)
+    if keyring:  # an open gateway pays nothing for access control
+        app.add_middleware(AuthGuard, keyring=keyring)  # before a body is read
     app.add_middleware(Metrics, metrics=state.metrics)
     return app
 

@@ -22,8 +22,15 @@ from gateway.admission import (
 from gateway.state import GatewayState
 from sluice.config import ModelConfig
 from sluice.cost import CostEstimator, Estimate
-from sluice.errors import InputTooLarge, InvalidInput, JobNotFound, QueueFull, SluiceError
-from sluice.jobs import JobRecord, NewJob, Submitted
+from sluice.errors import (
+    InputTooLarge,
+    InvalidInput,
+    JobNotFound,
+    QueueFull,
+    RateLimited,
+    SluiceError,
+)
+from sluice.jobs import JobRecord, NewJob, Owner, Submitted
 
 MAX_IDEMPOTENCY_KEY = 200
 
@@ -36,6 +43,7 @@ class Spec:
     deadline_ms: int | None = None
     metadata: dict[str, Any] | None = None
     idempotency_key: str | None = None
+    owner: Owner | None = None  # the caller's API key (None on an open gateway)
 
 
 def _check_spec(cfg: ModelConfig, spec: Spec) -> None:
@@ -140,13 +148,13 @@ async def submit(
     _admit(st, model, cfg, spec, total)
     jobs = _build_jobs(inputs, estimates, spec, batch)
     subs = await _enqueue(st, model, cfg, spec, jobs, total)
-    replayed = await _read_replays(st, subs)
+    replayed = await _read_replays(st, subs, spec.owner)
     if None in replayed.values():
         # A replayed job expired between the submit and the read: its key is free
         # now, so the same submit again makes a new job (the others replay).
         again = await _enqueue(st, model, cfg, spec, jobs, total)
         subs = [Submitted(b.id, a.created or b.created) for a, b in zip(subs, again, strict=True)]
-        replayed = await _read_replays(st, subs)
+        replayed = await _read_replays(st, subs, spec.owner)
     views = []
     for job, sub, est in zip(jobs, subs, estimates, strict=True):
         view = _accepted(model, job, sub, est.truncated_to is not None)
@@ -167,23 +175,30 @@ async def _enqueue(
 ) -> list[Submitted]:
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
-        return await st.call(
-            st.queue.submit(model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost)
-        )
+        return await st.call(st.queue.submit(
+            model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
+        ))  # fmt: skip
     except QueueFull as e:
         load = st.snapshots.load(model) or _empty_load()
-        e.retry_after_s = retry_after_full(e, limits, len(jobs), total, drain_rate(cfg, load))
+        e.retry_after_s = retry_after_full(
+            e, limits, len(jobs), total, drain_rate(cfg, load), spec.owner
+        )
         st.metrics.rejected.labels(model, e.reason).inc(len(jobs))
+        raise
+    except RateLimited as e:
+        st.metrics.rejected.labels(model, e.type).inc(len(jobs))
         raise
 
 
-async def _read_replays(st: GatewayState, subs: list[Submitted]) -> dict[str, JobRecord | None]:
+async def _read_replays(
+    st: GatewayState, subs: list[Submitted], owner: Owner | None
+) -> dict[str, JobRecord | None]:
     """The replayed jobs as they are now; None for one whose hash has expired since."""
     out: dict[str, JobRecord | None] = {}
     for sub in subs:
         if not sub.created:
             try:
-                out[sub.id] = await get(st, sub.id)
+                out[sub.id] = await get(st, sub.id, owner.name if owner else None)
             except JobNotFound:
                 out[sub.id] = None
     return out
@@ -193,11 +208,18 @@ def _empty_load() -> Load:
     return Load(0, 0, 0, [], 0.0)
 
 
-async def get(st: GatewayState, job_id: str) -> JobRecord:
-    return await st.call(st.queue.get(job_id))
+async def get(st: GatewayState, job_id: str, owner: str | None = None) -> JobRecord:
+    """The job; with ``owner``, another API key's job is not found (the same 404 as
+    an unknown id, so a caller learns nothing about other keys' jobs)."""
+    rec = await st.call(st.queue.get(job_id))
+    if owner is not None and rec.owner != owner:
+        raise JobNotFound(f"job {job_id!r} not found")
+    return rec
 
 
-async def wait(st: GatewayState, job_id: str, wait_s: float) -> JobRecord:
+async def wait(
+    st: GatewayState, job_id: str, wait_s: float, owner: str | None = None
+) -> JobRecord:
     """The job once it ends, or as it is after ``wait_s`` seconds.
 
     The waiter is registered before the job is read, so a completion that lands
@@ -208,7 +230,7 @@ async def wait(st: GatewayState, job_id: str, wait_s: float) -> JobRecord:
     woke_at: float | None = None
     while True:
         with st.completions.waiter(job_id) as fut:
-            rec = await get(st, job_id)
+            rec = await get(st, job_id, owner)
             left = deadline - loop.time()
             if rec.status.terminal or left <= 0:
                 if woke_at is not None and rec.status.terminal:
@@ -220,9 +242,10 @@ async def wait(st: GatewayState, job_id: str, wait_s: float) -> JobRecord:
                 pass
 
 
-async def cancel(st: GatewayState, job_id: str) -> str:
-    """Cancel a job; returns its status before (JobConflict when it had already ended)."""
-    return await st.call(st.queue.cancel(job_id))
+async def cancel(st: GatewayState, job_id: str, owner: str | None = None) -> str:
+    """Cancel a job; returns its status before (JobConflict when it had already ended).
+    With ``owner``, another API key's job is not found (checked in the same script)."""
+    return await st.call(st.queue.cancel(job_id, owner or ""))
 
 
 def job_view(rec: JobRecord) -> dict[str, Any]:

@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from gateway import service
-from gateway.deps import IDEMPOTENCY_DOC, IdempotencyKey, State
+from gateway.auth import owner_of
+from gateway.deps import IDEMPOTENCY_DOC, Caller, IdempotencyKey, State
 from gateway.responses import Json
 from gateway.schemas import (
     BatchAccepted,
@@ -29,7 +30,7 @@ JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_
 
 @router.post(
     "/models/{model}/jobs", status_code=202, response_class=Json,
-    responses={202: {"model": JobAccepted}, **errors(404, 413, 415, 422, 429, 503)},
+    responses={202: {"model": JobAccepted}, **errors(401, 404, 413, 415, 422, 429, 503)},
     openapi_extra=IDEMPOTENCY_DOC,
 )  # fmt: skip
 async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Json:
@@ -39,7 +40,8 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Js
     # (measured in docs/benchmarks/gateway.md).
     st: GatewayState = request.app.state.gateway
     key = request.headers.get("idempotency-key")
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, key)
+    owner = owner_of(request.scope)
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, key, owner)
     views, replayed = await service.submit(st, model, [body.input], spec)
     headers = {"Location": f"/v1/jobs/{views[0]['id']}"}
     if replayed:
@@ -49,10 +51,10 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Js
 
 @router.post(
     "/models/{model}/jobs/batch", status_code=202, response_model=None,
-    responses={202: {"model": BatchAccepted}, **errors(404, 413, 415, 422, 429, 503)},
+    responses={202: {"model": BatchAccepted}, **errors(401, 404, 413, 415, 422, 429, 503)},
 )  # fmt: skip
 async def submit_batch(
-    model: ModelName, body: BatchRequest, st: State, response: Response,
+    model: ModelName, body: BatchRequest, st: State, response: Response, key: Caller,
     idempotency_key: IdempotencyKey = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Queue many jobs in one Redis round trip (all or none); ids in input order."""
@@ -60,7 +62,8 @@ async def submit_batch(
         raise InvalidInput(
             f"inputs: {len(body.inputs)} items, the limit is {st.gw.max_batch_inputs}"
         )
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
+    owner = key.owner if key else None
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key, owner)
     views, replayed = await service.submit(st, model, list(body.inputs), spec, batch=True)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
@@ -69,24 +72,27 @@ async def submit_batch(
 
 @router.get(
     "/jobs/{job_id}", response_class=Json,
-    responses={200: {"model": JobView}, **errors(404, 422, 503)},
+    responses={200: {"model": JobView}, **errors(401, 404, 422, 503)},
 )  # fmt: skip
 async def get_job(
-    job_id: JobId, st: State,
+    job_id: JobId, st: State, key: Caller,
     wait: Annotated[
         float, Query(ge=0, le=60, allow_inf_nan=False, description="Long-poll up to S seconds.")
     ] = 0,
 ) -> Json:  # fmt: skip
     """A job's status, result or error, and timings; ``?wait=S`` answers as soon as it ends."""
-    rec = await (service.wait(st, job_id, wait) if wait > 0 else service.get(st, job_id))
+    owner = key.name if key else None
+    rec = await (
+        service.wait(st, job_id, wait, owner) if wait > 0 else service.get(st, job_id, owner)
+    )
     return Json(service.job_view(rec))
 
 
 @router.delete(
     "/jobs/{job_id}", response_model=None,
-    responses={200: {"model": CancelResult}, **errors(404, 409, 503)},
+    responses={200: {"model": CancelResult}, **errors(401, 404, 409, 503)},
 )  # fmt: skip
-async def cancel_job(job_id: JobId, st: State) -> dict[str, Any]:
+async def cancel_job(job_id: JobId, st: State, key: Caller) -> dict[str, Any]:
     """Cancel a queued job; a running job is marked and its result discarded; 409 if ended."""
-    previous = await service.cancel(st, job_id)
+    previous = await service.cancel(st, job_id, key.name if key else None)
     return {"id": job_id, "status": "cancelled", "previous_status": previous}

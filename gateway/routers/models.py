@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 
 from gateway import service
-from gateway.deps import IdempotencyKey, State
+from gateway.deps import Caller, IdempotencyKey, State
 from gateway.redis_io import run_reads
 from gateway.responses import Json
 from gateway.schemas import JobRequest, JobView, ModelList, errors
@@ -63,7 +63,7 @@ async def list_models(st: State) -> dict[str, Any]:
                **errors(404, 413, 415, 422, 429, 503)},
 )  # fmt: skip
 async def predict(
-    model: ModelName, body: JobRequest, st: State,
+    model: ModelName, body: JobRequest, st: State, key: Caller,
     idempotency_key: IdempotencyKey = None,
     timeout: Annotated[
         float | None,
@@ -71,11 +71,12 @@ async def predict(
     ] = None,
 ) -> Json:  # fmt: skip
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key)
+    owner = key.owner if key else None
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key, owner)
     views, _ = await service.submit(st, model, [body.input], spec)
     job_id = views[0]["id"]
     limit = min(timeout or st.gw.predict_timeout_s, st.gw.predict_timeout_s)
-    rec = await service.wait(st, job_id, limit)
+    rec = await service.wait(st, job_id, limit, owner.name if owner else None)
     headers = {"Location": f"/v1/jobs/{job_id}"}
     return Json(service.job_view(rec), status_code=200 if rec.status.terminal else 202,
                 headers=headers)  # fmt: skip

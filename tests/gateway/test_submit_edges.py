@@ -42,11 +42,11 @@ async def test_replayed_job_expiring_before_the_read_is_submitted_again(
         real_get = service.get
         expired: list[str] = []
 
-        async def get_after_expiry(st: Any, job_id: str) -> JobRecord:
+        async def get_after_expiry(st: Any, job_id: str, owner: str | None = None) -> JobRecord:
             if not expired:  # the TTL fires between the submit script and this read
                 expired.append(job_id)
                 await h.redis.delete(keys.job_key("m", job_id))
-            return await real_get(st, job_id)
+            return await real_get(st, job_id, owner)
 
         monkeypatch.setattr(service, "get", get_after_expiry)
         again = await h.client.post("/v1/models/m/jobs", json={"input": "a"}, headers=KEY)

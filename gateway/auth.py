@@ -1,0 +1,113 @@
+"""Who may call what: API keys on /v1, admin keys on admin routes, listener split.
+
+Both guards are pure ASGI (no per-request task or body copy) and path based, so
+any router or mounted app under an admin prefix (``/dashboard`` and its static
+files included) is covered without registering it here. With no keys
+configured :class:`AuthGuard` is not installed at all: the open gateway's hot
+path is unchanged.
+"""
+
+from __future__ import annotations
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from gateway.errors import error_response, status_for
+from sluice.apikeys import ApiKey, KeyRing
+from sluice.errors import Forbidden, SluiceError, Unauthorized
+from sluice.jobs import Owner
+
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+# Prefixes, so that everything mounted below them is admin too.
+ADMIN_PREFIXES = ("/metrics", "/dashboard", "/v1/admin")
+SCOPE_KEY = "sluice_api_key"  # where AuthGuard leaves the caller's ApiKey in scope["state"]
+
+
+def is_admin_path(path: str) -> bool:
+    return path.startswith(ADMIN_PREFIXES)
+
+
+def needs_key(path: str) -> bool:
+    return path.startswith("/v1/") or path == "/v1" or is_admin_path(path)
+
+
+def presented_key(scope: Scope) -> str | None:
+    """``Authorization: Bearer <key>`` or ``X-API-Key: <key>``."""
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
+        elif name == b"x-api-key" and value.strip():
+            return str(value.decode("latin-1").strip())
+    return None
+
+
+def caller(scope: Scope) -> ApiKey | None:
+    """The authenticated key of this request (None on an open gateway)."""
+    state = scope.get("state")
+    return state.get(SCOPE_KEY) if state else None
+
+
+def owner_of(scope: Scope) -> Owner | None:
+    key = caller(scope)
+    return key.owner if key is not None else None
+
+
+def owner_name(scope: Scope) -> str | None:
+    key = caller(scope)
+    return key.name if key is not None else None
+
+
+def check(keyring: KeyRing, path: str, presented: str | None) -> ApiKey | SluiceError | None:
+    """Pure decision: the caller's key, an error to answer with, or None (open path)."""
+    if not needs_key(path):
+        return None
+    if presented is None:
+        return Unauthorized("an API key is required: send 'Authorization: Bearer <key>'")
+    key = keyring.verify(presented)
+    if key is None:
+        return Unauthorized("the API key is not valid")
+    if is_admin_path(path) and not key.admin:
+        return Forbidden("this route needs an admin API key")
+    return key
+
+
+async def _refuse(err: SluiceError, scope: Scope, receive: Receive, send: Send) -> None:
+    await error_response(status_for(err), err.type, str(err))(scope, receive, send)
+
+
+class AuthGuard:
+    """401 without a valid key on /v1 and admin routes, 403 for a non-admin key on
+    an admin route; otherwise records the caller's key for the routes."""
+
+    def __init__(self, app: ASGIApp, keyring: KeyRing) -> None:
+        self.app = app
+        self.keyring = keyring
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            found = check(self.keyring, scope["path"], presented_key(scope))
+            if isinstance(found, SluiceError):
+                await _refuse(found, scope, receive, send)
+                return
+            if found is not None:
+                scope.setdefault("state", {})[SCOPE_KEY] = found
+        await self.app(scope, receive, send)
+
+
+class Listener:
+    """One listener's view of the app: ``admin=True`` serves only admin routes (and
+    the health probes), ``admin=False`` everything but them (404 like any unknown path)."""
+
+    def __init__(self, app: ASGIApp, admin: bool) -> None:
+        self.app = app
+        self.admin = admin
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = scope["path"]
+            if path not in OPEN_PATHS and is_admin_path(path) != self.admin:
+                resp = error_response(404, "not_found", "Not Found")
+                await resp(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
