@@ -207,6 +207,7 @@ def ready(url: str) -> bool:
 
 
 def make_stack(tmp: Path, *, aof: str | None = None) -> Stack:
+    tmp.mkdir(parents=True, exist_ok=True)
     data = tmp / "redis-data" if aof else None
     return Stack(tmp, Redis(free_port(), data, aof or "everysec").start())
 
@@ -227,3 +228,17 @@ def stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
 
 def submit(url: str, text: str, timeout_s: float = 5.0) -> httpx.Response:
     return httpx.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": text}, timeout=timeout_s)
+
+
+def ready_workers(url: str) -> int:
+    """Ready workers of ``m`` as the gateway's snapshot sees them (0 if it cannot say)."""
+    try:
+        models = httpx.get(f"{url}/v1/models", timeout=2).json()["models"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return 0
+    return sum(m["workers"]["ready"] for m in models if m["name"] == MODEL)
+
+
+def wait_gateway_sees(url: str, n: int = 1, timeout_s: float = 10) -> None:
+    wait_for(lambda: ready_workers(url) >= n, timeout_s, f"Redis to list {n} ready worker(s)")
+    time.sleep(1.0)  # submit checks the gateway's snapshot, refreshed every 0.5 s
