@@ -17,7 +17,10 @@ KNOWN_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int) -> None:
-        super().__init__(413, f"request body is over the limit of {limit} bytes")
+        # Close: the client is still sending a body nobody will read.
+        super().__init__(
+            413, f"request body is over the limit of {limit} bytes", {"Connection": "close"}
+        )
 
 
 async def _send_error(send: Send, status: int, type_: str, message: str) -> None:
@@ -66,7 +69,9 @@ class BodyGuard:
                 send, 413, "input_too_large",
                 f"request body is over the limit of {self.max_bytes} bytes",
             )  # fmt: skip
-        chunked = declared is None and _header(scope, b"transfer-encoding") is not None
+        # Transfer-Encoding wins over Content-Length (RFC 9112 6.3): with both, the
+        # declared length says nothing about what arrives, so count it.
+        chunked = _header(scope, b"transfer-encoding") is not None
         if (declared or chunked) and not _is_json(_header(scope, b"content-type")):
             return await _send_error(
                 send, 415, "unsupported_media_type", "the request body must be application/json"
