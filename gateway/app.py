@@ -11,7 +11,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from gateway import errors
+from gateway import dashboard, errors
 from gateway.auth import AuthGuard
 from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import health, jobs, models
@@ -52,7 +52,7 @@ def create_app(
     app = FastAPI(title="Sluice", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
     app.state.gateway = state
     _document_model_names(app, sorted(cfg.models))
-    for r in (jobs.router, models.router, health.router):
+    for r in (jobs.router, models.router, health.router, dashboard.router):
         app.include_router(r)
     errors.install(app)
     # Outermost first at request time: metrics see every answer, including 413/415.

@@ -1,0 +1,161 @@
+"""The dashboard's data: one pipelined Redis round trip per refresh, shared by viewers.
+
+Every model's queue stats, live workers, recent wait and end-to-end histograms,
+the autoscaler's latest decision and log, and the newest dead-letter ids are read
+in a single pipeline. Details of dead letters (their errors) cost a second round
+trip only when a new id appears. The result is cached for ``ttl_s`` and a
+refresh in progress is shared: ten open tabs polling every second cost Redis
+what one does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from autoscaler.waits import recent_windows
+from gateway.dashboard import view
+from gateway.redis_io import RedisGate, run_reads
+from sluice import keys
+from sluice.config import ModelConfig
+from sluice.queue.scripts import Call, QueueOps
+from sluice.registry import list_workers_call
+
+LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
+DEAD_SHOWN = 5
+DECISIONS_SHOWN = 20
+DEAD_FIELDS = ("error", "fin", "att", "bucket")
+
+
+def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]:
+    """One model's reads as one Call (its commands join the shared pipeline)."""
+    parts: list[tuple[str, Call[Any]]] = [
+        ("stats", ops.stats(model)),
+        ("workers", list_workers_call(model, now_s)),
+    ]
+    windows = recent_windows(now_s, LATENCY_SPAN_S)
+    parts += [
+        ("wait", _many([("HGETALL", keys.wait_hist_key(model, w)) for w in windows])),
+        ("e2e", _many([("HGETALL", keys.e2e_hist_key(model, w)) for w in windows])),
+        ("scale", _many([("HGETALL", keys.scale_state_key(model))])),
+        ("decisions", _many([("LRANGE", keys.decisions_key(model), 0, DECISIONS_SHOWN - 1)])),
+        ("dead", ops.dead_letters(model, DEAD_SHOWN)),
+    ]
+    cmds = [cmd for _, call in parts for cmd in call.commands]
+
+    def parse(replies: list[Any]) -> dict[str, Any]:
+        out, i = {}, 0
+        for name, call in parts:
+            n = len(call.commands)
+            out[name] = call.parse(replies[i : i + n])
+            i += n
+        return out
+
+    return Call(parse, commands=cmds)
+
+
+def _many(cmds: list[tuple[Any, ...]]) -> Call[list[Any]]:
+    return Call(list, commands=cmds)
+
+
+class DashboardFeed:
+    """The JSON the page polls, cached and refreshed by one task at a time."""
+
+    def __init__(
+        self, r: aioredis.Redis, models: dict[str, ModelConfig], call: RedisGate, *,
+        ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:  # fmt: skip
+        self.redis = r
+        self.models = models
+        self.ops = QueueOps(models)
+        self.call = call
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.wall = wall
+        self.refreshes = 0  # how many times Redis was read (tests check the sharing)
+        self._cached: dict[str, Any] | None = None
+        self._cached_at = 0.0
+        self._pending: asyncio.Future[dict[str, Any]] | None = None
+        self._samples: dict[str, deque[view.CounterSample]] = {m: deque() for m in models}
+        self._dead: dict[str, dict[str, str]] = {}  # job id -> its fields, while shown
+
+    async def get(self) -> dict[str, Any]:
+        if self._cached is not None and self.clock() - self._cached_at < self.ttl_s:
+            return self._cached
+        if self._pending is None:
+            self._pending = asyncio.ensure_future(self._refresh())
+            self._pending.add_done_callback(self._done)
+        # Shielded: one viewer closing its tab must not cancel the others' refresh.
+        return await asyncio.shield(self._pending)
+
+    def _done(self, fut: asyncio.Future[dict[str, Any]]) -> None:
+        self._pending = None
+        if not fut.cancelled():
+            fut.exception()  # retrieved here, raised to every waiter; never "unretrieved"
+
+    async def _refresh(self) -> dict[str, Any]:
+        now = self.wall()
+        calls = [model_reads(self.ops, m, now) for m in self.models]
+        replies = await self.call(run_reads(self.redis, calls))
+        self.refreshes += 1
+        by_model = dict(zip(self.models, replies, strict=True))
+        await self._fetch_dead_details([(m, rd["dead"]) for m, rd in by_model.items()])
+        out = {
+            "at_ms": int(now * 1000),
+            "refresh_s": self.ttl_s,
+            "models": [self._model(m, rd, now) for m, rd in by_model.items()],
+        }
+        self._cached, self._cached_at = out, self.clock()
+        return out
+
+    async def _fetch_dead_details(self, shown: list[tuple[str, list[str]]]) -> None:
+        """Errors of dead letters not seen before: a second round trip only then."""
+        wanted = {jid for _, ids in shown for jid in ids}
+        self._dead = {k: v for k, v in self._dead.items() if k in wanted}
+        missing = [(m, jid) for m, ids in shown for jid in ids if jid not in self._dead]
+        if not missing:
+            return
+        calls = [
+            Call(lambda r: dict(zip(DEAD_FIELDS, r[0], strict=True)),
+                 commands=[("HMGET", keys.job_key(m, jid), *DEAD_FIELDS)])
+            for m, jid in missing
+        ]  # fmt: skip
+        replies = await self.call(run_reads(self.redis, calls))
+        for (_, jid), fields in zip(missing, replies, strict=True):
+            self._dead[jid] = {k: v for k, v in fields.items() if v is not None}
+
+    def _model(self, name: str, rd: dict[str, Any], now: float) -> dict[str, Any]:
+        cfg = self.models[name]
+        stats = rd["stats"]
+        counters = {k: int(stats.counters.get(k, 0)) for k in view.COUNTERS}
+        samples = self._samples.setdefault(name, deque())
+        view.add_sample(samples, view.CounterSample(now, counters), keep_s=4 * view.RATE_SPAN_S)
+        workers, _stale = rd["workers"]
+        dead_ids = rd["dead"]
+        dead_rows = view.dead_letter_rows(dead_ids, [self._dead.get(j, {}) for j in dead_ids])
+        return {
+            "name": name,
+            "handler": cfg.handler,
+            "slo_wait_ms": cfg.autoscaling.p99_wait_slo_ms,
+            "max_batch": cfg.batching.max_batch,
+            "replicas": {"min": cfg.autoscaling.min_replicas,
+                         "max": cfg.autoscaling.max_replicas},  # fmt: skip
+            "buckets": [{"bucket": b.bucket, "queued": b.queued, "queued_cost": b.queued_cost}
+                        for b in stats.buckets],  # fmt: skip
+            "queued": stats.queued,
+            "queued_cost": stats.queued_cost,
+            "in_flight": stats.in_flight,
+            "counters": counters,
+            "rates": view.rates(samples),
+            "latency": {"span_s": LATENCY_SPAN_S, "wait": view.latency(rd["wait"]),
+                        "e2e": view.latency(rd["e2e"])},  # fmt: skip
+            "workers": view.workers_view(workers, now),
+            "autoscaler": view.autoscaler_view(rd["scale"][0], rd["decisions"][0], now),
+            "dead_letters": {"count": stats.dead_lettered, "recent": dead_rows},
+        }

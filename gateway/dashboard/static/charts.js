@@ -1,0 +1,130 @@
+/* Chart helpers over uPlot: a ring buffer of samples, stacked areas, lines with an SLO.
+ * The history lives here, in the page (ADR 0080): one array per series, trimmed to
+ * HISTORY_S seconds. Each chart marks its element with data-points (how many
+ * non-empty values it drew) so a test can see that it drew data, not just a canvas. */
+"use strict";
+
+const SluiceCharts = (() => {
+  const HISTORY_S = 300;
+  const AXIS = { stroke: "#8594a8", grid: { stroke: "#1c2430", width: 1 }, ticks: { stroke: "#243040", width: 1 } };
+  const BUCKET_COLORS = ["#2f81f7", "#a371f7", "#db6d28", "#3fb950", "#e3b341", "#f778ba", "#39c5cf", "#8b949e"];
+
+  class Ring {
+    constructor(names) {
+      this.t = [];
+      this.cols = Object.fromEntries(names.map((n) => [n, []]));
+    }
+    push(tS, values) {
+      if (this.t.length && tS <= this.t[this.t.length - 1]) return false;  // same refresh
+      this.t.push(tS);
+      for (const [name, col] of Object.entries(this.cols)) col.push(values[name] ?? null);
+      while (this.t.length && this.t[0] < tS - HISTORY_S) {
+        this.t.shift();
+        for (const col of Object.values(this.cols)) col.shift();
+      }
+      return true;
+    }
+    col(name) { return this.cols[name]; }
+  }
+
+  function countPoints(data, nSeries) {
+    let n = 0;
+    for (let i = 1; i <= nSeries; i++) for (const v of data[i]) if (v !== null && v !== undefined) n++;
+    return n;
+  }
+
+  function fmt(v, unit) {
+    if (v === null || v === undefined || Number.isNaN(v)) return "–";
+    if (unit === "ms") return v >= 1000 ? (v / 1000).toFixed(v >= 10000 ? 0 : 1) + " s" : Math.round(v) + " ms";
+    if (unit === "/s") return (v >= 100 ? Math.round(v) : v.toFixed(1)) + "/s";
+    return Math.round(v).toLocaleString();
+  }
+
+  /* A uPlot that follows its element's width; `update(data)` redraws and counts. */
+  function mount(el, opts) {
+    const width = () => Math.max(200, el.clientWidth);
+    const height = opts.height || 190;
+    const base = {
+      width: width(), height,
+      cursor: { drag: { x: false, y: false }, points: { size: 6 } },
+      legend: { live: true },
+    };
+    const plot = new uPlot({ ...base, ...opts }, opts.data, el);
+    let last = 0;
+    new ResizeObserver(() => {
+      const w = width();
+      if (w !== last) { last = w; plot.setSize({ width: w, height }); }
+    }).observe(el);
+    return {
+      plot,
+      update(data, nSeries) {  // the first nSeries after x are data (not an SLO line)
+        plot.setData(data);
+        el.dataset.points = String(countPoints(data, nSeries ?? data.length - 1));
+      },
+    };
+  }
+
+  /* Buckets stacked: each series is drawn as the running total, widest first, with
+   * opaque fills so each visible band is one bucket; the legend shows the bucket's own value. */
+  function stacked(el, buckets, unit) {
+    const order = [...buckets].reverse();  // top of the stack first: drawn first, then covered
+    let raw = [];
+    const series = [{}].concat(order.map((b, i) => {
+      const color = BUCKET_COLORS[(buckets.length - 1 - i) % BUCKET_COLORS.length];
+      return {
+        label: "≤ " + b, stroke: color, fill: color + "cc", width: 1, points: { show: false },
+        value: (u, v, si, idx) => (idx === null || !raw[si] ? "–" : fmt(raw[si][idx], unit)),
+      };
+    }));
+    const chart = mount(el, {
+      series, data: [[], ...order.map(() => [])],
+      axes: [timeAxis(), { ...AXIS, size: 56, values: (u, t) => t.map((v) => fmt(v, unit)) }],
+      scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
+    });
+    return {
+      el,
+      draw(ring, cols) {
+        raw = [null].concat(cols.slice().reverse().map((c) => ring.col(c)));
+        const totals = [];
+        let acc = ring.t.map(() => 0);
+        for (const c of cols) {  // bottom bucket first: running sums
+          acc = acc.map((a, i) => a + (ring.col(c)[i] ?? 0));
+          totals.push(acc);
+        }
+        chart.update([ring.t.slice(), ...totals.reverse()]);
+      },
+    };
+  }
+
+  function timeAxis() {
+    const opts = { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false };
+    return { ...AXIS, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], opts)) };
+  }
+
+  /* Lines; `defs` = [{col, label, color, width, dash}]; `slo` draws a dashed limit. */
+  function lines(el, defs, { unit, log = false, slo = null, height = 190 } = {}) {
+    const series = [{}].concat(defs.map((d) => ({
+      label: d.label, stroke: d.color, width: d.width || 2, dash: d.dash, points: { show: false },
+      spanGaps: false, value: (u, v) => fmt(v, unit),
+    })));
+    if (slo !== null) series.push({ label: "SLO", stroke: "#f85149", width: 1.5, dash: [6, 5], points: { show: false }, value: () => fmt(slo, unit) });
+    const y = log
+      ? { distr: 3, log: 10, range: (u, lo, hi) => [Math.max(1, Math.min(lo ?? 1, (slo ?? 1) / 2)), Math.max(hi ?? 10, (slo ?? 0) * 1.5, 10)] }
+      : { range: (u, lo, hi) => [0, Math.max(1, (hi ?? 0) * 1.15, slo ?? 0)] };
+    const chart = mount(el, {
+      series, height, data: [[], ...series.slice(1).map(() => [])],
+      axes: [timeAxis(), { ...AXIS, size: 56, values: (u, t) => t.map((v) => fmt(v, unit)) }],
+      scales: { x: { time: true }, y },
+    });
+    return {
+      el,
+      draw(ring) {
+        const data = [ring.t.slice(), ...defs.map((d) => ring.col(d.col).slice())];
+        if (slo !== null) data.push(ring.t.map(() => slo));
+        chart.update(data, defs.length);
+      },
+    };
+  }
+
+  return { Ring, stacked, lines, fmt, HISTORY_S, BUCKET_COLORS };
+})();

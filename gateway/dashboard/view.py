@@ -1,0 +1,158 @@
+"""Pure pieces of the dashboard's JSON: percentiles, rates, worker rows, logs.
+
+No Redis and no clock here: the feed (:mod:`gateway.dashboard.feed`) reads and
+passes ``now`` in, so every number the page shows is tested as a table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from autoscaler.waits import BOUNDS_MS, merge
+from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
+
+RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live
+COUNTERS = ("arrived", "succeeded", "failed", "expired", "cancelled", "retried",
+            "arrived_cost", "completed_cost")  # fmt: skip
+
+
+def quantile_ms(counts: list[int], q: float) -> float | None:
+    """The q-quantile of a histogram (counts per LABELS slot), interpolated linearly
+    inside its bucket as Prometheus' histogram_quantile does; None when empty.
+
+    The autoscaler takes the bucket's upper bound (conservative, for decisions);
+    a chart of upper bounds would only ever show 13 values and jump between them.
+    The open-ended bucket reports its lower bound (60 s): "at least".
+    """
+    total = sum(counts)
+    if total == 0:
+        return None
+    rank, seen = q * total, 0
+    for i, c in enumerate(counts):
+        if c and seen + c >= rank:
+            if i >= len(BOUNDS_MS):
+                return BOUNDS_MS[-1]
+            lo = BOUNDS_MS[i - 1] if i > 0 else 0.0
+            return round(lo + (BOUNDS_MS[i] - lo) * (rank - seen) / c, 1)
+        seen += c
+    return BOUNDS_MS[-1]
+
+
+def latency(hists: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """p50/p99 and the sample count of histogram hashes summed."""
+    counts = merge(hists)
+    return {"p50_ms": quantile_ms(counts, 0.5), "p99_ms": quantile_ms(counts, 0.99),
+            "count": sum(counts)}  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSample:
+    t_s: float
+    values: dict[str, int]
+
+
+def rates(samples: deque[CounterSample], span_s: float = RATE_SPAN_S) -> dict[str, float] | None:
+    """Per-second rates of the counters from the oldest sample within ``span_s`` of the
+    newest (or the newest older one, when refreshes were sparse); None until two exist."""
+    if len(samples) < 2:
+        return None
+    last = samples[-1]
+    base = samples[0]
+    for s in samples:
+        if last.t_s - s.t_s <= span_s:
+            break
+        base = s
+    dt = last.t_s - base.t_s
+    if dt <= 0:
+        return None
+    return {k: round(max(0, last.values.get(k, 0) - base.values.get(k, 0)) / dt, 2)
+            for k in COUNTERS}  # fmt: skip
+
+
+def add_sample(samples: deque[CounterSample], sample: CounterSample, keep_s: float) -> None:
+    if samples and any(sample.values.get(k, 0) < samples[-1].values.get(k, 0) for k in COUNTERS):
+        samples.clear()  # counters went back (Redis flushed): rates start over
+    samples.append(sample)
+    while len(samples) > 2 and sample.t_s - samples[1].t_s > keep_s:
+        samples.popleft()
+
+
+def worker_row(w: WorkerInfo, now_s: float) -> dict[str, Any]:
+    return {
+        "id": w.id, "state": w.state, "device": w.device, "host": w.host, "pid": w.pid,
+        "busy": w.busy, "held": int(w.extra.get("held", 0) or 0), "batch_size": w.batch_size,
+        "service_rate": round(w.service_rate, 1), "jobs": w.jobs, "batches": w.batches,
+        "failures": w.failures, "buckets": w.buckets,
+        "age_s": round(max(0.0, now_s - w.started_at), 1),
+        "heartbeat_age_s": round(max(0.0, now_s - w.heartbeat_at), 1) if w.heartbeat_at else None,
+    }  # fmt: skip
+
+
+def workers_view(workers: list[WorkerInfo], now_s: float) -> dict[str, Any]:
+    counts = workers_by_state(workers)
+    order = {s: i for i, s in enumerate(WORKER_STATES)}
+    rows = sorted(workers, key=lambda w: (order.get(w.state, len(order)), w.started_at, w.id))
+    ready = [w for w in workers if w.state == "ready"]
+    return {
+        "by_state": counts,
+        "total": len(workers),
+        "service_rate": round(sum(w.service_rate for w in ready), 1),
+        "list": [worker_row(w, now_s) for w in rows],
+    }
+
+
+def autoscaler_view(state: Mapping[str, str], log: list[str], now_s: float) -> dict[str, Any]:
+    """The latest decision (None when no autoscaler wrote one lately) and the log."""
+    decisions = []
+    for raw in log:
+        try:
+            decisions.append(json.loads(raw))
+        except ValueError:
+            continue  # one unreadable entry must not blank the panel
+    if not state:
+        return {"latest": None, "decisions": decisions}
+    latest: dict[str, Any] = {k: _number(v) if k in NUMERIC else v for k, v in state.items()}
+    at_ms = latest.get("at_ms")
+    latest["age_s"] = round(max(0.0, now_s - at_ms / 1000), 1) if isinstance(at_ms, float) else None
+    return {"latest": latest, "decisions": decisions}
+
+
+NUMERIC = frozenset(("at_ms", "current", "desired", "needed", "ready", "starting", "queued",
+                     "p99_wait_ms", "period_s"))
+
+
+def _number(v: str) -> float | None:
+    if v == "":
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        return None
+    return x if math.isfinite(x) else None
+
+
+def dead_letter_rows(ids: list[str], hashes: list[Mapping[str, str]]) -> list[dict[str, Any]]:
+    """The newest dead letters with their errors (a hash already expired is skipped)."""
+    rows = []
+    for job_id, h in zip(ids, hashes, strict=True):
+        if not h:
+            continue
+        try:
+            err = json.loads(h.get("error") or "{}")
+        except ValueError:
+            err = {"message": h.get("error")}
+        if not isinstance(err, dict):
+            err = {"message": str(err)}
+        rows.append({
+            "id": job_id, "type": str(err.get("type") or "error"),
+            "message": str(err.get("message") or "")[:300],
+            "at_ms": int(h["fin"]) if h.get("fin", "").isdigit() else None,
+            "attempts": int(h["att"]) if h.get("att", "").isdigit() else None,
+            "bucket": h.get("bucket"),
+        })  # fmt: skip
+    return rows
