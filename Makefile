@@ -6,9 +6,18 @@ PY := $(VENV)/bin/python
 SLUICE_TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test lint up bench clean
+.PHONY: install test lint up bench clean chromium
 
-install: $(STAMP)
+install: $(STAMP) chromium
+
+# Debian's chromium for the dashboard's browser test (tests/browser), installed when
+# missing and apt-get can (root); otherwise that test skips and says why.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      chromium chromium-driver >/dev/null) || echo "chromium: apt-get install failed"; \
+	  else echo "chromium: not installed (no apt-get or not root): the browser test will skip"; fi; }
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,7 +26,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[worker,dev]'
 	touch $(STAMP)
 
-test: $(STAMP)
+test: $(STAMP) chromium
 	$(PY) -m pytest -q -p no:cacheprovider
 
 up: $(STAMP)
