@@ -15,6 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from urllib.parse import quote
 
 import redis
 
@@ -67,6 +68,8 @@ class RedisServer:
 
     ``data_dir`` turns on the append-only file there (durable across restarts),
     fsynced as ``appendfsync`` says; without it, the server keeps nothing on disk.
+    ``password`` turns on ``requirepass`` (written to a 0600 config file, never
+    onto the command line, where ``ps`` would show it); ``url`` then carries it.
     """
 
     def __init__(
@@ -78,7 +81,9 @@ class RedisServer:
         binary: str | None = None,
         startup_timeout_s: float = 10.0,
         appendfsync: str = "everysec",
+        password: str | None = None,
     ) -> None:
+        self.password = password
         if appendfsync not in APPENDFSYNC:
             raise SluiceError(f"appendfsync {appendfsync!r}: use one of {', '.join(APPENDFSYNC)}")
         self.appendfsync = appendfsync
@@ -92,7 +97,18 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}{self.host}:{self.port}/0"
+
+    def _secret_conf(self, workdir: str) -> list[str]:
+        if not self.password:
+            return []
+        conf = Path(workdir) / "sluice-auth.conf"
+        fd = os.open(conf, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            quoted = self.password.replace("\\", "\\\\").replace('"', '\\"')
+            f.write(f'requirepass "{quoted}"\n')
+        return [str(conf)]  # a config file must be redis-server's first argument
 
     def _args(self) -> list[str]:
         if self.data_dir:
@@ -104,7 +120,7 @@ class RedisServer:
             workdir = self._tmp.name
             persistence = ["--appendonly", "no"]
         return [
-            self.binary, "--port", str(self.port), "--bind", self.host,
+            self.binary, *self._secret_conf(workdir), "--port", str(self.port), "--bind", self.host,
             "--dir", workdir, "--save", "", *persistence,
             "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning",
             "--logfile", str(Path(workdir) / "redis.log"), "--databases", "16",
@@ -117,7 +133,9 @@ class RedisServer:
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             preexec_fn=die_with_parent,
         )
-        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
+        client = redis.Redis(
+            host=self.host, port=self.port, password=self.password, socket_connect_timeout=0.5
+        )
         deadline = time.monotonic() + self.startup_timeout_s
         try:
             while time.monotonic() < deadline:
@@ -181,12 +199,14 @@ class RedisServer:
 
 def start_redis(
     data_dir: str | os.PathLike[str] | None = None, port: int | None = None, attempts: int = 5,
-    appendfsync: str = "everysec",
+    appendfsync: str = "everysec", password: str | None = None,
 ) -> RedisServer:
     """Start a server on a free port, retrying if another process took the port first."""
     last: Exception | None = None
     for _ in range(attempts):
-        server = RedisServer(port=port, data_dir=data_dir, appendfsync=appendfsync)
+        server = RedisServer(
+            port=port, data_dir=data_dir, appendfsync=appendfsync, password=password
+        )
         try:
             return server.start()
         except SluiceError as e:
