@@ -25,7 +25,7 @@ from typing import IO
 
 from autoscaler.backends.base import idlest_first
 from autoscaler.devices import DevicePool
-from sluice.config import SluiceConfig
+from sluice.config import REDIS_URL_ENV, SluiceConfig
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
@@ -148,8 +148,9 @@ class LocalBackend:
         self._seq += 1
         wid = f"local-{os.getpid()}-{self._seq}"
         args = [*self.command, "worker", "--config", str(self.config_path), "--model", model,
-                "--worker-id", wid, "--redis-url", self.redis_url]  # fmt: skip
-        env = dict(os.environ)
+                "--worker-id", wid]  # fmt: skip
+        # The URL may hold a password: the environment, not argv (which `ps` shows).
+        env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
             args += ["--device", "cuda"]
