@@ -11,6 +11,7 @@ import typer
 
 from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
 from sluice.errors import ConfigError, RedisUnavailable
+from sluice.redact import redact, redact_url
 
 ConfigOpt = Annotated[
     Path | None,
@@ -66,9 +67,10 @@ def check_redis(url: str, timeout_s: float = 2.0) -> None:
         client.ping()
         client.close()
     except (redis.exceptions.RedisError, OSError, ValueError) as e:
-        fail(f"cannot reach Redis at {url}: {e}", EXIT_UNAVAILABLE)
+        # The URL may carry a password (redis://:pw@host): never print it.
+        fail(f"cannot reach Redis at {redact_url(url)}: {redact(str(e))}", EXIT_UNAVAILABLE)
     except RedisUnavailable as e:
-        fail(str(e), EXIT_UNAVAILABLE)
+        fail(redact(str(e)), EXIT_UNAVAILABLE)
 
 
 def write_json(path: Path | None, data: Any) -> None:

@@ -1,0 +1,31 @@
+"""Secrets out of anything printed or logged: URL passwords and API keys."""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit, urlunsplit
+
+# scheme://user:password@ (also with an empty user): the password part.
+_USERINFO = re.compile(r"(?P<pre>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]+)(?P<at>@)")
+_API_KEY = re.compile(r"\bsk_[A-Za-z0-9_-]{8,}")
+
+
+def redact_url(url: str) -> str:
+    """``redis://:secret@host:6379/0`` -> ``redis://:***@host:6379/0``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6
+        host = f"[{host}]"
+    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def redact(text: str) -> str:
+    """Every URL password and every Sluice API key (``sk_...``) in free text."""
+    return _API_KEY.sub("sk_***", _USERINFO.sub(r"\g<pre>***\g<at>", text))
