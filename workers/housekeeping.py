@@ -100,7 +100,9 @@ class Housekeeper:
         info = self.status.snapshot()
         held = self.status.held()
         if held:
-            lost = self.client.renew(info.model, info.id, held)
+            # A job completed between our snapshot and the renewal is not lost.
+            still = set(self.status.held())
+            lost = [j for j in self.client.renew(info.model, info.id, held) if j in still]
             if lost:
                 self.lost.update(lost)
                 log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
