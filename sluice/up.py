@@ -8,6 +8,7 @@ no descendant process is left behind.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -21,9 +22,12 @@ from typing import IO
 import httpx
 import psutil
 
-from sluice.config import SluiceConfig
-from sluice.errors import SluiceError
+from sluice.config import REDIS_URL_ENV, SluiceConfig
+from sluice.errors import RedisUnavailable, SluiceError
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
 from sluice.redis_server import RedisServer, die_with_parent, start_redis
+from sluice.registry import list_workers_call
 
 
 def sluice_argv() -> list[str]:
@@ -43,8 +47,9 @@ class Child:
 @dataclass(frozen=True)
 class StackUrls:
     gateway: str
-    redis: str
+    redis: str  # may carry a password: print it through sluice.redact.redact_url
     logs: Path
+    admin: str = ""  # the admin listener (/metrics, /dashboard) when gateway.admin_port is set
 
 
 class Stack:
@@ -61,9 +66,12 @@ class Stack:
 
     def _spawn(self, name: str, args: list[str]) -> Child:
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        # The Redis URL may hold a password: children get it in their environment,
+        # never on a command line (which any local user can read with `ps`).
+        env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
         proc = subprocess.Popen(
             [*sluice_argv(), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            preexec_fn=die_with_parent,
+            preexec_fn=die_with_parent, env=env,
         )  # fmt: skip
         child = Child(name, proc, log)
         self.children.append(child)
@@ -77,31 +85,44 @@ class Stack:
         else:
             self.redis_server = start_redis(data_dir=data_dir)
             self.redis_url = self.redis_server.url
-        common = ["--config", str(self.config_path), "--redis-url", self.redis_url]
+        common = ["--config", str(self.config_path)]
         self._spawn("gateway", ["gateway", *common, "--host", host, "--port", str(port)])
         self._spawn("autoscaler", ["autoscaler", *common, "--backend", "local"])
         gateway = f"http://{host}:{port}"
+        gw = self.cfg.gateway
+        admin = f"http://{gw.admin_host}:{gw.admin_port}" if gw.admin_port else ""
         self._wait_ready(gateway)
-        self._wait_workers(gateway)
-        return StackUrls(gateway, self.redis_url, self.log_dir)
+        self._wait_workers()
+        return StackUrls(gateway, self.redis_url, self.log_dir, admin)
 
-    def _wait_workers(self, gateway: str, timeout_s: float = 300.0) -> None:
-        """Until every model kept warm (min_replicas >= 1) has a ready worker."""
+    def _ready_workers(self, client: QueueClient, model: str) -> int:
+        live, _ = client.run(list_workers_call(model, time.time()))
+        return sum(1 for w in live if w.state == "ready")
+
+    def _wait_workers(self, timeout_s: float = 300.0) -> None:
+        """Until every model kept warm (min_replicas >= 1) has a ready worker.
+
+        Read from Redis, not the gateway's /v1/models, which needs an API key when
+        keys are configured (and `sluice up` holds only their hashes).
+        """
         warm = {m for m, c in self.cfg.models.items() if c.autoscaling.min_replicas >= 1}
+        client = QueueClient(connect(self.redis_url), dict(self.cfg.models))
         deadline = time.monotonic() + timeout_s
-        while warm and time.monotonic() < deadline:
-            dead = self.dead_child()
-            if dead:
-                raise SluiceError(f"{dead.name} exited; see {self.log_dir / dead.name}.log")
-            try:
-                models = httpx.get(f"{gateway}/v1/models", timeout=2.0).json()["models"]
-                if all(m["workers"]["ready"] >= 1 for m in models if m["name"] in warm):
-                    # The gateway's own snapshot refreshes on this period.
-                    time.sleep(self.cfg.gateway.stats_refresh_s)
-                    return
-            except (httpx.HTTPError, ValueError, KeyError):
-                pass
-            time.sleep(0.5)
+        try:
+            while warm and time.monotonic() < deadline:
+                dead = self.dead_child()
+                if dead:
+                    raise SluiceError(f"{dead.name} exited; see {self.log_dir / dead.name}.log")
+                try:
+                    if all(self._ready_workers(client, m) >= 1 for m in warm):
+                        # The gateway's own snapshot refreshes on this period.
+                        time.sleep(self.cfg.gateway.stats_refresh_s)
+                        return
+                except RedisUnavailable:
+                    pass
+                time.sleep(0.5)
+        finally:
+            client.redis.close()
         if warm:
             raise SluiceError(f"workers not ready after {timeout_s:.0f}s; see {self.log_dir}")
 

@@ -17,14 +17,18 @@ from sluice.errors import RedisUnavailable, SluiceError
 from sluice.live import LiveStatus
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from sluice.redact import redact, redact_url
 from sluice.up import Stack, StackUrls
 
 
 def curl_example(gateway: str, cfg: SluiceConfig) -> str:
     model = next((m for m, c in cfg.models.items() if c.handler == "embedding"), None)
     model = model or next(iter(cfg.models))
+    auth = cfg.auth
+    keyed = bool(auth.keys or auth.keys_file or auth.keys_env)
+    header = "-H \"Authorization: Bearer $SLUICE_API_KEY\" " if keyed else ""
     return (
-        f"curl -s -X POST {gateway}/v1/models/{model}/predict "
+        f"curl -s -X POST {gateway}/v1/models/{model}/predict {header}"
         "-H 'Content-Type: application/json' -d '{\"input\": \"Sluice is up\"}'"
     )
 
@@ -33,8 +37,8 @@ def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
     return "\n".join([
         "Sluice is up.",
         f"  gateway  {urls.gateway}",
-        f"  docs     {urls.gateway}/docs   metrics {urls.gateway}/metrics",
-        f"  redis    {urls.redis}",
+        f"  docs     {urls.gateway}/docs   metrics {urls.admin or urls.gateway}/metrics",
+        f"  redis    {redact_url(urls.redis)}",
         f"  models   {', '.join(cfg.models)}",
         f"  logs     {urls.logs}",
         "Try:",
@@ -59,7 +63,7 @@ def _watch(stack: Stack, status: LiveStatus, stop: threading.Event, console: Con
             try:
                 line = status.render()
             except (RedisUnavailable, SluiceError) as e:
-                line = f"status unavailable: {e}"
+                line = f"status unavailable: {redact(str(e))}"
             if interactive:
                 live.update(line, refresh=True)
             elif time.monotonic() - last_print >= 10:
@@ -98,7 +102,7 @@ def run_up(
         status = LiveStatus(QueueClient(connect(urls.redis), dict(cfg.models)), cfg)
         reason = _watch(stack, status, stop, console)
     except SluiceError as e:
-        reason = str(e)
+        reason = redact(str(e))
     finally:
         print("stopping: draining workers ...", flush=True)
         killed = stack.stop(cfg.autoscaler.drain_timeout_s + 10)
