@@ -99,5 +99,13 @@ class NotReady(SluiceError):
     type = "not_ready"
 
 
+class ShuttingDown(NotReady):
+    """This gateway process is stopping (SIGTERM): retry, on another replica or on
+    this one once restarted. Long-polls get it at once instead of holding shutdown."""
+
+    type = "shutting_down"
+    retry_after_s = 0.5
+
+
 class UnsupportedMediaType(SluiceError):
     type = "unsupported_media_type"
