@@ -110,6 +110,11 @@ def submit_cmd(
     timeout_s: Annotated[float, typer.Option(help="How long to wait for results.")] = 300.0,
     as_json: Annotated[bool, typer.Option("--json-out", help="Print JSON, not a table.")] = False,
     config: ConfigOpt = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="SLUICE_API_KEY", show_envvar=True,
+                     help="API key, when the gateway has keys configured."),
+    ] = None,
 ) -> None:
     """Submit inputs to a model through the gateway and show the jobs (and results)."""
     from sluice.submit_cli import read_inputs, run_submit
@@ -122,7 +127,7 @@ def submit_cmd(
         host, port = (cfg.gateway.host, cfg.gateway.port) if cfg else ("127.0.0.1", 8000)
         url = f"http://{host}:{port}"
     code = run_submit(url, model, values, priority=priority, deadline_ms=deadline_ms,
-                      wait=wait, timeout_s=timeout_s, as_json=as_json)  # fmt: skip
+                      wait=wait, timeout_s=timeout_s, as_json=as_json, api_key=api_key)  # fmt: skip
     raise typer.Exit(code)
 
 

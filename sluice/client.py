@@ -7,11 +7,13 @@
         vectors = c.map("minilm", texts, concurrency=16)
 
 Submissions answered 429 or 503 are retried after the gateway's Retry-After,
-so ``map`` rides out admission control instead of failing.
+so ``map`` rides out admission control instead of failing. The API key, when the
+gateway wants one, is ``api_key=`` or the ``SLUICE_API_KEY`` environment variable.
 """
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -22,6 +24,13 @@ import httpx
 
 TERMINAL = frozenset({"succeeded", "failed", "expired", "cancelled"})
 RETRYABLE = frozenset({429, 503})
+API_KEY_ENV = "SLUICE_API_KEY"
+
+
+def auth_headers(api_key: str | None = None) -> dict[str, str]:
+    """``Authorization: Bearer <key>`` for ``api_key`` or $SLUICE_API_KEY; {} for neither."""
+    key = api_key or os.environ.get(API_KEY_ENV)
+    return {"Authorization": f"Bearer {key}"} if key else {}
 
 
 class SluiceClientError(Exception):
@@ -63,11 +72,12 @@ class Client:
 
     def __init__(
         self, base_url: str, *, timeout_s: float = 70.0, max_retries: int = 20,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | None = None, api_key: str | None = None,
     ) -> None:  # fmt: skip
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/"), timeout=timeout_s, limits=limits, transport=transport
+            base_url=base_url.rstrip("/"), timeout=timeout_s, limits=limits, transport=transport,
+            headers=auth_headers(api_key),
         )
         self.max_retries = max_retries
 

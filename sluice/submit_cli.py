@@ -54,9 +54,9 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
 
 def submit(
     url: str, model: str, values: list[Any], *, priority: str | None, deadline_ms: int | None,
-    wait: bool, timeout_s: float,
+    wait: bool, timeout_s: float, api_key: str | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    with Client(url, timeout_s=timeout_s + 10) as c:
+    with Client(url, timeout_s=timeout_s + 10, api_key=api_key) as c:
         opts: dict[str, Any] = {"priority": priority, "deadline_ms": deadline_ms}
         jobs = (c.submit_many(model, values, **opts) if len(values) > 1
                 else [c.submit(model, values[0], **opts)])  # fmt: skip
@@ -73,12 +73,12 @@ def submit(
 
 def run_submit(
     url: str, model: str, values: list[Any], *, priority: str | None, deadline_ms: int | None,
-    wait: bool, timeout_s: float, as_json: bool,
+    wait: bool, timeout_s: float, as_json: bool, api_key: str | None = None,
 ) -> int:  # fmt: skip
     """Prints the jobs; returns the exit code (1 if any waited-for job did not succeed)."""
     try:
         jobs = submit(url, model, values, priority=priority, deadline_ms=deadline_ms,
-                      wait=wait, timeout_s=timeout_s)  # fmt: skip
+                      wait=wait, timeout_s=timeout_s, api_key=api_key)  # fmt: skip
     except SluiceClientError as e:
         print(f"sluice: error: {e}", file=sys.stderr)
         return 1

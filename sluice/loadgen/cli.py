@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -46,11 +47,19 @@ def load_cmd(
     ] = "auto",
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_path: JsonOpt = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(envvar="SLUICE_API_KEY", show_envvar=True,
+                     help="API key, when the gateway has keys configured."),
+    ] = None,
 ) -> None:
     """Load a gateway: open loop (--rate, --trace) or closed (--concurrency); latency per bucket."""
     from sluice.loadgen.driver import LoadSpec, run_load
     from sluice.loadgen.report import print_summary
     from sluice.loadgen.workload import load_trace, parse_mix
+
+    if api_key:  # the HTTP engines send $SLUICE_API_KEY
+        os.environ["SLUICE_API_KEY"] = api_key
 
     try:
         spec = LoadSpec(

@@ -17,6 +17,8 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
+from sluice.client import auth_headers
+
 ENGINES = ("auto", "lean", "httpx")
 # Below uvicorn's default keep-alive timeout (5 s): older idle connections are dropped.
 IDLE_MAX_S = 4.0
@@ -58,7 +60,7 @@ class HttpxEngine:
         limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
         self.http = httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits,
                                       timeout=httpx.Timeout(timeout_s, pool=None),
-                                      transport=transport)  # fmt: skip
+                                      transport=transport, headers=auth_headers())  # fmt: skip
 
     async def call(
         self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
@@ -92,6 +94,8 @@ class LeanEngine:
         self.timeout_s = timeout_s
         self.idle: list[tuple[_Conn, float]] = []  # (connection, idle since)
         self.host_header = f"Host: {parts.netloc}\r\n".encode()
+        for name, value in auth_headers().items():  # $SLUICE_API_KEY, on every request
+            self.host_header += f"{name}: {value}\r\n".encode("latin-1")
 
     def _reuse(self) -> _Conn | None:
         now = time.monotonic()
