@@ -59,6 +59,8 @@ const SluiceCharts = (() => {
       plot,
       update(data, nSeries) {  // the first nSeries after x are data (not an SLO line)
         plot.setData(data);
+        // Not hovering: the legend shows the latest values, so it doubles as a readout.
+        if (plot.cursor.left < 0 && data[0].length && plot.setLegend) plot.setLegend({ idx: data[0].length - 1 });
         el.dataset.points = String(countPoints(data, nSeries ?? data.length - 1));
       },
     };
@@ -102,15 +104,14 @@ const SluiceCharts = (() => {
   }
 
   /* Lines; `defs` = [{col, label, color, width, dash}]; `slo` draws a dashed limit. */
-  function lines(el, defs, { unit, log = false, slo = null, height = 190 } = {}) {
+  function lines(el, defs, { unit, slo = null, sloLabel = "SLO", height = 190 } = {}) {
     const series = [{}].concat(defs.map((d) => ({
       label: d.label, stroke: d.color, width: d.width || 2, dash: d.dash, points: { show: false },
       spanGaps: false, value: (u, v) => fmt(v, unit),
     })));
-    if (slo !== null) series.push({ label: "SLO", stroke: "#f85149", width: 1.5, dash: [6, 5], points: { show: false }, value: () => fmt(slo, unit) });
-    const y = log
-      ? { distr: 3, log: 10, range: (u, lo, hi) => [Math.max(1, Math.min(lo ?? 1, (slo ?? 1) / 2)), Math.max(hi ?? 10, (slo ?? 0) * 1.5, 10)] }
-      : { range: (u, lo, hi) => [0, Math.max(1, (hi ?? 0) * 1.15, slo ?? 0)] };
+    if (slo !== null) series.push({ label: sloLabel, stroke: "#f85149", width: 1.5, dash: [6, 5], points: { show: false }, value: () => fmt(slo, unit) });
+    // Linear from zero: a log axis reads badly at a glance; the SLO line stays in view.
+    const y = { range: (u, lo, hi) => [0, Math.max(1, (hi ?? 0) * 1.1, slo ? slo * 1.25 : 0)] };
     const chart = mount(el, {
       series, height, data: [[], ...series.slice(1).map(() => [])],
       axes: [timeAxis(), { ...AXIS, size: 56, values: (u, t) => t.map((v) => fmt(v, unit)) }],

@@ -95,10 +95,10 @@ const SluicePanels = (() => {
         { col: "succeeded", label: "completed", color: "#3fb950" }], { unit: "/s" });
       this.wait = lines(chartEl("wait"), [
         { col: "wait50", label: "p50", color: "#58a6ff", width: 1.5 },
-        { col: "wait99", label: "p99", color: "#2f81f7", width: 2.5 }], { unit: "ms", log: true, slo: m.slo_wait_ms });
+        { col: "wait99", label: "p99", color: "#2f81f7", width: 2.5 }], { unit: "ms", slo: m.slo_wait_ms });
       this.e2e = lines(chartEl("e2e"), [
         { col: "e2e50", label: "p50", color: "#c297ff", width: 1.5 },
-        { col: "e2e99", label: "p99", color: "#a371f7", width: 2.5 }], { unit: "ms", log: true, slo: m.slo_wait_ms });
+        { col: "e2e99", label: "p99", color: "#a371f7", width: 2.5 }], { unit: "ms", slo: m.slo_wait_ms, sloLabel: "wait SLO" });
       const charts = h("div", { class: "grid charts" },
         card("Backlog per bucket", backlogEl, seg),
         card("Throughput", this.thr.el, h("span", { class: "muted", text: "jobs/s" })),
@@ -174,7 +174,7 @@ const SluicePanels = (() => {
         m.rates ? "arriving " + fmt(m.rates.arrived, "/s") : "measuring…");
       const w = m.latency.wait, e = m.latency.e2e;
       this.k.wait.set(fmt(w.p99_ms, "ms"), "", "p50 " + fmt(w.p50_ms, "ms") + " · SLO " + fmt(m.slo_wait_ms, "ms"), latencyTone(w.p99_ms, m.slo_wait_ms));
-      this.k.e2e.set(fmt(e.p99_ms, "ms"), "", "p50 " + fmt(e.p50_ms, "ms") + " · " + fmt(e.count) + " jobs / " + m.latency.span_s + " s+");
+      this.k.e2e.set(fmt(e.p99_ms, "ms"), "", "p50 " + fmt(e.p50_ms, "ms") + " · enqueue → result");
       const s = m.workers.by_state;
       this.k.workers.set(String(s.ready || 0), "/ " + m.workers.total,
         [s.starting ? s.starting + " starting" : "", s.draining ? s.draining + " draining" : "", s.quarantined ? s.quarantined + " quarantined" : ""].filter(Boolean).join(" · ") || "capacity " + fmt(m.workers.service_rate) + " cost/s",
@@ -211,9 +211,12 @@ const SluicePanels = (() => {
       this.tiles.replaceChildren(...rows.map((w) => h("div", {
         class: "tile " + w.state, "data-worker": w.id, "data-state": w.state,
         title: `${w.id}\n${w.state} on ${w.host} pid ${w.pid}, ${w.device}\nbatch ${w.batch_size} of ${m.max_batch}, holding ${w.held}\n${w.service_rate} cost/s, ${w.jobs} jobs, ${w.failures} failed batches\nup ${Math.round(w.age_s)} s`,
-      }, h("i", { class: "busy" + (w.busy ? " on" : "") }), h("div", { class: "wid", text: shortId(w.id) }),
+      }, h("i", { class: "busy" + (w.busy ? " on" : "") }),
+      // The end of an id tells workers apart (host-pid-suffix): cut from the left.
+      h("div", { class: "wid" }, h("span", { dir: "ltr", text: w.id })),
       h("div", { class: "meta device", text: w.device + " · " + w.state }),
-      h("div", { class: "meta" }, h("span", { class: "rate", text: fmt(w.service_rate) }), " c/s · b " + w.batch_size + "/" + m.max_batch))));
+      h("div", { class: "meta" }, h("span", { class: "rate", text: fmt(w.service_rate) }), " cost/s"),
+      h("div", { class: "meta", text: "batch " + w.batch_size + "/" + m.max_batch }))));
     }
 
     renderAutoscaler(m) {
@@ -241,10 +244,6 @@ const SluicePanels = (() => {
         h("td", { class: "when", text: x.at_ms ? clock(x.at_ms) : "" }),
         h("td", {}, h("span", { class: "chip", text: x.type }), " ", h("span", { class: "msg", text: x.message })))));
     }
-  }
-
-  function shortId(id) {
-    return id.length > 18 ? "…" + id.slice(-16) : id;
   }
 
   return { ModelPanel, verdict, h };

@@ -1,0 +1,187 @@
+"""The dashboard in headless Chromium against a real ``sluice up`` under load.
+
+Debian's chromium (``make install`` installs it) driven by Playwright; never a
+downloaded browser. One stack of synthetic workers, a bounded open-loop load
+from ``sluice bench load`` on loopback, one dead-lettered job, then: the page
+loads with no console errors, every chart draws non-empty data (counted by the
+page and read off the canvas), a ``sluice worker`` started mid-test appears in
+the workers grid, and a screenshot is saved (path printed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sluice.config import load_config
+from sluice.jobs import NewJob, Outcome
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import free_port
+
+pytestmark = [pytest.mark.slow]
+
+CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+CHARTS = ("backlog", "throughput", "wait", "e2e", "replicas")
+CONFIG = {
+    "models": {
+        "synthetic": {
+            "handler": "synthetic", "params": {"base_ms": 3, "per_token_ms": 0.4},
+            "buckets": [32, 128, 512], "cost": {"method": "words"},
+            "batching": {"max_batch": 8, "max_batch_tokens": 2048, "lease_s": 5},
+            "autoscaling": {"min_replicas": 1, "max_replicas": 2, "period_s": 1,
+                            "cold_start_s": 1, "p99_wait_slo_ms": 250},
+        },
+    },
+    "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
+    "autoscaler": {"drain_timeout_s": 10},
+}  # fmt: skip
+
+if not (shutil.which(CHROMIUM) or Path(CHROMIUM).is_file()):
+    pytest.skip(f"no Chromium at {CHROMIUM} (make install puts Debian's there)",
+                allow_module_level=True)  # fmt: skip
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+def _read_banner(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """`sluice up` prints its banner once a worker is ready; returns the Redis URL."""
+    assert proc.stdout is not None
+    deadline, redis_url, lines = time.monotonic() + timeout_s, "", []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        assert line, "sluice up exited before it was up:\n" + "".join(lines)
+        lines.append(line)
+        if line.strip().startswith("redis "):
+            redis_url = line.split()[1]
+        if line.startswith("Ctrl-C"):
+            return redis_url
+    raise AssertionError("sluice up was not up in time:\n" + "".join(lines))
+
+
+def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, wait_s: float = 20) -> None:
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    path = tmp_path_factory.mktemp("dash") / "sluice.yaml"
+    path.write_text(yaml.safe_dump(CONFIG))
+    port = free_port()
+    up = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "up", "--config", str(path), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=os.environ | {"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    try:
+        redis_url = _read_banner(up, 40)
+        url = f"http://127.0.0.1:{port}"
+        # Bounded open loop on loopback: 40 jobs/s for at most 45 s.
+        load = subprocess.Popen(
+            [sys.executable, "-m", "sluice", "bench", "load", "--url", url, "-m", "synthetic",
+             "--rate", "40", "--duration-s", "45", "--no-progress", "--timeout-s", "20"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        yield {"url": url, "redis_url": redis_url, "config": path}
+        _stop(load, signal.SIGINT, 10)
+    finally:
+        _stop(up, signal.SIGINT, 30)
+
+
+def _dead_letter(redis_url: str, config: Path) -> str:
+    """Fail one job for good (the test holds it; a worker may win the race, so retry)."""
+    q = QueueClient(connect(redis_url), dict(load_config(config).models))
+    for _ in range(100):
+        [sub] = q.submit("synthetic", [NewJob(input="poison", bucket="32", cost=1,
+                                              priority="high")])  # fmt: skip
+        batch = q.claim("synthetic", "browser-test", max_batch=1, buckets=["32"])
+        if [j.id for j in batch.jobs] == [sub.id]:
+            q.complete("synthetic", [Outcome.fail(sub.id, "poison_input", "cannot embed poison")])
+            return sub.id
+        if batch.jobs:  # took someone else's job: give it back unharmed
+            q.complete("synthetic", [Outcome(j.id, "release", None) for j in batch.jobs])
+    raise AssertionError("could not claim a job of our own in 100 tries")
+
+
+def _wait_js(page: Any, expr: str, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = page.evaluate(expr)
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+PAINTED = """(role) => {
+  const c = document.querySelector(`[data-chart="${role}"] canvas`);
+  const ctx = c.getContext("2d");
+  const px = ctx.getImageData(0, 0, c.width, c.height).data;
+  const seen = new Set();
+  for (let i = 0; i < px.length; i += 4 * 7) seen.add(px[i] << 16 | px[i + 1] << 8 | px[i + 2]);
+  return seen.size;
+}"""
+
+
+def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
+    started = time.monotonic()
+    dead_id = _dead_letter(stack["redis_url"], stack["config"])
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        page = browser.new_page(viewport={"width": 1600, "height": 1200})
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(stack["url"] + "/dashboard", wait_until="load")
+        _wait_js(page, "window.sluiceDashboard && window.sluiceDashboard.polls >= 2", 15,
+                 "the first polls")  # fmt: skip
+        points_js = "(roles) => roles.map((r) => +(document.querySelector(" \
+                    "`[data-chart=\"${r}\"]`)?.dataset.points || 0))"
+        _wait_js(page, f"({points_js})({list(CHARTS)!r}).every((n) => n > 0)", 30,
+                 "every chart to draw data")  # fmt: skip
+        for role in CHARTS:
+            assert page.evaluate(PAINTED, role) > 3, f"{role} chart canvas is blank"
+
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "sluice", "worker", "--config", str(stack["config"]),
+             "-m", "synthetic", "--worker-id", "mid-test-worker", "--redis-url",
+             stack["redis_url"]],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            _wait_js(page, "!!document.querySelector('[data-worker=\"mid-test-worker\"]')", 20,
+                     "the new worker's tile")  # fmt: skip
+            state = page.get_attribute('[data-worker="mid-test-worker"]', "data-state")
+            assert state in ("starting", "ready")
+            dead = page.text_content('[data-role="dead-count"]')
+            assert dead is not None and int(dead.replace(",", "")) >= 1
+            assert "cannot embed poison" in (page.text_content("section.model .dead") or "")
+            assert page.text_content('[data-role="verdict"]')
+            ARTIFACTS.mkdir(exist_ok=True)
+            shot = ARTIFACTS / "dashboard.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"\ndashboard screenshot: {shot}")
+        finally:
+            _stop(worker)
+        browser.close()
+    assert errors == [], errors
+    assert dead_id.startswith("synthetic.")
+    assert time.monotonic() - started < 60
