@@ -19,6 +19,11 @@ from sluice.jobs import Owner
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 # Prefixes, so that everything mounted below them is admin too.
 ADMIN_PREFIXES = ("/metrics", "/dashboard", "/v1/admin")
+# The dashboard's page and static assets carry no data (its numbers come from
+# /dashboard/api/*, which needs the admin key). A browser cannot send a Bearer
+# header when it navigates, so the page must load without one to ask for the key.
+PUBLIC_ADMIN_PATHS = frozenset({"/dashboard"})
+PUBLIC_ADMIN_PREFIXES = ("/dashboard/static/",)
 SCOPE_KEY = "sluice_api_key"  # where AuthGuard leaves the caller's ApiKey in scope["state"]
 
 
@@ -27,6 +32,8 @@ def is_admin_path(path: str) -> bool:
 
 
 def needs_key(path: str) -> bool:
+    if path in PUBLIC_ADMIN_PATHS or path.startswith(PUBLIC_ADMIN_PREFIXES):
+        return False
     return path.startswith("/v1/") or path == "/v1" or is_admin_path(path)
 
 

@@ -133,7 +133,7 @@ async def test_cap_on_unfinished_jobs_is_429_until_one_ends(make_gw) -> None:
         assert (await submit(g, ALICE)).status_code == 202
 
 
-@pytest.mark.parametrize("path", ["/metrics", "/dashboard", "/dashboard/static/app.js",
+@pytest.mark.parametrize("path", ["/metrics", "/dashboard/api/state", "/dashboard/anything",
                                   "/v1/admin/anything"])  # fmt: skip
 async def test_admin_routes_need_an_admin_key(make_gw, path: str) -> None:
     async with make_gw() as g:
@@ -145,6 +145,22 @@ async def test_admin_routes_need_an_admin_key(make_gw, path: str) -> None:
         async with make_gw() as g:
             r = await g.client.get(path, headers=bearer(ROOT))
             assert r.status_code == 200 and "sluice_" in r.text
+
+
+async def test_dashboard_page_and_assets_load_without_a_key_but_hold_no_data(make_gw) -> None:
+    # The page must load to ask for the admin key; its data needs the key.
+    async with make_gw() as g:
+        page = await g.client.get("/dashboard")
+        assert page.status_code == 200 and "Admin key needed" in page.text
+        assert (await g.client.get("/dashboard/static/dashboard.js")).status_code == 200
+        assert (await g.client.get("/dashboard/api/state")).status_code == 401
+        alice = await g.client.get("/dashboard/api/state", headers=bearer(ALICE))
+        assert alice.status_code == 403
+        data = await g.client.get("/dashboard/api/state", headers=bearer(ROOT))
+        assert data.status_code == 200 and [m["name"] for m in data.json()["models"]] == ["m"]
+        # A public asset path never reaches the data (dot segments, encoded or not).
+        for sneaky in ("/dashboard/static/%2e%2e/api/state", "/dashboard/static/..%2fapi/state"):
+            assert (await g.client.get(sneaky)).status_code == 404, sneaky
 
 
 async def test_admin_listener_split(make_gw) -> None:
