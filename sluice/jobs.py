@@ -84,6 +84,7 @@ class ClaimedJob:
     cost: int
     attempts: int
     enqueued_at_ms: int
+    malformed: str | None = None  # why the stored job cannot run (its input is not JSON)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,11 +131,6 @@ class Outcome:
         return cls(job_id, "release", None, 0.0)
 
 
-def _int(raw: dict[str, str], name: str) -> int | None:
-    v = raw.get(name)
-    return int(v) if v not in (None, "", "0") else None
-
-
 @dataclass(frozen=True, slots=True)
 class JobRecord:
     """A job as stored, with timings derived from the server's clock."""
@@ -161,29 +157,31 @@ class JobRecord:
 
     @classmethod
     def from_hash(cls, model: str, raw: dict[str, str]) -> JobRecord:
-        status = JobStatus(raw["status"])
-        queued = int(raw["enq"])
-        started, finished = _int(raw, "start"), _int(raw, "fin")
-        err = json.loads(raw["error"]) if raw.get("error") else None
+        """The record as stored; a field written by something other than the protocol
+        (an older gateway, a hand edit) reads as its default, never as an exception."""
+        status, err = _status(raw)
+        queued = _num(raw, "enq") or 0
+        started, finished = _num(raw, "start"), _num(raw, "fin")
         if status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED) and err:
             err = None  # an earlier attempt's error; the job is still going or went well
+        run_ms = _float(raw, "run_ms")
         return cls(
-            id=raw["id"],
+            id=raw.get("id", ""),
             model=model,
-            bucket=raw["bucket"],
-            cost=int(raw["cost"]),
-            priority=PRIORITIES[int(raw.get("prio", "1"))],
+            bucket=raw.get("bucket", ""),
+            cost=_num(raw, "cost") or 0,
+            priority=_priority(raw.get("prio")),
             status=status,
-            attempts=int(raw.get("att", "0")),
-            input=json.loads(raw["input"]) if raw.get("input") else None,
-            result=json.loads(raw["result"]) if raw.get("result") else None,
+            attempts=_num(raw, "att") or 0,
+            input=_json(raw, "input"),
+            result=_json(raw, "result"),
             error=err,
-            metadata=json.loads(raw["meta"]) if raw.get("meta") else None,
+            metadata=_json(raw, "meta", dict),
             queued_at_ms=queued,
             started_at_ms=started,
             finished_at_ms=finished,
-            deadline_at_ms=_int(raw, "dl"),
-            run_ms=float(raw["run_ms"]) if raw.get("run_ms") else None,
+            deadline_at_ms=_num(raw, "dl"),
+            run_ms=run_ms,
             worker=raw.get("worker"),
             owner=raw.get("owner") or None,
             timings={
@@ -191,9 +189,54 @@ class JobRecord:
                 "started_at": started / 1000 if started else None,
                 "finished_at": finished / 1000 if finished else None,
                 "queue_wait_ms": (started - queued) if started else None,
-                "run_ms": float(raw["run_ms"]) if raw.get("run_ms") else None,
+                "run_ms": run_ms,
             },
         )
+
+
+def _num(raw: dict[str, str], name: str) -> int | None:
+    """An integer field; absent, zero or not a number is None."""
+    try:
+        return int(raw[name]) or None
+    except (KeyError, ValueError):
+        return None
+
+
+def _float(raw: dict[str, str], name: str) -> float | None:
+    try:
+        return float(raw[name]) if raw.get(name) else None
+    except ValueError:
+        return None
+
+
+def _json(raw: dict[str, str], name: str, kind: type | None = None) -> Any:
+    """A JSON field; absent, not JSON or not of ``kind`` is None."""
+    text = raw.get(name)
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if kind is None or isinstance(value, kind) else None
+
+
+def _priority(prio: str | None) -> str:
+    try:
+        return PRIORITIES[int(prio or "1")]
+    except (ValueError, IndexError):
+        return "normal"
+
+
+def _status(raw: dict[str, str]) -> tuple[JobStatus, dict[str, Any] | None]:
+    """The status and error; a status nobody wrote reads as failed, saying why."""
+    err = _json(raw, "error", dict)
+    try:
+        return JobStatus(raw.get("status", "")), err
+    except ValueError:
+        what = repr(raw["status"])[:60] if "status" in raw else "no status"
+        message = f"job record unusable: {what} is not a job status"
+        return JobStatus.FAILED, {"type": "malformed_job", "message": message}
 
 
 @dataclass(frozen=True, slots=True)

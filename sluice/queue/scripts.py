@@ -129,11 +129,7 @@ class QueueOps:
         ks = self._ks(model) + [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
-            jobs = [
-                ClaimedJob(reply[i], json.loads(reply[i + 1]), int(reply[i + 2]),
-                           int(reply[i + 3]), int(reply[i + 4]))
-                for i in range(4, len(reply), 5)
-            ]  # fmt: skip
+            jobs = [_claimed(reply[i : i + 5]) for i in range(4, len(reply), 5)]
             return Batch(model, reply[0], int(reply[1]), jobs, int(reply[2]), int(reply[3]))
 
         return Call(parse, "claim", ks, args)
@@ -217,7 +213,7 @@ class QueueOps:
         def parse(replies: list[dict[str, str]]) -> JobRecord:
             if not replies[0]:
                 raise JobNotFound(f"job {job_id!r} not found")
-            return JobRecord.from_hash(owner, replies[0])
+            return JobRecord.from_hash(owner, {"id": job_id, **replies[0]})
 
         return Call(parse, commands=[("HGETALL", keys.job_key(owner, job_id))])
 
@@ -252,6 +248,17 @@ def _idem(owner: str, key: str | None) -> str:
     if not key:
         return ""
     return f"{owner}/{key}" if owner else key
+
+
+def _claimed(f: list[Any]) -> ClaimedJob:
+    """One leased job; input that is not JSON marks it malformed instead of losing
+    the whole batch (the claim script has vouched for the other fields)."""
+    job_id, raw, cost, att, enq = f
+    try:
+        value, why = json.loads(raw), None
+    except (TypeError, ValueError) as e:  # written by something other than submit
+        value, why = None, f"stored input is not valid JSON ({e})"
+    return ClaimedJob(job_id, value, int(cost), int(att), int(enq), malformed=why)
 
 
 def _parse_submit(reply: list[Any]) -> list[Submitted]:

@@ -19,6 +19,22 @@
 -- overdue factor x its service time is overdue, and overdue heads go first, oldest
 -- first: under sustained overload HRRN alone would let short jobs starve long ones.
 -- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
+-- A queued job whose hash lacks a field the protocol needs (or holds garbage in
+-- a number) is failed at once as 'malformed_job' instead of breaking every claim.
+
+-- Which required field of a queued job is missing or not a number (false: none).
+local function malformed(f)
+  if not f[6] then return "no 'input' field" end
+  if not f[8] or f[8] == '' then return "no 'bucket' field" end
+  local numbers = {{'cost', f[2]}, {'enq', f[5]}, {'score', f[9]}}
+  for _, nv in ipairs(numbers) do
+    if not tonumber(nv[2]) then return string.format("'%s' is not a number", nv[1]) end
+  end
+  if f[3] and not tonumber(f[3]) then return "'dl' is not a number" end
+  if f[4] and not tonumber(f[4]) then return "'att' is not a number" end
+  return false
+end
+
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local Q1 = 5  -- KEYS index of the first queue
 local jprefix, qprefix, hprefix, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -39,7 +55,7 @@ for k = Q1, #KEYS do
   local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
   if #head > 0 then
     local prio = math.floor(tonumber(head[2]) / 1e12)
-    local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq') or now)
+    local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
     local service = tonumber(ARGV[18 + (k - Q1) * 2 + 1])
     local wait = math.max(now - enq, 0)
     local ratio = (weights[prio + 1] or 1) * (wait + service) / service
@@ -66,10 +82,21 @@ while not full do
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
     local jk = jprefix .. id
-    local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input', 'owner')
-    local cost, dl = tonumber(f[2] or '0'), tonumber(f[3] or '0')
+    local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input', 'owner',
+                         'bucket', 'score')
+    local bad = f[1] == 'queued' and malformed(f)
+    local cost, dl = tonumber(f[2]) or 0, tonumber(f[3] or '0') or 0
     if f[1] ~= 'queued' then
       table.insert(rem, id)  -- a stale entry: the job hash is gone or moved on
+    elseif bad then
+      -- Written by something other than submit.lua: failed here, alone, without an
+      -- attempt (a requeue would need these fields, and it would fail again).
+      table.insert(rem, id)
+      dropped = dropped + cost
+      local err = cjson.encode({type = 'malformed_job',
+                                message = 'job record unusable: ' .. bad})
+      dead_letter(jk, id, stats, dead, err, now, dead_ttl, owners)
+      table.insert(ended, id)
     elseif dl > 0 and dl < now then
       table.insert(rem, id)
       dropped = dropped + cost
@@ -82,7 +109,7 @@ while not full do
       full = true  -- over budget: it stays at the front for the next batch
       break
     else
-      local att = tonumber(f[4]) + 1
+      local att = (tonumber(f[4]) or 0) + 1
       table.insert(rem, id)
       dropped = dropped + cost
       redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
