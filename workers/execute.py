@@ -9,6 +9,9 @@
   towards quarantine.
 - ``InvalidInput`` raised for a single input fails that input for good and never
   counts against the worker.
+- A job the queue marked malformed (its stored input is not JSON: written by
+  something other than the gateway) never reaches the handler: it fails for good
+  as ``malformed_job`` and the rest of the batch runs without it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sluice.jobs import ClaimedJob, Outcome
 from workers.handlers.base import Collated, Handler
 
 MAX_MESSAGE = 500
+MALFORMED = "malformed_job"  # the error type claim.lua uses for unusable records too
 
 
 @dataclass
@@ -64,6 +68,14 @@ class BatchRunner:
 
     def run(self, jobs: list[ClaimedJob], collated: Collated | None = None) -> BatchResult:
         res = BatchResult([])
+        bad = [j for j in jobs if j.malformed is not None]
+        if bad:
+            for j in bad:
+                res.outcomes.append(Outcome.fail(j.id, MALFORMED, str(j.malformed)[:MAX_MESSAGE]))
+            res.errors[MALFORMED] = len(bad)
+            jobs, collated = [j for j in jobs if j.malformed is None], None  # collated held them
+            if not jobs:
+                return res
         items = [_Item(j) for j in jobs]
         failed_whole = self._attempt(items, collated, res, allow_split=True)
         if failed_whole is not None:
