@@ -1,0 +1,106 @@
+"""The soak's criteria and key classification on made-up samples (pure)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from sluice import keys
+from sluice.loadgen.soak_sample import classify, metric_series
+from sluice.loadgen.soak_verdict import Limits, completion_checks, rss_growth, verdict
+
+LIM = Limits(warmup_s=10, duration_s=60, rate_per_s=50, result_ttl_s=10, idempotency_ttl_s=10,
+             idempotency_fraction=0.2, buckets=2)  # fmt: skip
+MB = 1024 * 1024
+
+
+def sample(t: float, gw_mb: float = 60.0, jobs: int = 500, used: float = 2.0,
+           series: int = 68, done: int = 100) -> dict[str, Any]:  # fmt: skip
+    fam = {"job": jobs, "idempotency": 100, "wait_hist": int(t // 10), "wake": 2, "queue": 2}
+    return {"t_s": t, "rss_mb": {"gateway": gw_mb, "worker-1": 48.0, "worker-2": 48.0},
+            "redis_used_mb": used, "redis_keys": jobs + 110 + int(t // 10), "families": fam,
+            "dead_letters": 0, "metric_series": series, "window": {"done": done}}  # fmt: skip
+
+
+def run(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    load = {"errors": {}, "sent": 3000, "succeeded": 3000}
+    final = {"counters": {"arrived": 3000, "succeeded": 3000}, "queued": 0, "in_flight": 0,
+             "waiters": 0.0, "job_keys": 0, "idempotency_keys": 0}  # fmt: skip
+    return verdict(samples, LIM, load, final)
+
+
+def failed(v: dict[str, Any]) -> list[str]:
+    return [c["name"] for c in v["checks"] if not c["ok"]]
+
+
+def test_a_flat_run_passes() -> None:
+    v = run([sample(t) for t in range(0, 62, 2)])
+    assert failed(v) == []
+
+
+def test_rss_growth_is_from_the_end_of_the_warm_up() -> None:
+    # Growth during the warm-up (t < 10) does not count: 30 -> 60 MB before it.
+    samples = [sample(t, gw_mb=30.0 + 3 * t if t < 10 else 60.0) for t in range(0, 62, 2)]
+    g = rss_growth(samples, LIM)["gateway"]
+    assert (g["start_mb"], g["end_mb"], g["growth_pct"]) == (60.0, 60.0, 0.0)
+
+
+def test_a_leak_of_1kb_per_job_fails_by_the_per_job_bound_only() -> None:
+    # 100 jobs per 2 s sample, 1 KB each: about 2.4 MB over the run, 4% of 60 MB.
+    samples = [sample(t, gw_mb=60.0 + max(0, t - 10) * 50 * 1024 / MB) for t in range(0, 62, 2)]
+    v = run(samples)
+    assert failed(v) == ["gateway RSS growth per job"]
+    assert v["rss"]["gateway"]["bytes_per_job"] == pytest.approx(1024, rel=0.05)
+
+
+def test_keys_without_a_ttl_fail_the_plateau_and_the_bound() -> None:
+    samples = [sample(t, jobs=500 + 50 * t, used=2.0 + 0.03 * t) for t in range(0, 62, 2)]
+    assert {"Redis keys plateau", "Redis used_memory plateau", "job keys bounded"} <= set(
+        failed(run(samples))
+    )
+
+
+def test_wait_histograms_may_build_up_to_their_hour() -> None:
+    # One key per 10 s window for an hour: not counted in the plateau, bounded by 361.
+    v = run([sample(t) for t in range(0, 62, 2)])
+    assert v["plateaus"]["keys"]["late"] == v["plateaus"]["keys"]["early"]
+    assert v["family_bounds"]["wait_hist"] == 361
+
+
+def test_growing_metric_label_sets_fail() -> None:
+    samples = [sample(t, series=68 + t) for t in range(0, 62, 2)]
+    assert failed(run(samples)) == ["metric label sets bounded"]
+
+
+def test_errors_and_unfinished_jobs_fail() -> None:
+    load = {"errors": {"503": 2}, "sent": 10, "succeeded": 8}
+    final = {"counters": {"arrived": 10, "succeeded": 9}, "queued": 1, "in_flight": 0,
+             "waiters": 3.0, "job_keys": 4, "idempotency_keys": 0}  # fmt: skip
+    assert [c.ok for c in completion_checks(load, final)] == [False] * 5
+
+
+def test_classify_sorts_every_family_of_sluice_keys() -> None:
+    m = "soak"
+    names = [
+        keys.job_key(m, "soak.1"), keys.job_key(m, "soak.2"), keys.idempotency_key(m, "k"),
+        keys.wait_hist_key(m, 1700000000), keys.dead_letter_key(m), keys.queue_key(m, "32"),
+        keys.inflight_key(m), keys.wake_key(m, "32"), keys.stats_key(m), keys.seq_key(m),
+        keys.worker_key(m, "w1"), keys.workers_key(m), keys.workers_info_key(m),
+        keys.worker_control_key(m, "w1"), keys.models_key(), "unrelated",
+    ]  # fmt: skip
+    counts = classify(names, [m])
+    assert counts["job"] == 2 and counts["workers"] == 2 and counts["other"] == 1
+    assert sum(counts.values()) == len(names)
+    assert all(counts[f] == 1 for f in ("idempotency", "wait_hist", "dead_letter", "queue",
+                                        "inflight", "wake", "stats", "seq", "worker",
+                                        "control", "models"))  # fmt: skip
+
+
+def test_metric_series_counts_sluice_series_and_reads_the_waiters() -> None:
+    text = (
+        "# HELP sluice_x x\n# TYPE sluice_x counter\n"
+        'sluice_x_total{route="/a",status="200"} 3.0\nsluice_gateway_longpoll_waiters 2.0\n'
+        "python_gc_objects_collected_total 1.0\n"
+    )
+    assert metric_series(text) == (2, 2.0)
