@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from gateway.redis_io import bounded, raise_if_cancelling
 from sluice import keys
 from sluice.backoff import Reconnect
+from sluice.errors import ShuttingDown
 from sluice.jobs import JobStatus, model_of
 
 log = logging.getLogger("sluice.gateway")
@@ -99,6 +100,7 @@ class Completions:
         self.retry = Reconnect(log, "gateway completions", base_s=RECONNECT_BASE_S,
                                cap_s=RECONNECT_MAX_S)  # fmt: skip
         self._waiters: dict[str, set[asyncio.Future[float | None]]] = {}
+        self.closing = False  # set on SIGTERM: every wait ends at once with ShuttingDown
 
     @property
     def waiting(self) -> int:
@@ -112,10 +114,15 @@ class Completions:
         when the re-check after a resubscribe found the job ended.
         """
         fut: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
-        self._waiters.setdefault(job_id, set()).add(fut)
+        if self.closing:
+            fut.set_exception(ShuttingDown("this gateway is shutting down; retry"))
+        else:
+            self._waiters.setdefault(job_id, set()).add(fut)
         try:
             yield fut
         finally:
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # retrieved: no "exception never retrieved" at GC
             group = self._waiters.get(job_id)
             if group is not None:
                 group.discard(fut)
@@ -125,6 +132,23 @@ class Completions:
     def dispatch(self, data: str) -> int:
         """Wake the waiters of comma-joined ended job ids; returns how many woke."""
         return self._wake(data.split(","), time.perf_counter())
+
+    def close(self) -> int:
+        """End every long-poll now with ShuttingDown (503 + Retry-After; an ended job
+        still answers 200), and every later one too; returns how many were waiting.
+
+        Without it a graceful shutdown waits for long-polls (up to a minute) and
+        then cuts them; clients re-poll at once instead, on another replica or on
+        this one restarted."""
+        self.closing = True
+        woke = 0
+        for group in self._waiters.values():
+            for fut in group:
+                if not fut.done():
+                    fut.set_exception(ShuttingDown("this gateway is shutting down; retry"))
+                    woke += 1
+        self._waiters.clear()
+        return woke
 
     def _wake(self, job_ids: Iterable[str], at: float | None) -> int:
         woke = 0

@@ -9,9 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import threading
+from types import FrameType
 from typing import Any
 
 import redis.asyncio as aioredis
+import uvicorn
 
 from gateway.completions import Completions
 from gateway.metrics import GatewayMetrics
@@ -64,6 +68,7 @@ class GatewayState:
         return cfg
 
     async def start(self) -> None:
+        self._close_waiters_on_exit_signals()
         with contextlib.suppress(Exception):  # Redis may be down at start: readyz says so
             await self.snapshots.refresh()
         self._tasks = [
@@ -75,6 +80,34 @@ class GatewayState:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.timeout_s):
                 await self.completions.connected.wait()
+
+    def _close_waiters_on_exit_signals(self) -> None:
+        """Under uvicorn, SIGTERM/SIGINT first end every long-poll (503, retry), then
+        uvicorn's own handler starts its graceful shutdown.
+
+        uvicorn waits for open requests before the lifespan's shutdown runs, so that
+        is too late: long-polls would hold the shutdown for its whole timeout and
+        then be cut. Only uvicorn's handler is chained (found by its bound Server);
+        uvicorn restores the original handlers when it exits.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            prev = signal.getsignal(sig)
+            if not isinstance(getattr(prev, "__self__", None), uvicorn.Server):
+                continue
+
+            def handler(signum: int, frame: FrameType | None, prev: Any = prev) -> None:
+                loop.call_soon_threadsafe(self._closing, signum)
+                prev(signum, frame)
+
+            signal.signal(sig, handler)
+
+    def _closing(self, signum: int) -> None:
+        n = self.completions.close()
+        log.info("%s: ended %d long-poll(s) (503, retry) before shutting down",
+                 signal.Signals(signum).name, n)  # fmt: skip
 
     async def stop(self) -> None:
         for t in self._tasks:

@@ -21,18 +21,22 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=None)
 async def readyz(st: State) -> Any:
-    """Ready when the config is loaded and Redis answers (and completions are subscribed)."""
-    redis_ok = await st.ping()
+    """Ready when the config is loaded and Redis answers (and completions are subscribed),
+    and the process is not shutting down."""
+    closing = st.completions.closing
+    redis_ok = False if closing else await st.ping()
     subscribed = st.completions.connected.is_set()
+    ok = redis_ok and subscribed and not closing
     body = {
-        "status": "ready" if redis_ok and subscribed else "not_ready",
-        "redis": redis_ok, "completions_subscribed": subscribed,
+        "status": "ready" if ok else "not_ready",
+        "redis": redis_ok, "completions_subscribed": subscribed, "shutting_down": closing,
         "models": sorted(st.cfg.models),
     }  # fmt: skip
-    if redis_ok and subscribed:
+    if ok:
         return body
+    why = "shutting down" if closing else "Redis is not answering"
     return JSONResponse(
-        {"error": {"type": "not_ready", "message": "Redis is not answering"}, **body},
+        {"error": {"type": "not_ready", "message": why}, **body},
         status_code=503, headers={"Retry-After": "1"},
     )  # fmt: skip
 
