@@ -22,8 +22,9 @@ from sluice import keys
 
 MB = 1024 * 1024
 FAMILIES = (
-    "job", "idempotency", "wait_hist", "dead_letter", "queue", "inflight", "wake", "stats",
-    "worker", "workers", "control", "seq", "models", "other",
+    "job", "idempotency", "wait_hist", "e2e_hist", "dead_letter", "queue", "inflight", "wake",
+    "stats", "worker", "workers", "control", "seq", "owners", "rate_limit", "scale", "models",
+    "other",
 )  # fmt: skip
 
 
@@ -33,6 +34,7 @@ def _prefixes(model: str) -> list[tuple[str, str]]:
         ("job", keys.job_prefix(model)),
         ("idempotency", keys.idempotency_prefix(model)),
         ("wait_hist", keys.wait_hist_prefix(model)),
+        ("e2e_hist", keys.e2e_hist_prefix(model)),
         ("queue", keys.queue_prefix(model)),
         ("wake", keys.wake_prefix(model)),
         ("worker", keys.worker_prefix(model)),
@@ -48,6 +50,10 @@ def _exact(model: str) -> dict[str, str]:
         keys.seq_key(model): "seq",
         keys.workers_key(model): "workers",
         keys.workers_info_key(model): "workers",
+        keys.owner_jobs_key(model): "owners",
+        keys.rate_limit_key(model): "rate_limit",
+        keys.decisions_key(model): "scale",
+        keys.scale_state_key(model): "scale",
         keys.models_key(): "models",
     }
 

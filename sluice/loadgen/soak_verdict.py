@@ -19,7 +19,7 @@ from typing import Any
 EDGE = 3  # samples per median at each end
 MB = 1024 * 1024
 EXPIRY_SLACK_S = 5.0  # Redis's active expiry is not instant; a TTL ends within this
-WAIT_HIST_TTL_S = 3600  # claim.lua: EXPIRE on each 10 s window
+WAIT_HIST_TTL_S = 3600  # claim.lua and complete.lua: EXPIRE on each 10 s window
 WAIT_HIST_WINDOW_S = 10
 DEAD_LETTER_CAP = 10_000  # _common.lua: LTRIM of the dead-letter list
 WAKE_CAP = 64
@@ -107,8 +107,9 @@ def _plateau(samples: Sequence[dict[str, Any]], lim: Limits, value: Any) -> dict
 
 
 def _ttl_keys(s: dict[str, Any]) -> float:
-    """Keys that must plateau: all but the wait histograms, which build up for an hour."""
-    return float(s["redis_keys"] - s["families"].get("wait_hist", 0))
+    """Keys that must plateau: all but the latency histograms, which build up for an hour."""
+    fam = s["families"]
+    return float(s["redis_keys"] - fam.get("wait_hist", 0) - fam.get("e2e_hist", 0))
 
 
 def plateaus(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict[str, Any]]:
@@ -134,6 +135,7 @@ def family_bounds(lim: Limits) -> dict[str, float]:
         "idempotency": per_s * lim.idempotency_fraction * (lim.idempotency_ttl_s
                                                             + EXPIRY_SLACK_S) + 50,
         "wait_hist": lim.models * (WAIT_HIST_TTL_S / WAIT_HIST_WINDOW_S + 1),
+        "e2e_hist": lim.models * (WAIT_HIST_TTL_S / WAIT_HIST_WINDOW_S + 1),
         "wake": lim.models * lim.buckets,
         "queue": lim.models * lim.buckets,
     }  # fmt: skip

@@ -17,9 +17,10 @@ MB = 1024 * 1024
 
 def sample(t: float, gw_mb: float = 60.0, jobs: int = 500, used: float = 2.0,
            series: int = 68, done: int = 100) -> dict[str, Any]:  # fmt: skip
-    fam = {"job": jobs, "idempotency": 100, "wait_hist": int(t // 10), "wake": 2, "queue": 2}
+    fam = {"job": jobs, "idempotency": 100, "wait_hist": int(t // 10), "e2e_hist": int(t // 10),
+           "wake": 2, "queue": 2}  # fmt: skip
     return {"t_s": t, "rss_mb": {"gateway": gw_mb, "worker-1": 48.0, "worker-2": 48.0},
-            "redis_used_mb": used, "redis_keys": jobs + 110 + int(t // 10), "families": fam,
+            "redis_used_mb": used, "redis_keys": jobs + 110 + 2 * int(t // 10), "families": fam,
             "dead_letters": 0, "metric_series": series, "window": {"done": done}}  # fmt: skip
 
 
@@ -61,11 +62,11 @@ def test_keys_without_a_ttl_fail_the_plateau_and_the_bound() -> None:
     )
 
 
-def test_wait_histograms_may_build_up_to_their_hour() -> None:
+def test_latency_histograms_may_build_up_to_their_hour() -> None:
     # One key per 10 s window for an hour: not counted in the plateau, bounded by 361.
     v = run([sample(t) for t in range(0, 62, 2)])
     assert v["plateaus"]["keys"]["late"] == v["plateaus"]["keys"]["early"]
-    assert v["family_bounds"]["wait_hist"] == 361
+    assert v["family_bounds"]["wait_hist"] == v["family_bounds"]["e2e_hist"] == 361
 
 
 def test_growing_metric_label_sets_fail() -> None:
@@ -87,14 +88,16 @@ def test_classify_sorts_every_family_of_sluice_keys() -> None:
         keys.wait_hist_key(m, 1700000000), keys.dead_letter_key(m), keys.queue_key(m, "32"),
         keys.inflight_key(m), keys.wake_key(m, "32"), keys.stats_key(m), keys.seq_key(m),
         keys.worker_key(m, "w1"), keys.workers_key(m), keys.workers_info_key(m),
-        keys.worker_control_key(m, "w1"), keys.models_key(), "unrelated",
+        keys.worker_control_key(m, "w1"), keys.models_key(), keys.e2e_hist_key(m, 1700000000),
+        keys.owner_jobs_key(m), keys.rate_limit_key(m), keys.decisions_key(m),
+        keys.scale_state_key(m), "unrelated",
     ]  # fmt: skip
     counts = classify(names, [m])
-    assert counts["job"] == 2 and counts["workers"] == 2 and counts["other"] == 1
-    assert sum(counts.values()) == len(names)
-    assert all(counts[f] == 1 for f in ("idempotency", "wait_hist", "dead_letter", "queue",
-                                        "inflight", "wake", "stats", "seq", "worker",
-                                        "control", "models"))  # fmt: skip
+    assert counts["job"] == 2 and counts["workers"] == 2 and counts["scale"] == 2
+    assert counts["other"] == 1 and sum(counts.values()) == len(names)
+    assert all(counts[f] == 1 for f in ("idempotency", "wait_hist", "e2e_hist", "dead_letter",
+                                        "queue", "inflight", "wake", "stats", "seq", "worker",
+                                        "control", "owners", "rate_limit", "models"))  # fmt: skip
 
 
 def test_metric_series_counts_sluice_series_and_reads_the_waiters() -> None:
