@@ -98,3 +98,12 @@ def test_gateway_refuses_to_start_when_the_keys_env_var_is_missing(tmp_path: Pat
     r = subprocess.run([sys.executable, "-m", "sluice", "gateway", "--config", str(cfg)],
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 2 and "SLUICE_TEST_NO_SUCH is not set" in r.stderr
+
+
+def test_docs_config_documents_every_auth_field() -> None:
+    from sluice.config import ApiKeyConfig
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "config.md").read_text()
+    fields = [*AuthConfig.model_fields, *ApiKeyConfig.model_fields, "admin_port", "admin_host"]
+    missing = [f for f in fields if f"`{f}`" not in doc]
+    assert not missing, f"docs/config.md does not document {missing}"

@@ -144,6 +144,7 @@ def test_no_secret_or_payload_in_any_output(run: dict[str, object]) -> None:
     assert isinstance(files, dict) and any(p.suffix == ".log" for p in files)
     streams = {"stdout": str(run["stdout"]), "stderr": str(run["stderr"])}
     assert "***" in streams["stdout"]  # the banner's Redis URL, redacted
+    assert "stopped" in streams["stdout"] and "killed" not in streams["stdout"]  # clean exit
     for secret in SECRETS:
         for name, text in streams.items():
             assert secret not in text, f"{secret!r} in {name}"
