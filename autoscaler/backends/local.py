@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from sluice.config import REDIS_URL_ENV, SluiceConfig
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
+EXITS_KEPT = 100  # recent worker exits remembered per model (an autoscaler runs for months)
 
 
 @dataclass
@@ -48,7 +50,9 @@ class _ModelState:
     workers: list[LocalWorker] = field(default_factory=list)
     restarts_due: list[float] = field(default_factory=list)  # monotonic times
     crashes: int = 0
-    exits: list[tuple[str, int, bool]] = field(default_factory=list)  # (id, code, drained)
+    exits: deque[tuple[str, int, bool]] = field(  # (id, code, drained), the newest last
+        default_factory=lambda: deque(maxlen=EXITS_KEPT)
+    )
     info: dict[str, WorkerInfo] = field(default_factory=dict)  # latest heartbeats by id
     cold_starts: dict[str, float] = field(default_factory=dict)  # id -> spawn-to-ready s
 

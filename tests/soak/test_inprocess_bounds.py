@@ -1,0 +1,29 @@
+"""In-process state that lives as long as its process stays bounded (pure or local)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autoscaler.backends.local import EXITS_KEPT, LocalBackend, LocalWorker
+from tests.conftest import make_config
+
+
+class Exited:
+    """A Popen stand-in for a worker that has drained and exited 0."""
+
+    pid = 1
+
+    def poll(self) -> int:
+        return 0
+
+
+def test_the_local_backend_remembers_only_recent_worker_exits(tmp_path: Path) -> None:
+    # A months-long autoscaler scaling up and down used to keep every exit.
+    backend = LocalBackend(make_config(), tmp_path / "c.yaml", "redis://x", log_dir=tmp_path)
+    st = backend.models["m"]
+    n = EXITS_KEPT + 50
+    st.workers = [LocalWorker(f"w{i}", "m", Exited(), None, 0.0, draining_since=0.0)  # type: ignore[arg-type]
+                  for i in range(n)]  # fmt: skip
+    backend.tick(0.0)
+    assert st.workers == [] and len(st.exits) == EXITS_KEPT
+    assert st.exits[-1] == (f"w{n - 1}", 0, True) and st.exits[0][0] == "w50"
