@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from redis.exceptions import RedisError, ResponseError
@@ -27,6 +28,7 @@ from sluice.queue.client import REDIS_ERRORS
 from workers.status import WorkerStatus
 
 log = logging.getLogger("sluice.worker")
+LOST_KEPT = 1000  # ids of recently lost leases remembered (a worker runs for months)
 
 
 class Housekeeper:
@@ -49,7 +51,7 @@ class Housekeeper:
         self.on_command = on_command
         self.on_tick = on_tick
         self.wall = wall
-        self.lost: set[str] = set()
+        self.lost: deque[str] = deque(maxlen=LOST_KEPT)
         self.outage = Outage("housekeeping")  # one log line per outage, not per tick
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="sluice-housekeeping", daemon=True)
@@ -104,7 +106,7 @@ class Housekeeper:
             still = set(self.status.held())
             lost = [j for j in self.client.renew(info.model, info.id, held) if j in still]
             if lost:
-                self.lost.update(lost)
+                self.lost.extend(lost)
                 log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
 
     def beat(self) -> None:

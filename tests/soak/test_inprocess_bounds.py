@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoscaler.backends.local import EXITS_KEPT, LocalBackend, LocalWorker
+from sluice.registry import WorkerInfo
 from tests.conftest import make_config
+from workers.housekeeping import LOST_KEPT, Housekeeper
+from workers.status import WorkerStatus
 
 
 class Exited:
@@ -27,3 +30,24 @@ def test_the_local_backend_remembers_only_recent_worker_exits(tmp_path: Path) ->
     backend.tick(0.0)
     assert st.workers == [] and len(st.exits) == EXITS_KEPT
     assert st.exits[-1] == (f"w{n - 1}", 0, True) and st.exits[0][0] == "w50"
+
+
+class LosesEveryLease:
+    """A queue client stand-in whose renewals all come back lost."""
+
+    def renew(self, model: str, worker_id: str, job_ids: list[str]) -> list[str]:
+        return list(job_ids)
+
+
+def test_a_worker_remembers_only_recently_lost_leases() -> None:
+    info = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
+                      state="ready", started_at=0.0)  # fmt: skip
+    status = WorkerStatus(info)
+    hk = Housekeeper(LosesEveryLease(), status, heartbeat_s=1.0, ttl_s=2.0, lease_s=3.0,  # type: ignore[arg-type]
+                     on_command=lambda c: None)  # fmt: skip
+    for batch in range(LOST_KEPT // 100 + 5):
+        ids = [f"m.{batch}-{i}" for i in range(100)]
+        status.hold(ids)
+        hk.renew()
+        status.release(ids)
+    assert len(hk.lost) == LOST_KEPT and hk.lost[-1] == f"m.{LOST_KEPT // 100 + 4}-99"
