@@ -5,7 +5,9 @@ downloaded browser. One stack of synthetic workers, a bounded open-loop load
 from ``sluice bench load`` on loopback, one dead-lettered job, then: the page
 loads with no console errors, every chart draws non-empty data (counted by the
 page and read off the canvas), a ``sluice worker`` started mid-test appears in
-the workers grid, and a screenshot is saved (path printed).
+the workers grid, and a screenshot is saved (path printed). API keys are
+configured, so the page first asks for the admin key: a non-admin key is
+refused with a clear message, the admin key opens it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sluice.apikeys import hash_key
 from sluice.config import load_config
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
@@ -36,6 +39,7 @@ FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-ne
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHARTS = ("backlog", "throughput", "wait", "e2e", "replicas")
+ADMIN_KEY, USER_KEY = "sk_browser-admin-0123456789", "sk_browser-user-0123456789"
 CONFIG = {
     "models": {
         "synthetic": {
@@ -48,6 +52,8 @@ CONFIG = {
     },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
     "autoscaler": {"drain_timeout_s": 10},
+    "auth": {"keys": [{"name": "ops", "hash": hash_key(ADMIN_KEY), "admin": True},
+                      {"name": "app", "hash": hash_key(USER_KEY)}]},
 }  # fmt: skip
 
 if not (shutil.which(CHROMIUM) or Path(CHROMIUM).is_file()):
@@ -97,7 +103,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         # Bounded open loop on loopback: 40 jobs/s for at most 45 s.
         load = subprocess.Popen(
             [sys.executable, "-m", "sluice", "bench", "load", "--url", url, "-m", "synthetic",
-             "--rate", "40", "--duration-s", "45", "--no-progress", "--timeout-s", "20"],
+             "--rate", "40", "--duration-s", "45", "--no-progress", "--timeout-s", "20",
+             "--api-key", USER_KEY],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         yield {"url": url, "redis_url": redis_url, "config": path}
@@ -131,6 +138,18 @@ def _wait_js(page: Any, expr: str, timeout_s: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def _log_in(page: Any) -> None:
+    """The key form: a non-admin key is refused in words, the admin key opens the page."""
+    page.wait_for_selector("#auth:not([hidden])", timeout=10_000)
+    page.fill("#auth-key", USER_KEY)
+    page.click("#auth-form button")
+    _wait_js(page, "document.getElementById('auth-error').textContent"
+                   ".includes('not an admin key')", 10, "the 403 message")  # fmt: skip
+    page.fill("#auth-key", ADMIN_KEY)
+    page.click("#auth-form button")
+    page.wait_for_selector("#auth[hidden]", state="attached", timeout=10_000)
+
+
 PAINTED = """(role) => {
   const c = document.querySelector(`[data-chart="${role}"] canvas`);
   const ctx = c.getContext("2d");
@@ -151,6 +170,11 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(stack["url"] + "/dashboard", wait_until="load")
+        _log_in(page)
+        # Chromium logs the refused fetches themselves (401 without a key, 403 with the
+        # user's); those were the point of the log-in. Nothing else may be logged.
+        assert all("401" in e or "403" in e for e in errors), errors
+        errors.clear()
         _wait_js(page, "window.sluiceDashboard && window.sluiceDashboard.polls >= 2", 15,
                  "the first polls")  # fmt: skip
         points_js = "(roles) => roles.map((r) => +(document.querySelector(" \
