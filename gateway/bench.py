@@ -3,7 +3,9 @@
 In one run, on loopback: the gateway with 1 and 2 uvicorn processes and a bare
 FastAPI endpoint doing one Redis round trip (same server stack) at the same
 offered rates and at saturation, for the ratio; then the long-poll wake-up
-latency (completion to response) at a fixed job rate.
+latency (completion to response) at a fixed job rate. With ``keys``, a third
+server, the gateway with API keys configured (per-key rate limit and cap set,
+so the submit script runs its per-key code), is measured side by side.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import yaml
 
 from gateway.bench_bare import BARE_URL_ENV
 from gateway.loadgen import Conn, RunResult, closed_loop, open_loop
+from sluice.apikeys import hash_key
 from sluice.cli_common import write_json
 from sluice.config import parse_config
 from sluice.jobs import Outcome
@@ -40,6 +43,14 @@ CONFIG: dict[str, Any] = {
         "autoscaling": {"min_replicas": 0},
     }},
 }  # fmt: skip
+BENCH_KEY = "sk_bench-0123456789abcdef0123456789abcdef"
+# Limits far above the offered load: the per-key code runs, nothing is refused.
+AUTH: dict[str, Any] = {"keys": [
+    {"name": "bench", "hash": hash_key(BENCH_KEY), "rate_limit_per_s": 1e9, "burst": 10**9,
+     "max_queued_jobs": 10**9},
+    *({"name": f"other{i}", "hash": hash_key(f"sk_other{i}")} for i in range(4)),
+]}  # fmt: skip
+KEYED = "gateway+keys"
 
 
 @dataclass
@@ -49,6 +60,7 @@ class Server:
     port: int
     path: str
     proc: subprocess.Popen[bytes]
+    headers: str = ""
 
 
 def _free_port() -> int:
@@ -61,7 +73,11 @@ def _free_port() -> int:
 
 def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
     port = _free_port()
-    if name == "gateway":
+    headers = ""
+    if name.startswith("gateway"):
+        if name == KEYED:
+            cfg_path = cfg_path.with_name("sluice-keys.yaml")
+            headers = f"Authorization: Bearer {BENCH_KEY}\r\n"
         cmd = [sys.executable, "-c", "from sluice.cli import main; main()", "gateway",
                "--config", str(cfg_path), "--redis-url", redis_url]  # fmt: skip
         path = f"/v1/models/{MODEL}/jobs"
@@ -77,7 +93,7 @@ def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
-                return Server(name, processes, port, path, proc)
+                return Server(name, processes, port, path, proc, headers)
         except httpx.TransportError:
             time.sleep(0.2)
     proc.terminate()
@@ -94,12 +110,15 @@ def _stop(server: Server) -> None:
 
 async def _measure(server: Server, rates: list[float], duration_s: float) -> list[RunResult]:
     host = "127.0.0.1"
-    await closed_loop(host, server.port, server.path, BODY, 1.0, 202)  # warm-up
+    h = server.headers
+    await closed_loop(host, server.port, server.path, BODY, 1.0, 202, headers=h)  # warm-up
     runs = [
-        await open_loop(host, server.port, server.path, BODY, rate, duration_s, 202)
+        await open_loop(host, server.port, server.path, BODY, rate, duration_s, 202, headers=h)
         for rate in rates
     ]
-    runs.append(await closed_loop(host, server.port, server.path, BODY, duration_s, 202))
+    runs.append(
+        await closed_loop(host, server.port, server.path, BODY, duration_s, 202, headers=h)
+    )
     return runs
 
 
@@ -170,14 +189,14 @@ def _server_wake(port: int) -> dict[str, Any]:
 
 
 def _print(rows: list[dict[str, Any]], ratios: dict[str, float], lp: dict[str, Any]) -> None:
-    print(f"{'server':<8} {'procs':>5} {'offered/s':>9} {'done/s':>8} {'p50 ms':>8} "
+    print(f"{'server':<12} {'procs':>5} {'offered/s':>9} {'done/s':>8} {'p50 ms':>8} "
           f"{'p99 ms':>8} {'errors':>6}")  # fmt: skip
     for r in rows:
         offered = "max" if r["offered_rps"] is None else f"{r['offered_rps']:.0f}"
-        print(f"{r['server']:<8} {r['processes']:>5} {offered:>9} {r['throughput_rps']:>8.0f} "
+        print(f"{r['server']:<12} {r['processes']:>5} {offered:>9} {r['throughput_rps']:>8.0f} "
               f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}")  # fmt: skip
     for k, v in ratios.items():
-        print(f"saturation throughput gateway/bare, {k}: {v:.2f}")
+        print(f"saturation throughput {k}: {v:.2f}")
     print(f"long-poll wake-up (complete sent -> response) at {lp['jobs_per_s']:.0f} jobs/s: "
           f"p50 {lp['p50_ms']:.2f} ms, p99 {lp['p99_ms']:.2f} ms, max {lp['max_ms']:.2f} ms "
           f"({lp['jobs']} jobs, {lp['not_succeeded']} not succeeded)")  # fmt: skip
@@ -186,19 +205,25 @@ def _print(rows: list[dict[str, Any]], ratios: dict[str, float], lp: dict[str, A
           f"p50 <= {share.get('p50_le_ms')} ms, p99 <= {share.get('p99_le_ms')} ms")  # fmt: skip
 
 
+def _ratio(sat: dict[str, float], a: str, b: str) -> float:
+    return round(sat[a] / sat[b], 3) if sat.get(b) else 0.0
+
+
 def main(
     rates: list[float], duration_s: float, processes: list[int], longpoll_rate: float,
-    json_path: Path | None,
+    json_path: Path | None, keys: bool = False,
 ) -> dict[str, Any]:  # fmt: skip
     redis = start_redis()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-gw-"))
     cfg_path = tmp / "sluice.yaml"
     cfg_path.write_text(yaml.safe_dump(CONFIG))
+    (tmp / "sluice-keys.yaml").write_text(yaml.safe_dump({**CONFIG, "auth": AUTH}))
+    names = ("bare", "gateway", KEYED) if keys else ("bare", "gateway")
     rows: list[dict[str, Any]] = []
     lp: dict[str, Any] = {}
     try:
         for procs in processes:
-            for name in ("bare", "gateway"):
+            for name in names:
                 server = _start(name, procs, cfg_path, redis.url)
                 try:
                     for run in asyncio.run(_measure(server, rates, duration_s)):
@@ -212,16 +237,21 @@ def main(
                     _stop(server)
     finally:
         redis.stop()
-    ratios = {}
+    ratios: dict[str, float] = {}
+    keyed: dict[str, float] = {}
     for procs in processes:
         sat = {r["server"]: r["throughput_rps"] for r in rows
                if r["processes"] == procs and r["offered_rps"] is None}  # fmt: skip
-        ratios[f"{procs} process(es)"] = sat["gateway"] / sat["bare"] if sat.get("bare") else 0.0
+        ratios[f"{procs} process(es)"] = _ratio(sat, "gateway", "bare")
+        if keys:
+            keyed[f"{KEYED}/bare, {procs} process(es)"] = _ratio(sat, KEYED, "bare")
+            keyed[f"{KEYED}/gateway, {procs} process(es)"] = _ratio(sat, KEYED, "gateway")
     result = {
         "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
         "duration_s": duration_s, "body_bytes": len(BODY), "runs": rows,
         "saturation_ratio_gateway_over_bare": ratios, "longpoll": lp,
+        "saturation_ratio_with_keys": keyed,
     }  # fmt: skip
-    _print(rows, ratios, lp)
+    _print(rows, {f"gateway/bare, {k}": v for k, v in ratios.items()} | keyed, lp)
     write_json(json_path, result)
     return result

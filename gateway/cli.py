@@ -108,6 +108,9 @@ def bench_cmd(
     processes: Annotated[str, typer.Option(help="uvicorn process counts to compare.")] = "1,2",
     longpoll_rate: Annotated[float, typer.Option(help="Jobs/s in the long-poll test.")] = 500.0,
     json_path: JsonOpt = None,
+    keys: Annotated[
+        bool, typer.Option(help="Also the gateway with API keys configured, side by side.")
+    ] = False,
 ) -> None:
     """Gateway submit throughput and latency vs a bare FastAPI+Redis endpoint; long-poll wake-up."""
     from gateway.bench import main
@@ -118,6 +121,7 @@ def bench_cmd(
         processes=[int(p) for p in processes.split(",") if p],
         longpoll_rate=longpoll_rate,
         json_path=json_path,
+        keys=keys,
     )
 
 

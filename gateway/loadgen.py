@@ -28,15 +28,16 @@ class Reply:
 class Conn:
     """One keep-alive HTTP/1.1 connection; one request at a time."""
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, headers: str = "") -> None:
         self.host, self.port = host, port
+        self.headers = headers  # extra header lines, each ending in CRLF (e.g. an API key)
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     async def request(self, method: str, path: str, body: bytes | None = None) -> Reply:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n{self.headers}"
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
         self.writer.write(head.encode() + b"\r\n" + (body or b""))
@@ -88,12 +89,12 @@ class RunResult:
 
 async def open_loop(
     host: str, port: int, path: str, body: bytes, rate: float, duration_s: float,
-    ok_status: int, connections: int = 64,
+    ok_status: int, connections: int = 64, headers: str = "",
 ) -> RunResult:  # fmt: skip
     """Send at a fixed rate; latency counts from the scheduled send time."""
     pool: asyncio.Queue[Conn] = asyncio.Queue()
     for _ in range(connections):
-        pool.put_nowait(Conn(host, port))
+        pool.put_nowait(Conn(host, port, headers))
     res = RunResult(rate, 0, 0, 0, 0.0)
     loop = asyncio.get_running_loop()
     start = loop.time()
@@ -130,7 +131,7 @@ async def open_loop(
 
 async def closed_loop(
     host: str, port: int, path: str, body: bytes, duration_s: float, ok_status: int,
-    connections: int = 32,
+    connections: int = 32, headers: str = "",
 ) -> RunResult:  # fmt: skip
     """Each connection sends back to back: the server's saturation throughput."""
     res = RunResult(None, 0, 0, 0, 0.0)
@@ -139,7 +140,7 @@ async def closed_loop(
     stop = start + duration_s
 
     async def worker() -> None:
-        conn = Conn(host, port)
+        conn = Conn(host, port, headers)
         while loop.time() < stop:
             t0 = loop.time()
             res.sent += 1
