@@ -57,8 +57,8 @@ class CounterSample:
 
 
 def rates(samples: deque[CounterSample], span_s: float = RATE_SPAN_S) -> dict[str, float] | None:
-    """Per-second rates of the counters from the oldest sample within ``span_s`` of the
-    newest (or the newest older one, when refreshes were sparse); None until two exist."""
+    """Per-second rates of the counters since the newest sample at least ``span_s`` old
+    (so a rate covers the span), else since the oldest; None until two samples exist."""
     if len(samples) < 2:
         return None
     last = samples[-1]

@@ -129,3 +129,22 @@ async def test_page_and_assets_are_served_offline(make_gateway) -> None:  # noqa
         assert vendored.status_code == 404  # only the allowed file types
         for bad in ("../routes.py", "..%2froutes.py", "nope.js", "vendor/../../feed.py"):
             assert (await h.client.get(f"/dashboard/static/{bad}")).status_code == 404, bad
+
+
+async def test_redis_down_is_a_quick_503_with_the_error_body() -> None:
+    import httpx
+
+    from gateway.app import create_app
+    from sluice.redis_server import free_port
+
+    cfg = gateway_config(gateway={"redis_timeout_s": 0.3})
+    app = create_app(cfg, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
+    transport = httpx.ASGITransport(app=app)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+            started = time.monotonic()
+            resp = await c.get("/dashboard/api/state")
+            assert resp.status_code == 503
+            assert resp.json()["error"]["type"] == "redis_unavailable"
+            assert time.monotonic() - started < 3
+            assert (await c.get("/dashboard")).status_code == 200  # the page still loads
