@@ -18,7 +18,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from autoscaler.waits import recent_windows
+from autoscaler.waits import WINDOW_S, recent_windows, window_start
 from gateway.dashboard import view
 from gateway.redis_io import RedisGate, run_reads
 from sluice import keys
@@ -30,6 +30,8 @@ LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
 DEAD_SHOWN = 5
 DECISIONS_SHOWN = 20
 DEAD_FIELDS = ("error", "fin", "att", "bucket")
+HISTORY_S = 300  # what a page opened now starts with (the windows live 1 h in Redis)
+HISTORY_TTL_S = 10.0  # a new window every 10 s: no point reading more often
 
 
 def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]:
@@ -59,6 +61,15 @@ def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]
     return Call(parse, commands=cmds)
 
 
+def history_reads(model: str, now_s: float) -> tuple[list[int], Call[list[Any]]]:
+    """The finished wait and e2e windows of the last HISTORY_S (2 x 30 HGETALLs)."""
+    last = window_start(now_s) - WINDOW_S  # the current window is still filling
+    starts = list(range(window_start(now_s - HISTORY_S), last + 1, WINDOW_S))
+    cmds = [("HGETALL", keys.wait_hist_key(model, w)) for w in starts]
+    cmds += [("HGETALL", keys.e2e_hist_key(model, w)) for w in starts]
+    return starts, _many(cmds)
+
+
 def _many(cmds: list[tuple[Any, ...]]) -> Call[list[Any]]:
     return Call(list, commands=cmds)
 
@@ -84,6 +95,7 @@ class DashboardFeed:
         self._pending: asyncio.Future[dict[str, Any]] | None = None
         self._samples: dict[str, deque[view.CounterSample]] = {m: deque() for m in models}
         self._dead: dict[str, dict[str, str]] = {}  # job id -> its fields, while shown
+        self._history: tuple[float, dict[str, Any]] | None = None
 
     async def get(self) -> dict[str, Any]:
         if self._cached is not None and self.clock() - self._cached_at < self.ttl_s:
@@ -112,6 +124,21 @@ class DashboardFeed:
             "models": [self._model(m, rd, now) for m, rd in by_model.items()],
         }
         self._cached, self._cached_at = out, self.clock()
+        return out
+
+    async def history(self) -> dict[str, Any]:
+        """Latency and completions per finished 10 s window of the last minutes, so a
+        page opened now does not start with empty charts (read at most every 10 s)."""
+        if self._history is not None and self.clock() - self._history[0] < HISTORY_TTL_S:
+            return self._history[1]
+        now = self.wall()
+        reads = [history_reads(m, now) for m in self.models]
+        replies = await self.call(run_reads(self.redis, [call for _, call in reads]))
+        out: dict[str, Any] = {"at_ms": int(now * 1000), "window_s": WINDOW_S, "models": {}}
+        for m, (starts, _), hashes in zip(self.models, reads, replies, strict=True):
+            n = len(starts)
+            out["models"][m] = view.history_points(starts, hashes[:n], hashes[n:], WINDOW_S)
+        self._history = (self.clock(), out)
         return out
 
     async def _fetch_dead_details(self, shown: list[tuple[str, list[str]]]) -> None:

@@ -62,3 +62,9 @@ async def static(path: str) -> FileResponse:
 async def state(request: Request) -> Any:
     """Every model's queue, workers, latency, autoscaler and dead letters (cached ~1 s)."""
     return JSONResponse(await feed_of(request).get(), headers=NO_STORE)
+
+
+@router.get("/api/history", response_model=None)
+async def history(request: Request) -> Any:
+    """Per model, latency and completions per finished 10 s window of the last 5 minutes."""
+    return JSONResponse(await feed_of(request).history(), headers=NO_STORE)

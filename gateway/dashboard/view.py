@@ -156,3 +156,22 @@ def dead_letter_rows(ids: list[str], hashes: list[Mapping[str, str]]) -> list[di
             "bucket": h.get("bucket"),
         })  # fmt: skip
     return rows
+
+
+def history_points(
+    windows: list[int], wait: list[Mapping[str, Any]], e2e: list[Mapping[str, Any]],
+    window_s: float,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """One point per finished histogram window (its middle): latency percentiles and
+    completions per second. Windows with no sample at all are left out."""
+    points = []
+    for start, w, e in zip(windows, wait, e2e, strict=True):
+        lw, le = latency([w]), latency([e])
+        if not lw["count"] and not le["count"]:
+            continue
+        points.append({
+            "t_s": start + window_s / 2, "wait_p50_ms": lw["p50_ms"], "wait_p99_ms": lw["p99_ms"],
+            "e2e_p50_ms": le["p50_ms"], "e2e_p99_ms": le["p99_ms"],
+            "succeeded_per_s": round(le["count"] / window_s, 2),
+        })  # fmt: skip
+    return points

@@ -148,3 +148,21 @@ async def test_redis_down_is_a_quick_503_with_the_error_body() -> None:
             assert resp.json()["error"]["type"] == "redis_unavailable"
             assert time.monotonic() - started < 3
             assert (await c.get("/dashboard")).status_code == 200  # the page still loads
+
+
+async def test_history_has_finished_windows_only(make_gateway) -> None:  # noqa: F811
+    async with make_gateway() as h:
+        now = time.time()
+        old, older, current = window_start(now) - 30, window_start(now) - 60, window_start(now)
+        await h.redis.hset(keys.e2e_hist_key("m", old), mapping={"100": 50, "count": 50})
+        await h.redis.hset(keys.wait_hist_key("m", old), mapping={"10": 50, "count": 50})
+        await h.redis.hset(keys.wait_hist_key("m", older), mapping={"5": 2, "count": 2})
+        await h.redis.hset(keys.e2e_hist_key("m", current), mapping={"5": 9, "count": 9})
+        resp = await h.client.get("/dashboard/api/history")
+        assert resp.status_code == 200
+        body = resp.json()
+    points = body["models"]["m"]
+    assert body["window_s"] == 10 and body["models"]["pinned"] == []
+    assert [p["t_s"] for p in points] == [older + 5, old + 5]  # not the filling window
+    assert points[1]["succeeded_per_s"] == 5.0 and 50 < points[1]["e2e_p99_ms"] <= 100
+    assert points[0]["succeeded_per_s"] == 0 and points[0]["e2e_p50_ms"] is None

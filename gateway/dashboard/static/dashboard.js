@@ -6,6 +6,7 @@
 (() => {
   const { ModelPanel, h } = SluicePanels;
   const API = "/dashboard/api/state";
+  const HISTORY = "/dashboard/api/history";
   const KEY_ITEM = "sluice.adminKey";
   const MIN_POLL_MS = 1000, MAX_POLL_MS = 2000;
   const panels = new Map();
@@ -16,6 +17,7 @@
     main: document.getElementById("models"), nav: document.getElementById("models-nav"),
   };
   let pollMs = MIN_POLL_MS, timer = null, lastOk = 0;
+  let history = null, historyTried = false;
   // Tests and curious operators can look inside: panels and the last payload.
   window.sluiceDashboard = { panels, last: null, polls: 0 };
 
@@ -79,12 +81,26 @@
     }
     if (!resp.ok) return unreachable(`The dashboard's data is unavailable (${resp.status}): ${await errorText(resp)}`);
     const data = await resp.json();
+    if (!historyTried) await loadHistory();
     render(data);
     lastOk = Date.now();
     pollMs = Math.min(MAX_POLL_MS, Math.max(MIN_POLL_MS, (data.refresh_s || 1) * 1000));
     showBanner("");
     setConn("live · " + new Date(data.at_ms).toLocaleTimeString([], { hour12: false }), "live");
     schedule(pollMs);
+  }
+
+  /* Once, before the first render: the last minutes of latency and completions from
+   * Redis's 10 s windows, so the charts do not start empty. Optional: on failure the
+   * charts just fill from now on. */
+  async function loadHistory() {
+    historyTried = true;
+    try {
+      const resp = await fetch(HISTORY, { headers: headers(), cache: "no-store" });
+      if (resp.ok) history = await resp.json();
+    } catch (e) {
+      history = null;
+    }
   }
 
   function unreachable(text) {
@@ -105,6 +121,7 @@
         panels.set(m.name, panel);
         ui.main.append(panel.el);
         panel.mountCharts();
+        if (history && history.models[m.name]) panel.prefill(history.models[m.name], tS);
         panel.navDot = h("i", { class: "dot" });
         ui.nav.append(h("a", { href: "#model-" + m.name }, panel.navDot, m.name));
       }

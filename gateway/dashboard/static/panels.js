@@ -131,6 +131,15 @@ const SluicePanels = (() => {
       this.backlog.el.dataset.unit = "jobs";
     }
 
+    /* Points of finished 10 s windows from before the first live sample. */
+    prefill(points, beforeS) {
+      for (const p of points) {
+        if (p.t_s >= beforeS - 1) continue;
+        this.ring.push(p.t_s, { succeeded: p.succeeded_per_s, wait50: p.wait_p50_ms, wait99: p.wait_p99_ms,
+          e2e50: p.e2e_p50_ms, e2e99: p.e2e_p99_ms });
+      }
+    }
+
     update(m, tS) {
       this.m = m;
       const latest = m.autoscaler.latest;
@@ -151,8 +160,8 @@ const SluicePanels = (() => {
     }
 
     trend() {  // queue growth over the last ~10 s
-      const q = this.ring.col("queued");
-      return q.length > 1 ? q[q.length - 1] - q[Math.max(0, q.length - 11)] : 0;
+      const q = this.ring.col("queued").slice(-11).filter((v) => v !== null);
+      return q.length > 1 ? q[q.length - 1] - q[0] : 0;
     }
 
     draw() {
