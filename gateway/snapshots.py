@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from gateway.admission import Load, drain_rate
 from gateway.metrics import GatewayMetrics
@@ -23,7 +24,7 @@ from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
-from sluice.registry import WorkerInfo, list_workers_call
+from sluice.registry import WorkerInfo, list_workers_call, prune
 
 log = logging.getLogger("sluice.gateway")
 RATE_SMOOTHING = 0.3  # weight of the newest completion-rate sample
@@ -85,9 +86,10 @@ class Snapshots:
         for name in self.models:
             calls += [self.ops.stats(name), list_workers_call(name, now)]
         replies = await self.call(run_reads(self.redis, calls))
-        fresh = {}
+        fresh, lapsed = {}, []
         for i, name in enumerate(self.models):
-            stats, (workers, _stale) = replies[2 * i], replies[2 * i + 1]
+            stats, (workers, stale) = replies[2 * i], replies[2 * i + 1]
+            lapsed += prune(name, stale)
             rate = _smoothed_rate(self.current.get(name), stats, now)
             snap = fresh[name] = ModelSnapshot(stats, workers, now, rate)
             rate_now = drain_rate(self.models[name], snap.load()).cost_per_s
@@ -95,7 +97,23 @@ class Snapshots:
         self.current = fresh
         self.last_ok_s = now
         self.metrics.snapshot_age.set(0)
+        if lapsed:
+            await self._prune(lapsed)
         return fresh
+
+    async def _prune(self, commands: list[tuple[Any, ...]]) -> None:
+        """Forget workers whose heartbeat lapsed (died without deregistering).
+
+        The autoscaler prunes too; without one, the worker hash and set would keep
+        an entry per crashed worker forever. Best effort: the next refresh retries.
+        """
+        pipe = self.redis.pipeline(transaction=False)
+        for cmd in commands:
+            pipe.execute_command(*cmd)
+        try:
+            await self.call(pipe.execute())
+        except (SluiceError, RedisError) as e:  # e.g. OOM under maxmemory
+            log.debug("pruning lapsed workers failed: %s", e)
 
     async def run(self, interval_s: float) -> None:
         """Refresh forever; a failed read keeps the last snapshot and is retried next

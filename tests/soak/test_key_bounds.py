@@ -9,6 +9,7 @@ list holds at most 64 tokens, worker keys expire and lapsed workers are pruned.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import redis
 
@@ -90,3 +91,28 @@ def test_worker_keys_expire_and_lapsed_workers_are_pruned(queue_factory, r: redi
     for cmd in registry.prune("m", stale):
         r.execute_command(*cmd)
     assert r.hlen(keys.workers_info_key("m")) == 0 and r.zcard(keys.workers_key("m")) == 0
+
+
+async def test_the_gateway_prunes_lapsed_workers_without_an_autoscaler(redis_url: str) -> None:
+    from gateway.metrics import GatewayMetrics
+    from gateway.redis_io import RedisGate, connect
+    from gateway.snapshots import Snapshots
+    from tests.conftest import make_config
+
+    r = connect(redis_url, 2.0)
+    try:
+        crashed = WorkerInfo(id="crashed", model="m", host="h", pid=1, device="cpu",
+                             buckets=["32"], state="ready", started_at=900.0)  # fmt: skip
+        pipe = r.pipeline(transaction=False)
+        for cmd in [*registry.heartbeat(crashed, 2.0, 1000.0),  # lapses at 1002
+                    *registry.heartbeat(replace(crashed, id="alive"), 2.0, 1009.0)]:  # fmt: skip
+            pipe.execute_command(*cmd)
+        await pipe.execute()
+        snaps = Snapshots(r, dict(make_config().models), GatewayMetrics(), RedisGate(2.0, 8))
+        await snaps.refresh(now_s=1001.0)
+        assert await r.hlen(keys.workers_info_key("m")) == 2  # both live then
+        await snaps.refresh(now_s=1010.0)
+        assert await r.hkeys(keys.workers_info_key("m")) == ["alive"]
+        assert await r.zrange(keys.workers_key("m"), 0, -1) == ["alive"]
+    finally:
+        await r.aclose()
