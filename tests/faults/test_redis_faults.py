@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
+from sluice.errors import JobNotFound
 from sluice.jobs import JobStatus
+from sluice.queue import QueueClient
 from tests.faults.conftest import (
     MODEL,
     Proc,
@@ -70,6 +72,13 @@ class Submitter:
             self._thread.join(10)
 
 
+def _exists(qc: QueueClient, job_id: str) -> bool:
+    try:
+        return qc.get(job_id) is not None
+    except JobNotFound:
+        return False
+
+
 def _outage_lines(p: Proc) -> int:
     """Lines saying an outage began (sluice.backoff's wording), reminders included."""
     return p.count("retrying with backoff") + p.count("Redis still unavailable")
@@ -109,6 +118,7 @@ def test_redis_killed_and_restarted_from_its_aof(
     load = Submitter(url).start()
     try:
         wait_for(lambda: len(load.accepted) >= 100, 20, "100 accepted jobs")
+        time.sleep(max(0.0, 3.0 - (time.monotonic() - load.accepted[0][0])))  # 3 s of load
         s.redis.kill9()  # mid-load: submits, claims and completes in flight
         killed_at = time.monotonic()
         time.sleep(1.5)
@@ -120,7 +130,7 @@ def test_redis_killed_and_restarted_from_its_aof(
         load.stop()
     qc = s.queue(cfg)
     accepted = [j for _, j in load.accepted]
-    lost = [j for j in accepted if qc.get(j) is None]
+    lost = [j for j in accepted if not _exists(qc, j)]
     before = [j for t, j in load.accepted if t <= killed_at]
     print(f"appendfsync {fsync}: {len(accepted)} accepted ({len(before)} before the kill), "
           f"{len(lost)} lost")  # fmt: skip
