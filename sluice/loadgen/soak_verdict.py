@@ -179,6 +179,16 @@ def _series_check(samples: Sequence[dict[str, Any]], lim: Limits) -> Check:
                  f"{series[0]} -> {series[-1]} sluice_* series")  # fmt: skip
 
 
+def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 4) -> Check:
+    """Once the load has stopped, no process holds more files or sockets than it did
+    when the load started (a leaked connection stays open)."""
+    grew = {n: last["fds"][n] - v for n, v in first["fds"].items()
+            if n != "redis" and n in last["fds"]}  # fmt: skip
+    worst = max(grew.values(), default=0)
+    shown = ", ".join(f"{n} {first['fds'][n]}->{last['fds'][n]}" for n in grew)
+    return Check("no file descriptors left open", bool(grew) and worst <= slack, shown)
+
+
 def completion_checks(load: dict[str, Any], final: dict[str, Any]) -> list[Check]:
     """No errors, every accepted job done, nothing left queued, held or waited on."""
     errors = load.get("errors") or {}
@@ -214,6 +224,7 @@ def verdict(
         _plateau_check("Redis used_memory plateau", plat["redis_used_mb"], 0.1, 0.25),
         *_bounds_checks(samples, lim),
         _series_check(samples, lim),
+        fd_check(samples[0], final.get("sample", samples[-1])),
     ]
     return {
         "passed": all(c.ok for c in checks), "checks": [asdict(c) for c in checks],

@@ -16,12 +16,13 @@ MB = 1024 * 1024
 
 
 def sample(t: float, gw_mb: float = 60.0, jobs: int = 500, used: float = 2.0,
-           series: int = 68, done: int = 100) -> dict[str, Any]:  # fmt: skip
+           series: int = 68, done: int = 100, gw_fds: int = 31) -> dict[str, Any]:  # fmt: skip
     fam = {"job": jobs, "idempotency": 100, "wait_hist": int(t // 10), "e2e_hist": int(t // 10),
            "wake": 2, "queue": 2}  # fmt: skip
     return {"t_s": t, "rss_mb": {"gateway": gw_mb, "worker-1": 48.0, "worker-2": 48.0},
             "redis_used_mb": used, "redis_keys": jobs + 110 + 2 * int(t // 10), "families": fam,
-            "dead_letters": 0, "metric_series": series, "window": {"done": done}}  # fmt: skip
+            "dead_letters": 0, "metric_series": series, "window": {"done": done},
+            "fds": {"gateway": gw_fds, "worker-1": 5, "worker-2": 5, "redis": 28}}  # fmt: skip
 
 
 def run(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -72,6 +73,12 @@ def test_latency_histograms_may_build_up_to_their_hour() -> None:
 def test_growing_metric_label_sets_fail() -> None:
     samples = [sample(t, series=68 + t) for t in range(0, 62, 2)]
     assert failed(run(samples)) == ["metric label sets bounded"]
+
+
+def test_sockets_left_open_after_the_load_fail() -> None:
+    samples = [sample(t) for t in range(0, 62, 2)]
+    assert failed(run([*samples, sample(80, gw_fds=35)])) == []
+    assert failed(run([*samples, sample(80, gw_fds=60)])) == ["no file descriptors left open"]
 
 
 def test_errors_and_unfinished_jobs_fail() -> None:
