@@ -179,9 +179,11 @@ def _series_check(samples: Sequence[dict[str, Any]], lim: Limits) -> Check:
                  f"{series[0]} -> {series[-1]} sluice_* series")  # fmt: skip
 
 
-def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 4) -> Check:
-    """Once the load has stopped, no process holds more files or sockets than it did
-    when the load started (a leaked connection stays open)."""
+def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 16) -> Check:
+    """Once the load has stopped, no process holds many more files or sockets than it
+    did when the load started: a connection leaked per request would hold thousands.
+    The slack is for the gateway's Redis pool, which keeps the connections a burst
+    opened (up to redis_max_connections)."""
     grew = {n: last["fds"][n] - v for n, v in first["fds"].items()
             if n != "redis" and n in last["fds"]}  # fmt: skip
     worst = max(grew.values(), default=0)

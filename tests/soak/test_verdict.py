@@ -77,7 +77,7 @@ def test_growing_metric_label_sets_fail() -> None:
 
 def test_sockets_left_open_after_the_load_fail() -> None:
     samples = [sample(t) for t in range(0, 62, 2)]
-    assert failed(run([*samples, sample(80, gw_fds=35)])) == []
+    assert failed(run([*samples, sample(80, gw_fds=45)])) == []
     assert failed(run([*samples, sample(80, gw_fds=60)])) == ["no file descriptors left open"]
 
 
