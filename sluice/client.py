@@ -14,6 +14,7 @@ gateway wants one, is ``api_key=`` or the ``SLUICE_API_KEY`` environment variabl
 from __future__ import annotations
 
 import os
+import random
 import time
 import uuid
 from collections.abc import Iterable, Sequence
@@ -21,6 +22,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+
+from sluice.backoff import Backoff
 
 TERMINAL = frozenset({"succeeded", "failed", "expired", "cancelled"})
 RETRYABLE = frozenset({429, 503})
@@ -60,11 +63,14 @@ def _error(resp: httpx.Response) -> SluiceClientError:
         return SluiceClientError(resp.status_code, "http_error", resp.text[:200])
 
 
-def _retry_after(resp: httpx.Response, attempt: int) -> float:
+def _retry_after(resp: httpx.Response, backoff: Backoff) -> float:
+    """The gateway's Retry-After plus up to a quarter more (a minimum, spread so that
+    clients turned away together do not all come back together), else our backoff."""
     try:
-        return min(30.0, max(0.05, float(resp.headers.get("Retry-After", ""))))
+        after = min(30.0, max(0.05, float(resp.headers.get("Retry-After", ""))))
     except ValueError:
-        return min(5.0, 0.1 * 2**attempt)
+        return backoff.next_s()
+    return after * (1 + 0.25 * random.random())
 
 
 class Client:
@@ -95,17 +101,19 @@ class Client:
         # where a replay is harmless: reads, and submits carrying an idempotency key.
         headers = kw.get("headers") or {}
         replay_safe = method in ("GET", "DELETE") or "Idempotency-Key" in headers
+        # Jittered (sluice.backoff): the clients of a restarted gateway spread out.
+        backoff = Backoff(base_s=0.1, cap_s=5.0)
         for attempt in range(self.max_retries + 1):
             try:
                 resp = self.http.request(method, url, **kw)
             except httpx.TransportError:
                 if not replay_safe or attempt == self.max_retries:
                     raise
-                time.sleep(min(5.0, 0.1 * 2**attempt))
+                time.sleep(backoff.next_s())
                 continue
             if resp.status_code not in RETRYABLE or attempt == self.max_retries:
                 break
-            time.sleep(_retry_after(resp, attempt))
+            time.sleep(_retry_after(resp, backoff))
         if resp.status_code >= 400:
             raise _error(resp)
         return resp
