@@ -1,0 +1,66 @@
+"""`sluice gateway` with gateway.admin_port: two listeners in one process."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import yaml
+
+from sluice.redis_server import free_port
+
+
+def _write(tmp: Path, gateway: dict[str, object]) -> Path:
+    cfg = tmp / "sluice.yaml"
+    model = {"handler": "synthetic", "autoscaling": {"min_replicas": 0}}
+    cfg.write_text(yaml.safe_dump({"models": {"m": model}, "gateway": gateway}))
+    return cfg
+
+
+def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the gateway exited at start"
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            time.sleep(0.1)
+    raise AssertionError(f"{url} did not answer")
+
+
+def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
+    tmp_path: Path, redis_url: str
+) -> None:
+    port, admin = free_port(), free_port()
+    cfg = _write(tmp_path, {"port": port, "admin_port": admin})
+    proc = subprocess.Popen([sys.executable, "-m", "sluice", "gateway", "--config", str(cfg),
+                             "--redis-url", redis_url])  # fmt: skip
+    try:
+        _wait_up(f"http://127.0.0.1:{port}/healthz", proc)
+        _wait_up(f"http://127.0.0.1:{admin}/healthz", proc)
+        api, adm = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
+        assert httpx.get(f"{api}/metrics").status_code == 404
+        assert httpx.get(f"{api}/dashboard/api/state").status_code == 404
+        submitted = httpx.post(f"{api}/v1/models/m/jobs", json={"input": "x"})
+        assert submitted.status_code == 202
+        metrics = httpx.get(f"{adm}/metrics")
+        assert metrics.status_code == 200 and "sluice_jobs_submitted_total" in metrics.text
+        assert httpx.get(f"{adm}/v1/models").status_code == 404
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_workers_over_one_with_an_admin_port_is_refused(tmp_path: Path) -> None:
+    cfg = _write(tmp_path, {"port": free_port(), "admin_port": free_port()})
+    r = subprocess.run([sys.executable, "-m", "sluice", "gateway", "--config", str(cfg),
+                        "--workers", "2"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "admin_port" in r.stderr
