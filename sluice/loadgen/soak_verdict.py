@@ -39,7 +39,9 @@ class Limits:
     buckets: int = 1
     max_rss_growth_pct: float = 10.0
     # 10% of a 60 MB process is more than a short run can leak: a second bound per
-    # job handled. Measured without a leak: 50-200 B/job; with a 1 KB/job leak
+    # job handled, on the lower of the two halves' rates (see rss_growth).
+    # Measured over the whole run without a leak: 50-200 B/job, 595 once when a
+    # latency burst raised the gateway's high-water mark; with a 1 KB/job leak
     # injected, 1,200-1,300 B/job.
     max_bytes_per_job: float = 600.0
     plateau_tolerance: float = 0.2  # late mean <= (1 + this) x early mean (+ slack)
@@ -65,11 +67,44 @@ def _jobs_between(samples: Sequence[dict[str, Any]], t0: float, t1: float) -> in
     return sum(s["window"].get("done", 0) for s in samples if t0 < s["t_s"] <= t1)
 
 
+Series = list[tuple[float, float]]  # (t_s, MB)
+
+
+def _at(series: Series, i: int) -> tuple[float, float]:
+    """The median of EDGE samples centred on index i (clamped), with its middle time."""
+    lo = min(max(0, i - EDGE // 2), len(series) - EDGE)
+    window = series[lo : lo + EDGE]
+    return window[EDGE // 2][0], statistics.median(v for _, v in window)
+
+
+def _per_job(
+    during: Sequence[dict[str, Any]], a: tuple[float, float], b: tuple[float, float], share: int
+) -> float | None:
+    jobs = _jobs_between(during, a[0], b[0]) / share
+    return round((b[1] - a[1]) * MB / jobs, 1) if jobs else None
+
+
+def _growth(series: Series, during: Sequence[dict[str, Any]], share: int) -> dict[str, Any]:
+    start, mid, end = _at(series, 0), _at(series, len(series) // 2), _at(series, len(series))
+    halves = [_per_job(during, start, mid, share), _per_job(during, mid, end, share)]
+    sustained = None if None in halves else min(h for h in halves if h is not None)
+    return {
+        "start_mb": start[1], "end_mb": end[1], "growth_mb": round(end[1] - start[1], 2),
+        "growth_pct": round(100.0 * (end[1] - start[1]) / start[1], 2),
+        "bytes_per_job": _per_job(during, start, end, share),
+        "bytes_per_job_halves": halves, "bytes_per_job_sustained": sustained,
+        "peak_mb": max(v for _, v in series), "samples": len(series),
+    }  # fmt: skip
+
+
 def rss_growth(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict[str, Any]]:
     """Per process: RSS at the end of the warm-up and of the load, growth in % and per job.
 
     Per job divides the growth by the jobs that process handled in between: all
     of them for the gateway, an equal share for each worker (they pull alike).
+    Sustained is the lower of the two halves' rates: a leak grows in both, while
+    a burst of concurrent requests raises RSS once (a high-water mark the
+    allocator keeps) and only in one half.
     """
     during = [s for s in samples if s["t_s"] <= lim.duration_s + 1e-6]
     after_warmup = [s for s in during if s["t_s"] >= lim.warmup_s]
@@ -78,21 +113,14 @@ def rss_growth(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict
     out: dict[str, dict[str, Any]] = {}
     for name in names:
         series = [(s["t_s"], s["rss_mb"][name]) for s in after_warmup if name in s["rss_mb"]]
-        if len(series) < 2 * EDGE:
+        if len(series) < 3 * EDGE:
             out[name] = {"start_mb": None, "end_mb": None, "growth_pct": None,
-                         "growth_mb": None, "bytes_per_job": None, "samples": len(series),
+                         "growth_mb": None, "bytes_per_job": None,
+                         "bytes_per_job_sustained": None, "samples": len(series),
                          "peak_mb": max((v for _, v in series), default=None)}  # fmt: skip
             continue
-        start, end = _median([v for _, v in series[:EDGE]]), _median([v for _, v in series[-EDGE:]])
-        assert start is not None and end is not None
-        t0, t1 = series[EDGE // 2][0], series[-EDGE + EDGE // 2][0]  # the medians' middles
-        jobs = _jobs_between(during, t0, t1) / (workers if name.startswith("worker") else 1)
-        out[name] = {
-            "start_mb": start, "end_mb": end, "growth_mb": round(end - start, 2),
-            "growth_pct": round(100.0 * (end - start) / start, 2),
-            "bytes_per_job": round((end - start) * MB / jobs, 1) if jobs else None,
-            "peak_mb": max(v for _, v in series), "samples": len(series),
-        }  # fmt: skip
+        share = workers if name.startswith("worker") else 1
+        out[name] = _growth(series, during, share)
     return out
 
 
@@ -158,14 +186,15 @@ def _rss_checks(growth: dict[str, dict[str, Any]], lim: Limits) -> list[Check]:
     for name, g in growth.items():
         if name == "redis":
             continue  # Redis is judged by its dataset, below, not by its RSS
-        pct, per_job = g["growth_pct"], g["bytes_per_job"]
+        pct, per_job = g["growth_pct"], g["bytes_per_job_sustained"]
         ok = pct is not None and pct < lim.max_rss_growth_pct
         shown = "n/a" if pct is None else f"{pct:+.1f}%"
         out.append(Check(f"{name} RSS growth", ok,
                          f"{g['start_mb']} -> {g['end_mb']} MB ({shown})"))  # fmt: skip
         ok = per_job is not None and per_job < lim.max_bytes_per_job
-        out.append(Check(f"{name} RSS growth per job", ok,
-                         f"{per_job} B/job (limit {lim.max_bytes_per_job:g})"))  # fmt: skip
+        out.append(Check(f"{name} RSS growth per job (sustained)", ok,
+                         f"{per_job} B/job, the lower half of {g.get('bytes_per_job_halves')} "
+                         f"(limit {lim.max_bytes_per_job:g})"))  # fmt: skip
     return out
 
 
@@ -179,11 +208,11 @@ def _series_check(samples: Sequence[dict[str, Any]], lim: Limits) -> Check:
                  f"{series[0]} -> {series[-1]} sluice_* series")  # fmt: skip
 
 
-def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 16) -> Check:
+def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 64) -> Check:
     """Once the load has stopped, no process holds many more files or sockets than it
     did when the load started: a connection leaked per request would hold thousands.
     The slack is for the gateway's Redis pool, which keeps the connections a burst
-    opened (up to redis_max_connections)."""
+    opened (up to redis_max_connections): +12 after one latency burst, measured."""
     grew = {n: last["fds"][n] - v for n, v in first["fds"].items()
             if n != "redis" and n in last["fds"]}  # fmt: skip
     worst = max(grew.values(), default=0)
