@@ -25,7 +25,8 @@ def test_sixty_second_soak_stays_bounded(tmp_path: Path) -> None:
     load, final, v = out["load"], out["final"], out["verdict"]
     failed = [f"{c['name']}: {c['detail']}" for c in v["checks"] if not c["ok"]]
     assert not failed, failed
-    assert load["errors"] == {} and load["succeeded"] == load["sent"] > 1500
+    assert load["errors"] == {} and load["succeeded"] == load["sent"]
+    assert out["rate_per_s"] >= 20 and load["sent"] > 0.8 * out["rate_per_s"] * 60
     assert final["counters"]["succeeded"] == final["counters"]["arrived"]
     # Results expired within the run: job hashes plateaued near rate x result TTL.
     jobs = v["plateaus"]["job_hashes"]
