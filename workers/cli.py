@@ -32,13 +32,16 @@ def worker_cmd(
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
     """Run one worker process: pull batches of MODEL's jobs until drained (SIGTERM)."""
-    from workers.main import build_worker, parse_buckets, setup_logging
+    from workers.main import build_worker, parse_buckets, setup_logging, wait_for_redis
     from workers.worker import WorkerOptions
 
     cfg = load_required(config)
     url = resolve_url(redis_url, cfg)
-    check_redis(url)
     setup_logging(log_level)
+    try:
+        wait_for_redis(url)  # an outage is waited out, not turned into a restart loop
+    except Exception:  # noqa: BLE001 - a setting that can never work: say why, exit 3
+        check_redis(url)
     opts = WorkerOptions(
         model=model, buckets=parse_buckets(buckets), worker_id=worker_id, overlap=overlap,
         metrics_port=metrics_port, burst=burst,

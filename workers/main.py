@@ -4,13 +4,49 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
+from collections.abc import Callable
 
+import redis
+
+from sluice.backoff import Reconnect
 from sluice.config import SluiceConfig
 from sluice.errors import ConfigError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from sluice.redact import redact
 from workers.handlers import HandlerContext, load_handler_class
 from workers.worker import Worker, WorkerOptions
+
+log = logging.getLogger("sluice.worker")
+
+
+def wait_for_redis(
+    url: str, timeout_s: float = 2.0, *, sleep: Callable[[float], None] = time.sleep
+) -> None:
+    """Block until Redis answers a PING.
+
+    A worker started during a Redis outage waits (jittered backoff, one log line,
+    a reminder a minute) instead of exiting into its supervisor's restart loop,
+    whose back-off (CrashLoopBackOff: up to 5 minutes) would outlast the outage.
+    A URL, password or TLS setting that can never work still fails at once: only
+    connection refusals and timeouts are waited out.
+    """
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                  socket_connect_timeout=timeout_s)  # fmt: skip
+    retry = Reconnect(log, "worker start", cap_s=5.0)
+    try:
+        while True:
+            try:
+                client.ping()
+                retry.ok()
+                return
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as e:
+                if isinstance(e, redis.exceptions.AuthenticationError):
+                    raise
+                sleep(retry.failed(redact(str(e))))
+    finally:
+        client.close()
 
 
 def resolve_device(spec: str, uses_torch: bool) -> str:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from sluice.errors import JobNotFound
-from sluice.jobs import JobStatus
+from sluice.jobs import JobStatus, NewJob
 from sluice.queue import QueueClient
 from tests.faults.conftest import (
     MODEL,
@@ -190,3 +190,22 @@ def test_redis_slow_or_unreachable_gives_fast_503_and_recovers_without_restart(
     # Woken by the (resubscribed) completion channel, not by the 20 s wait running out.
     assert job["status"] == "succeeded" and time.monotonic() - t0 < 8, job
     _assert_survived(gw, [w], workers_saw_it=fault == "killed")
+
+
+def test_a_worker_started_while_redis_is_down_waits_for_it(
+    stack_factory: Callable[..., Stack],
+) -> None:
+    s = stack_factory()
+    cfg = fault_config()
+    path = s.write_config(cfg)
+    s.redis.kill9()
+    w = s.spawn_worker(path, wait_ready=False)
+    time.sleep(2.5)  # several tries: it must neither exit nor log each one
+    assert w.alive(), w.text()
+    assert w.count("retrying with backoff") == 1
+    s.redis.start()
+    wait_for(lambda: " ready: " in w.text(), 15, "the worker to start once Redis is back")
+    qc = s.queue(cfg)
+    [job] = qc.submit(MODEL, [NewJob("hello", "32", 1)])
+    wait_for(lambda: qc.get(job.id).status == JobStatus.SUCCEEDED, 10, "the job to run")  # type: ignore[union-attr]
+    assert w.count("Redis answers again") == 1
