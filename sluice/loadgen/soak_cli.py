@@ -34,6 +34,9 @@ def soak_cmd(
     ),
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_path: JsonOpt = None,
+    markdown_path: Annotated[
+        Path | None, typer.Option("--markdown", help="Also write the tables as Markdown.")
+    ] = None,
 ) -> None:
     """Soak the real stack at 70% of capacity: memory, Redis keys, errors, latency over time."""
     from rich.console import Console
@@ -52,5 +55,10 @@ def soak_cmd(
     out = run_soak(workdir, params)
     print_soak(out, Console() if sys.stdout.isatty() else Console(width=150))
     write_json(json_path, out)
+    if markdown_path is not None:
+        from sluice.loadgen.soak_markdown import markdown
+
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(markdown(out))
     if not out["verdict"]["passed"]:
         raise typer.Exit(1)
