@@ -3,9 +3,9 @@
 Every model's queue stats, live workers, recent wait and end-to-end histograms,
 the autoscaler's latest decision and log, and the newest dead-letter ids are read
 in a single pipeline. Details of dead letters (their errors) cost a second round
-trip only when a new id appears. The result is cached for ``ttl_s`` and a
-refresh in progress is shared: ten open tabs polling every second cost Redis
-what one does.
+trip only when a new id appears. The result is cached for a little less than
+the page's poll interval and a refresh in progress is shared: ten open tabs
+polling every second cost Redis what one does.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ DECISIONS_SHOWN = 20
 DEAD_FIELDS = ("error", "fin", "att", "bucket")
 HISTORY_S = 300  # what a page opened now starts with (the windows live 1 h in Redis)
 HISTORY_TTL_S = 10.0  # a new window every 10 s: no point reading more often
+# The cache lives this share of the poll interval: a lone viewer polling every
+# poll_s then gets fresh data on each poll (a TTL of a full poll_s would serve
+# every other poll from the cache), and any number of viewers cost Redis at
+# most 1 / (0.8 poll_s) reads a second.
+CACHE_SHARE = 0.8
 
 
 def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]:
@@ -79,14 +84,15 @@ class DashboardFeed:
 
     def __init__(
         self, r: aioredis.Redis, models: dict[str, ModelConfig], call: RedisGate, *,
-        ttl_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+        poll_s: float = 1.0, cache: bool = True, clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:  # fmt: skip
         self.redis = r
         self.models = models
         self.ops = QueueOps(models)
         self.call = call
-        self.ttl_s = ttl_s
+        self.poll_s = poll_s
+        self.ttl_s = CACHE_SHARE * poll_s if cache else 0.0
         self.clock = clock
         self.wall = wall
         self.refreshes = 0  # how many times Redis was read (tests check the sharing)
@@ -120,7 +126,7 @@ class DashboardFeed:
         await self._fetch_dead_details([(m, rd["dead"]) for m, rd in by_model.items()])
         out = {
             "at_ms": int(now * 1000),
-            "refresh_s": self.ttl_s,
+            "refresh_s": self.poll_s,
             "models": [self._model(m, rd, now) for m, rd in by_model.items()],
         }
         self._cached, self._cached_at = out, self.clock()

@@ -30,7 +30,7 @@ def feed_of(request: Request) -> DashboardFeed:
     if feed is None:
         st: GatewayState = request.app.state.gateway
         feed = DashboardFeed(st.redis, dict(st.cfg.models), st.call,
-                             ttl_s=st.gw.stats_refresh_s)  # fmt: skip
+                             poll_s=st.gw.stats_refresh_s)  # fmt: skip
         request.app.state.dashboard_feed = feed
     return feed
 
