@@ -1,7 +1,9 @@
 """The soak: the real stack at 70% of its capacity for a long while, sampled as it goes.
 
-A private redis-server, one gateway and N synthetic workers, each started
-through the ``sluice`` CLI (:class:`sluice.loadgen.stack.Stack`). The run:
+A private redis-server, one gateway, N synthetic workers and the autoscaler
+in dry-run (it observes, reclaims and decides, but the workers stay the N this
+run started, so each one's memory can be followed), each started through the
+``sluice`` CLI (:class:`sluice.loadgen.stack.Stack`). The run:
 
 1. capacity: nominal from the synthetic handler (``max_batch x 1000 / base_ms``
    jobs/s per worker), verified by a short closed loop at saturation; the lower
@@ -117,7 +119,7 @@ def _run_async(spec: LoadSpec, probe: Probe, every_s: float) -> Sampled:
 
 
 def _pids(st: Stack) -> dict[str, int]:
-    pids = {"gateway": next(p.popen.pid for p in st.procs if p.role == "gateway")}
+    pids = {p.role: p.popen.pid for p in st.procs if p.role in ("gateway", "autoscaler")}
     for i, p in enumerate(st.workers(MODEL), 1):
         pids[f"worker-{i}"] = p.popen.pid
     if st.redis is not None and st.redis.proc is not None:
@@ -171,6 +173,7 @@ def run_soak(workdir: Path, p: SoakParams) -> dict[str, Any]:
     cfg_path.write_text(yaml.safe_dump(soak_config(p)))
     with Stack(cfg_path, workdir / "logs") as st:
         st.add_workers(MODEL, p.workers)
+        st.add_autoscaler()  # dry-run: soaked too, and it writes its decision keys
         cap = _capacity(st, p)
         rate = round(p.load_fraction * cap["capacity_per_s"], 1)
         probe = Probe(st.redis.url if st.redis else "", [MODEL], _pids(st), st.url)

@@ -87,6 +87,12 @@ class Stack:
         # has seen a ready worker it answers 503 for a model that does not scale from 0.
         time.sleep(load_config(self.config_path).gateway.stats_refresh_s * 1.2 + 0.1)
 
+    def add_autoscaler(self, backend: str = "dry-run") -> None:
+        """Start ``sluice autoscaler`` (dry-run: it observes, reclaims and decides but
+        starts no worker, so the workers stay the ones this stack started)."""
+        self._spawn("autoscaler", ["autoscaler", "--backend", backend, "--metrics-port", "0",
+                                   "--log-level", "WARNING"])  # fmt: skip
+
     def workers(self, model: str) -> list[_Proc]:
         return [p for p in self.procs if p.role == f"worker:{model}" and p.popen.poll() is None]
 
