@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -65,23 +66,43 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _depth_over(value: Any, limit: int) -> bool:
-    """True if containers nest deeper than ``limit`` (iterative: no recursion to blow)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        children = item.values() if isinstance(item, dict) else item
-        for child in children:
-            if isinstance(child, dict | list):
-                if depth + 1 > limit:
-                    return True
-                stack.append((child, depth + 1))
-    return False
+# For valid JSON only (run after a successful parse). The string pattern is the
+# unrolled form: a run of plain characters per step, not one alternation per char.
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_SQUARE = bytes.maketrans(b"{}", b"[]")  # depth does not care which kind of bracket
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b"[]{}")
 
 
-_DECODER = json.JSONDecoder(
+def _too_deep(text: str, limit: int) -> bool:
+    """True if arrays/objects nest deeper than ``limit``. Outside strings JSON is
+    ASCII: keep its brackets, then each ``replace`` removes the innermost pair of
+    every branch, so the passes count the depth, all at C speed."""
+    outside = _STRING.sub("", text).encode("ascii", "ignore")
+    brackets = outside.translate(_SQUARE, _NOT_BRACKET)
+    for _ in range(limit):
+        brackets = brackets.replace(b"[]", b"")
+        if not brackets:
+            return False
+    return True
+
+
+# Each hook is a Python call per object or number. Duplicate keys need the object
+# hook always; a number can only overflow with an exponent ("1e400") or a long
+# digit run ("9" x 20, or 309 digits for a float), which a byte-table translate
+# and two substring searches find at C speed: only then are the number hooks on.
+_DECODER = json.JSONDecoder(parse_constant=_constant, object_pairs_hook=_object)
+_NUMBER_DECODER = json.JSONDecoder(
     parse_float=_float, parse_int=_int, parse_constant=_constant, object_pairs_hook=_object
 )
+_NUMBER_SHAPE = bytes(
+    48 if 48 <= b <= 57 else 101 if b in b"eE" else 32 for b in range(256)
+)  # digits -> "0", e/E -> "e", the rest -> " "
+_LONG_RUN = b"0" * 19  # -(2**63) has 19 digits: every shorter integer fits
+
+
+def _may_overflow(body: bytes) -> bool:
+    shape = body.translate(_NUMBER_SHAPE)
+    return b"0e" in shape or _LONG_RUN in shape
 
 
 def loads(body: bytes) -> Any:
@@ -90,17 +111,17 @@ def loads(body: bytes) -> Any:
         text = body.decode("utf-8-sig")  # a leading BOM was accepted before: still is
     except UnicodeDecodeError as e:
         raise json.JSONDecodeError(f"invalid UTF-8 at byte {e.start}", "", 0) from e
+    decoder = _NUMBER_DECODER if _may_overflow(body) else _DECODER
     try:
-        value = _DECODER.decode(text)
+        value = decoder.decode(text)
     except json.JSONDecodeError:
         raise
     except RecursionError as e:
         raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", "", 0) from e
     except (_Refused, ValueError) as e:  # ValueError: int() past its digit limit, if reached
         raise json.JSONDecodeError(str(e), "", 0) from e
-    # Bracket count bounds the depth from above, at C speed: the usual small body
-    # never pays for the walk.
-    if text.count("[") + text.count("{") > MAX_DEPTH and _depth_over(value, MAX_DEPTH):
+    # The bracket count bounds the depth from above: the usual body never pays more.
+    if text.count("[") + text.count("{") > MAX_DEPTH and _too_deep(text, MAX_DEPTH):
         raise json.JSONDecodeError(f"nested deeper than {MAX_DEPTH} levels", "", 0)
     return value
 

@@ -1,0 +1,76 @@
+"""gateway.strict_json against reference definitions, as hypothesis properties (pure)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gateway.strict_json import INT_MAX, INT_MIN, MAX_DEPTH, loads
+
+values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=10),
+    lambda kids: st.lists(kids, max_size=3)
+    | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+    max_leaves=30,
+)  # fmt: skip
+
+
+def depth(v: Any) -> int:
+    """The reference: recursion over the value (containers only)."""
+    if isinstance(v, dict):
+        return 1 + max((depth(x) for x in v.values()), default=0)
+    if isinstance(v, list):
+        return 1 + max((depth(x) for x in v), default=0)
+    return 0
+
+
+def ints_in_range(v: Any) -> bool:
+    if isinstance(v, bool) or v is None or isinstance(v, float | str):
+        return True
+    if isinstance(v, int):
+        return INT_MIN <= v <= INT_MAX
+    items = v.values() if isinstance(v, dict) else v
+    return all(ints_in_range(x) for x in items)
+
+
+def wrap(v: Any, levels: int) -> Any:
+    for i in range(levels):
+        v = [v] if i % 2 else {"k": v}
+    return v
+
+
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+@given(v=values, extra=st.integers(0, MAX_DEPTH + 3))
+def test_accepts_exactly_what_the_reference_rules_accept(v: Any, extra: int) -> None:
+    v = wrap(v, extra)
+    raw = json.dumps(v).encode()
+    ok = depth(v) <= MAX_DEPTH and ints_in_range(v)
+    if ok:
+        assert loads(raw) == v
+    else:
+        with pytest.raises(json.JSONDecodeError):
+            loads(raw)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(v=st.dictionaries(st.text(max_size=4), st.integers(0, 9), min_size=1, max_size=5))
+def test_a_duplicated_key_anywhere_is_refused(v: dict[str, int]) -> None:
+    key = next(iter(v))
+    raw = json.dumps({"outer": [v]})[:-3] + f", {json.dumps(key)}: 0" + "}]}"
+    with pytest.raises(json.JSONDecodeError, match="duplicate key"):
+        loads(raw.encode())
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e309", "-2e400"])
+def test_non_finite_numbers_are_refused_anywhere(literal: str) -> None:
+    assert math.isinf(float(literal)) or math.isnan(float(literal))
+    for raw in (literal, f"[1, {literal}]", f'{{"a": {{"b": {literal}}}}}'):
+        with pytest.raises(json.JSONDecodeError):
+            loads(raw.encode())
