@@ -11,12 +11,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
+import pytest
 import redis
 
 from sluice import keys, registry
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.registry import WorkerInfo
+
+pytestmark = pytest.mark.redis
 
 QUEUE = {"result_ttl_s": 30, "dead_letter_ttl_s": 60, "idempotency_ttl_s": 40}
 BIG = {"max_batch": 4096, "max_batch_tokens": 4096 * 32, "max_attempts": 1}

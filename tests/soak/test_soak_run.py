@@ -17,7 +17,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from sluice.loadgen.soak import quick_params, run_soak
+
+pytestmark = [pytest.mark.slow, pytest.mark.redis]
 
 
 def test_sixty_second_soak_stays_bounded(tmp_path: Path) -> None:
