@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from sluice.backoff import Reconnect
+from sluice.backoff import Backoff, Reconnect
 from sluice.config import ModelConfig, SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Batch, Outcome
@@ -48,6 +48,9 @@ IDLE_WAIT_S = 0.5
 COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 2.0)
 # Claims after a Redis error: jittered backoff up to this (ADR 0065).
 RECONNECT_MAX_S = 2.0
+# After a batch failed as a whole, wait about this (doubling per failure in a row)
+# before claiming again, so a healthy worker takes the requeued jobs (ADR 0066).
+FAILED_BATCH_BACKOFF_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -260,9 +263,23 @@ class Worker:
                 if self._pool is not None and not self._stopping():
                     pending = self._pool.submit(self._fetch)
                 self._process(fetched)
+                if self.streak.count and not self.streak.tripped:
+                    held, pending = pending, None
+                    self._after_failed_batch(held)
         finally:
             if pending is not None:  # left by an unexpected error: it never ran
                 self._give_back(pending, "loop error")
+
+    def _after_failed_batch(self, pending: Future[_Fetched | None] | None) -> None:
+        """This worker is suspect: hand back the prefetched batch (no attempt used)
+        and wait before claiming again. Otherwise it takes its own requeued jobs
+        straight back (they go back to the head of the queue) and burns their
+        attempts into the dead-letter list before the streak quarantines it."""
+        if pending is not None:
+            self._give_back(pending, "the last batch failed")
+        delay = Backoff(FAILED_BATCH_BACKOFF_S, cap_s=5.0, attempt=self.streak.count - 1).next_s()
+        log.warning("batch failed (%d in a row); next claim in %.2f s", self.streak.count, delay)
+        self._stop.wait(delay)
 
     def _result(self, pending: Future[_Fetched | None]) -> _Fetched | None:
         try:
