@@ -32,7 +32,7 @@ from sluice.loadgen.driver import Driver, LoadSpec, run_load
 from sluice.loadgen.soak_sample import Probe, Sample, wait_until
 from sluice.loadgen.soak_verdict import Limits, verdict
 from sluice.loadgen.stack import Stack
-from sluice.loadgen.stats import OK_STATUSES, Outcome, percentile
+from sluice.loadgen.stats import OK_STATUSES, Outcome, error_causes, percentile
 from sluice.loadgen.workload import LengthBand
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
@@ -83,10 +83,10 @@ def _window(outcomes: list[Outcome], start: int) -> dict[str, Any]:
     """What the jobs that ended since the last sample saw."""
     new = outcomes[start:]
     ok = [o.e2e_ms for o in new if o.status in OK_STATUSES]
-    errors = sum(1 for o in new if o.status not in OK_STATUSES)
     p50 = round(percentile(ok, 50), 2) if ok else None
     p99 = round(percentile(ok, 99), 2) if ok else None
-    return {"done": len(new), "errors": errors, "e2e_p50_ms": p50, "e2e_p99_ms": p99}
+    # Errors by cause: an HTTP status ("503"), "timeout", "transport" or "job_<status>".
+    return {"done": len(new), "errors": error_causes(new), "e2e_p50_ms": p50, "e2e_p99_ms": p99}
 
 
 Sampled = tuple[dict[str, Any], list[Sample]]

@@ -11,6 +11,13 @@ def _f(v: Any, fmt: str = ".1f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _errs(errors: Any) -> str:
+    """A window's errors by cause ("503 x2"), or 0."""
+    if not errors:
+        return "0"
+    return " ".join(f"{k} x{v}" for k, v in errors.items())
+
+
 def _table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
@@ -30,7 +37,7 @@ def samples_table(out: dict[str, Any]) -> str:
         w, rss, fam = s["window"], s["rss_mb"], s["families"]
         workers = [v for k, v in rss.items() if k.startswith("worker")]
         rows.append([
-            _f(s["t_s"], ".0f"), _f(w.get("done", 0) / every), str(w.get("errors", "-")),
+            _f(s["t_s"], ".0f"), _f(w.get("done", 0) / every), _errs(w.get("errors")),
             _f(w.get("e2e_p50_ms")), _f(w.get("e2e_p99_ms")), _f(rss.get("gateway"), ".2f"),
             _f(max(workers) if workers else None, ".2f"), _f(s["redis_used_mb"], ".2f"),
             str(s["redis_keys"]), str(fam["job"]), str(fam["idempotency"]),

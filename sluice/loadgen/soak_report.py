@@ -14,6 +14,13 @@ def _f(v: Any, fmt: str = ".1f") -> str:
     return "-" if v is None else format(v, fmt)
 
 
+def _errs(errors: Any) -> str:
+    """A window's errors by cause ("503 x2"), or 0."""
+    if not errors:
+        return "0"
+    return " ".join(f"{k} x{v}" for k, v in errors.items())
+
+
 def _rows(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """At most MAX_ROWS evenly spaced samples, always the first and the last."""
     if len(samples) <= MAX_ROWS:
@@ -45,7 +52,7 @@ def _sample_table(samples: list[dict[str, Any]], every_s: float) -> Table:
         workers = [v for k, v in rss.items() if k.startswith("worker")]
         t.add_row(
             _f(s["t_s"], ".0f"), _f(w.get("done", 0) / every_s if w else None),
-            str(w.get("errors", "-")), _f(w.get("e2e_p50_ms")), _f(w.get("e2e_p99_ms")),
+            _errs(w.get("errors")), _f(w.get("e2e_p50_ms")), _f(w.get("e2e_p99_ms")),
             _f(rss.get("gateway")), _f(max(workers) if workers else None),
             _f(s["redis_used_mb"], ".2f"), str(s["redis_keys"]), str(fam["job"]),
             str(fam["idempotency"]), str(fam["wait_hist"]), str(s["dead_letters"]),

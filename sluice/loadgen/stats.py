@@ -63,7 +63,7 @@ def dist(values: Iterable[float | None]) -> dict[str, float | int | None]:
     return out
 
 
-def _errors(outcomes: Sequence[Outcome]) -> dict[str, int]:
+def error_causes(outcomes: Sequence[Outcome]) -> dict[str, int]:
     """Failures by cause: an HTTP status ("429"), "timeout", "transport", or "job_<status>"."""
     counts: Counter[str] = Counter()
     for o in outcomes:
@@ -125,7 +125,7 @@ def summarize(
         "succeeded": sum(1 for o in outcomes if o.status in OK_STATUSES),
         "offered_per_s": round(sent_in / span, 2),
         "throughput_per_s": round(done_in / span, 2),
-        "errors": _errors(outcomes),
+        "errors": error_causes(outcomes),
         "submit_ms": dist(o.submit_ms for o in measured),
         **_latency(measured),
         "buckets": {b: _latency(buckets[b]) for b in sorted(buckets, key=_bucket_key)},
