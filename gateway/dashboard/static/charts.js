@@ -7,6 +7,8 @@
 const SluiceCharts = (() => {
   const HISTORY_S = 300;
   const AXIS = { stroke: "#8594a8", grid: { stroke: "#1c2430", width: 1 }, ticks: { stroke: "#243040", width: 1 } };
+  // Whole numbers only on count axes (jobs, replicas): no "0, 1, 1, 2" ticks.
+  const COUNT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7];
   const BUCKET_COLORS = ["#2f81f7", "#a371f7", "#db6d28", "#3fb950", "#e3b341", "#f778ba", "#39c5cf", "#8b949e"];
 
   class Ring {
@@ -80,7 +82,7 @@ const SluiceCharts = (() => {
     }));
     const chart = mount(el, {
       series, data: [[], ...order.map(() => [])],
-      axes: [timeAxis(), { ...AXIS, size: 56, values: (u, t) => t.map((v) => fmt(v, unit)) }],
+      axes: [timeAxis(), { ...AXIS, size: 56, incrs: COUNT_INCRS, values: (u, t) => t.map((v) => fmt(v, unit)) }],
       scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
     });
     return {
@@ -100,21 +102,23 @@ const SluiceCharts = (() => {
 
   function timeAxis() {
     const opts = { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false };
-    return { ...AXIS, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], opts)) };
+    return { ...AXIS, space: 80, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], opts)) };
   }
 
   /* Lines; `defs` = [{col, label, color, width, dash}]; `slo` draws a dashed limit. */
-  function lines(el, defs, { unit, slo = null, sloLabel = "SLO", height = 190 } = {}) {
+  function lines(el, defs, { unit, slo = null, sloLabel = "SLO", height = 190, counts = false } = {}) {
     const series = [{}].concat(defs.map((d) => ({
       label: d.label, stroke: d.color, width: d.width || 2, dash: d.dash, points: { show: false },
       spanGaps: false, value: (u, v) => fmt(v, unit),
     })));
     if (slo !== null) series.push({ label: sloLabel, stroke: "#f85149", width: 1.5, dash: [6, 5], points: { show: false }, value: () => fmt(slo, unit) });
     // Linear from zero: a log axis reads badly at a glance; the SLO line stays in view.
-    const y = { range: (u, lo, hi) => [0, Math.max(1, (hi ?? 0) * 1.1, slo ? slo * 1.25 : 0)] };
+    const y = counts
+      ? { range: (u, lo, hi) => [0, Math.max(2, Math.ceil((hi ?? 0) * 1.25))] }
+      : { range: (u, lo, hi) => [0, Math.max(1, (hi ?? 0) * 1.1, slo ? slo * 1.25 : 0)] };
     const chart = mount(el, {
       series, height, data: [[], ...series.slice(1).map(() => [])],
-      axes: [timeAxis(), { ...AXIS, size: 56, values: (u, t) => t.map((v) => fmt(v, unit)) }],
+      axes: [timeAxis(), { ...AXIS, size: 56, ...(counts ? { incrs: COUNT_INCRS, space: 18 } : {}), values: (u, t) => t.map((v) => fmt(v, unit)) }],
       scales: { x: { time: true }, y },
     });
     return {

@@ -112,7 +112,7 @@ const SluicePanels = (() => {
       this.replicas = lines(chartEl("replicas"), [
         { col: "desired", label: "desired", color: "#e3b341", width: 2, dash: [5, 4] },
         { col: "current", label: "current", color: "#d7dee8", width: 2 },
-        { col: "ready", label: "ready", color: "#3fb950", width: 1.5 }], { unit: "", height: 120 });
+        { col: "ready", label: "ready", color: "#3fb950", width: 1.5 }], { unit: "", height: 130, counts: true });
       this.decisions = h("tbody", { "data-role": "decisions" });
       this.scaleNote = h("div", { class: "empty" });
       this.deadCount = h("div", { class: "dead-count", "data-role": "dead-count" });
@@ -120,7 +120,7 @@ const SluicePanels = (() => {
       const lower = h("div", { class: "grid lower" },
         card("Workers", h("div", {}, this.states, this.tiles), sort),
         card("Autoscaler", h("div", {}, this.replicas.el, this.scaleNote, h("div", { class: "scroll" },
-          h("table", { class: "log" }, h("thead", {}, h("tr", {}, ...["time", "replicas", "reason", "queued", "p99 wait"].map((t) => h("th", { text: t })))), this.decisions)))),
+          h("table", { class: "log" }, h("thead", {}, h("tr", {}, ...["time", "replicas", "reason", "queued", "p99 it saw"].map((t) => h("th", { text: t })))), this.decisions)))),
         card("Dead letters", h("div", { class: "dead" }, this.deadCount, h("div", { class: "scroll" }, h("table", { class: "log" }, this.deadList)))));
       this.el.append(head, kpis, charts, lower);
     }
