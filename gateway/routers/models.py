@@ -42,7 +42,9 @@ def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]
     }
 
 
-@router.get("/models", response_model=None, responses={200: {"model": ModelList}, **errors(503)})
+@router.get(
+    "/models", response_model=None, responses={200: {"model": ModelList}, **errors(401, 503)}
+)
 async def list_models(st: State) -> dict[str, Any]:
     """Every model with its buckets, queue depth and cost per bucket, and workers by state."""
     now = time.time()
@@ -60,7 +62,7 @@ async def list_models(st: State) -> dict[str, Any]:
 @router.post(
     "/models/{model}/predict", response_class=Json,
     responses={200: {"model": JobView}, 202: {"model": JobView},
-               **errors(404, 413, 415, 422, 429, 503)},
+               **errors(401, 404, 413, 415, 422, 429, 503)},
 )  # fmt: skip
 async def predict(
     model: ModelName, body: JobRequest, st: State, key: Caller,
