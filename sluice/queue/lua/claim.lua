@@ -26,10 +26,10 @@
 local function malformed(f)
   if not f[6] then return "no 'input' field" end
   if not f[8] or f[8] == '' then return "no 'bucket' field" end
-  local numbers = {{'cost', f[2]}, {'enq', f[5]}, {'score', f[9]}}
-  for _, nv in ipairs(numbers) do
-    if not tonumber(nv[2]) then return string.format("'%s' is not a number", nv[1]) end
-  end
+  -- Plain comparisons, no table per job: this runs for every job claimed.
+  if not tonumber(f[2]) then return "'cost' is not a number" end
+  if not tonumber(f[5]) then return "'enq' is not a number" end
+  if not tonumber(f[9]) then return "'score' is not a number" end
   if f[3] and not tonumber(f[3]) then return "'dl' is not a number" end
   if f[4] and not tonumber(f[4]) then return "'att' is not a number" end
   return false
