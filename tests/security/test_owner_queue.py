@@ -57,7 +57,7 @@ def test_rate_limit_refuses_with_the_time_until_enough_tokens(queue_factory) -> 
         q.submit("m", [_job()], owner=limited)
     # One token refills in 1/2 s; a little of it may already be there.
     wait_s = e.value.retry_after_s or 0.0
-    assert 0.3 < wait_s <= 0.5
+    assert 0.2 < wait_s <= 0.5
     time.sleep(wait_s + 0.02)
     q.submit("m", [_job()], owner=limited)
     assert q.stats("m").queued == 4
@@ -83,7 +83,7 @@ def test_a_batch_over_the_burst_passes_once_then_waits_out_its_debt(queue_factor
     q.submit("m", [_job() for _ in range(5)], owner=o)
     with pytest.raises(RateLimited) as e:
         q.submit("m", [_job()], owner=o)
-    assert 3.5 < (e.value.retry_after_s or 0.0) <= 4.0  # 3 tokens of debt + 1 needed, at 1/s
+    assert 3.0 < (e.value.retry_after_s or 0.0) <= 4.0  # 3 tokens of debt + 1 needed, at 1/s
 
 
 def test_idempotency_keys_are_namespaced_per_owner(queue_factory) -> None:
