@@ -115,6 +115,7 @@ def test_each_malformed_job_fails_alone_and_its_batch_succeeds(
     assert set(qc.dead_letters(MODEL)) == set(bad.values())
     assert not r.exists(keys.job_key(MODEL, deleted))
     assert run.worker.streak.count == 0  # bad inputs are not this worker's failures
+    assert run.worker.status.snapshot().batches == 1  # good and bad shared one batch
 
 
 def test_a_stream_of_bad_jobs_never_quarantines_the_worker(
