@@ -166,3 +166,15 @@ async def test_history_has_finished_windows_only(make_gateway) -> None:  # noqa:
     assert [p["t_s"] for p in points] == [older + 5, old + 5]  # not the filling window
     assert points[1]["succeeded_per_s"] == 5.0 and 50 < points[1]["e2e_p99_ms"] <= 100
     assert points[0]["succeeded_per_s"] == 0 and points[0]["e2e_p50_ms"] is None
+
+
+def test_every_dashboard_route_is_under_the_admin_prefix() -> None:
+    # The access control (gateway/auth.py) covers /dashboard by path prefix: a route
+    # added outside it would be public.
+    from gateway.auth import is_admin_path
+    from gateway.dashboard import router
+
+    paths = [route.path for route in router.routes]  # type: ignore[attr-defined]
+    assert "/dashboard/api/state" in paths and len(paths) >= 4
+    assert all(p == "/dashboard" or p.startswith("/dashboard/") for p in paths), paths
+    assert all(is_admin_path(p) for p in paths)
