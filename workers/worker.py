@@ -7,7 +7,6 @@ prefetch thread claims and collates the next batch while the current one runs.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -32,6 +31,7 @@ from workers.execute import BatchResult, BatchRunner
 from workers.handlers.base import Collated, Handler, Shape, warmup_shapes
 from workers.housekeeping import Housekeeper
 from workers.metrics import WorkerMetrics
+from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
 from workers.status import WorkerStatus
 
 log = logging.getLogger("sluice.worker")
@@ -42,10 +42,6 @@ EXIT_LOAD_FAILED = 5
 # most this long, then claims anyway: that claim reclaims lapsed leases, and a
 # drain or SIGTERM is acted on within this bound.
 IDLE_WAIT_S = 0.5
-# Waits between tries to send a batch's outcomes (about 10 s in all, while the
-# housekeeping thread keeps renewing the leases), so a Redis restart does not
-# cost a batch; then it gives up and logs (the jobs run again elsewhere).
-COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 2.0)
 # Claims after a Redis error: jittered backoff up to this (ADR 0065).
 RECONNECT_MAX_S = 2.0
 # After a batch failed as a whole, wait about this (doubling per failure in a row)
@@ -68,15 +64,6 @@ class WorkerOptions:
 class _Fetched:
     batch: Batch
     collated: Collated | None
-
-
-def _serialisable(o: Outcome) -> Outcome:
-    """The outcome itself, or a failure if its result cannot be stored as JSON."""
-    try:
-        json.dumps(o.payload)
-        return o
-    except (TypeError, ValueError) as e:
-        return Outcome.fail(o.id, "result_not_json", str(e)[:500], o.run_ms)
 
 
 def new_worker_id() -> str:
@@ -348,35 +335,8 @@ class Worker:
         self._account(batch, result)
 
     def _complete(self, outcomes: list[Outcome]) -> bool:
-        """Send one batch's outcomes as their holder; False if it gave up.
-
-        Any Redis error (connection lost, OOM under maxmemory, READONLY during a
-        failover) is retried with back-off: the process must not die holding jobs.
-        """
-        error: Exception | None = None
-        delays = self.complete_backoff_s
-        said = False
-        for delay in (*delays, None):
-            try:
-                # As the holder: a retry/fail/release after our lease lapsed and
-                # another worker took the job is counted stale, not applied.
-                self.client.complete(self.model, outcomes, worker_id=self.id)
-                return True
-            except (TypeError, ValueError) as e:
-                error, outcomes = e, [_serialisable(o) for o in outcomes]  # then again
-            except (RedisUnavailable, RedisError) as e:
-                error = e
-                if delay is not None:
-                    if not said:  # once per batch, not per try
-                        said = True
-                        log.warning("could not send %d outcome(s), retrying for up to %.0f s: %s",
-                                    len(outcomes), sum(delays), e)  # fmt: skip
-                    time.sleep(delay)
-        # The leases will lapse and the jobs run again elsewhere (an attempt used).
-        ids = " ".join(o.id for o in outcomes)
-        log.error("gave up sending %d outcome(s) after %d tries (%s); jobs: %s",
-                  len(outcomes), len(delays) + 1, error, ids)  # fmt: skip
-        return False
+        """Send one batch's outcomes as their holder (retried ~10 s); False if it gave up."""
+        return send_outcomes(self.client, self.model, self.id, outcomes, self.complete_backoff_s)
 
     def _account(self, batch: Batch, result: BatchResult) -> None:
         kinds: dict[str, int] = {}
