@@ -168,7 +168,7 @@ async def test_history_has_finished_windows_only(make_gateway) -> None:  # noqa:
     assert points[0]["succeeded_per_s"] == 0 and points[0]["e2e_p50_ms"] is None
 
 
-def test_every_dashboard_route_is_under_the_admin_prefix() -> None:
+async def test_every_dashboard_route_is_under_the_admin_prefix() -> None:
     # The access control (gateway/auth.py) covers /dashboard by path prefix: a route
     # added outside it would be public.
     from gateway.auth import is_admin_path
