@@ -135,7 +135,20 @@ def _wait_js(page: Any, expr: str, timeout_s: float, what: str) -> Any:
         if value:
             return value
         time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    state = page.evaluate(DIAGNOSE)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; page: {state}")
+
+
+# What the page knew, for a failure message: polls, banner, chart points, workers.
+DIAGNOSE = """() => ({
+  polls: window.sluiceDashboard ? window.sluiceDashboard.polls : null,
+  banner: document.getElementById("banner").textContent,
+  auth: document.getElementById("auth-error").textContent,
+  charts: [...document.querySelectorAll("[data-chart]")]
+    .map((e) => e.dataset.chart + "=" + e.dataset.points),
+  workers: [...document.querySelectorAll("[data-worker]")]
+    .map((e) => e.dataset.worker + ":" + e.dataset.state),
+})"""
 
 
 def _log_in(page: Any) -> None:
