@@ -12,7 +12,7 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI
 
 from gateway import dashboard, errors
-from gateway.auth import AuthGuard
+from gateway.auth import AuthGuard, needs_key
 from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import health, jobs, models
 from gateway.state import GatewayState
@@ -60,7 +60,30 @@ def create_app(
     if keyring:  # an open gateway pays nothing for access control
         app.add_middleware(AuthGuard, keyring=keyring)  # before a body is read
     app.add_middleware(Metrics, metrics=state.metrics)
+    if keyring:
+        _document_auth(app)
     return app
+
+
+def _document_auth(app: FastAPI) -> None:
+    """With keys configured, the schema says every /v1 operation needs one."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = build()
+            schema.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"},
+            }
+            for path, item in schema.get("paths", {}).items():
+                if needs_key(path):
+                    for op in item.values():
+                        op["security"] = [{"bearer": []}, {"apiKey": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _document_model_names(app: FastAPI, names: list[str]) -> None:

@@ -182,3 +182,14 @@ async def test_open_gateway_without_keys_is_unchanged(make_gw) -> None:
         assert r.status_code == 202
         assert (await g.client.get(f"/v1/jobs/{r.json()['id']}")).status_code == 200
         assert (await g.client.get("/metrics")).status_code == 200
+
+
+async def test_openapi_schema_declares_the_key_only_when_keys_are_configured(make_gw) -> None:
+    async with make_gw() as g:
+        schema = (await g.client.get("/openapi.json")).json()
+        assert set(schema["components"]["securitySchemes"]) == {"bearer", "apiKey"}
+        assert schema["paths"]["/v1/jobs/{job_id}"]["get"]["security"]
+        assert "security" not in schema["paths"]["/healthz"]["get"]
+    async with make_gw(keyed_config([])) as g:
+        schema = (await g.client.get("/openapi.json")).json()
+        assert "securitySchemes" not in schema.get("components", {})
