@@ -22,6 +22,7 @@ import redis
 
 from autoscaler.policy import Decision, Observation
 from sluice import keys
+from sluice.backoff import Reconnect
 from sluice.queue.client import REDIS_ERRORS
 
 log = logging.getLogger("sluice.autoscaler")
@@ -88,6 +89,7 @@ class DecisionLog:
         self.redis = r
         self.wall = wall
         self.last: dict[str, tuple[int, int, str]] = {}
+        self.outages: dict[str, Reconnect] = {}
 
     def record(self, model: str, d: Decision, obs: Observation | None, period_s: float) -> None:
         e = entry(d, obs, int(self.wall() * 1000))
@@ -95,9 +97,11 @@ class DecisionLog:
         pipe = self.redis.pipeline(transaction=False)
         for cmd in commands(model, e, period_s, changed):
             pipe.execute_command(*cmd)
+        outage = self.outages.setdefault(model, Reconnect(log, f"autoscaler: {model}: record"))
         try:
             pipe.execute()
         except (redis.RedisError, *REDIS_ERRORS) as err:
-            log.warning("autoscaler: %s: cannot record the decision (%s)", model, err)
+            outage.failed(err)  # one log line per outage (ADR 0065)
             return
+        outage.ok()
         self.last[model] = e.signature

@@ -23,6 +23,7 @@ import redis
 from autoscaler import waits
 from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
 from sluice import keys, registry
+from sluice.backoff import Reconnect
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import QueueStats
@@ -85,13 +86,16 @@ class Observer:
         self.wall = wall
         self.samples: dict[str, deque[Sample]] = {}
         self.last_workers: dict[str, list[WorkerInfo]] = {}  # from the latest good read
+        self.outages: dict[str, Reconnect] = {}  # one log line per outage (ADR 0065)
 
     def read(self, model: str, current: int) -> Observation | None:
+        outage = self.outages.setdefault(model, Reconnect(log, f"autoscaler: {model}: read"))
         try:
             reading = self._read(model)
         except (RedisUnavailable, *REDIS_ERRORS, redis.RedisError) as e:
-            log.warning("autoscaler: cannot read %s's metrics (%s): holding", model, e)
+            outage.failed(f"{e}; holding the replica count")
             return None
+        outage.ok()
         self.last_workers[model] = reading.workers
         return self._observe(model, reading, current)
 
