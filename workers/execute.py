@@ -7,11 +7,12 @@
   If every item fails, the batch failed (likely this worker, not the inputs):
   the jobs go back to the queue to run elsewhere and the failure counts
   towards quarantine.
-- ``InvalidInput`` raised for a single input fails that input for good and never
-  counts against the worker.
+- ``InvalidInput`` (or a ``UnicodeError``) raised for a single input fails that
+  input for good and never counts against the worker.
 - A job the queue marked malformed (its stored input is not JSON: written by
-  something other than the gateway) never reaches the handler: it fails for good
-  as ``malformed_job`` and the rest of the batch runs without it.
+  something other than the gateway), or whose input the handler's ``validate``
+  refuses, never reaches ``collate``: it fails for good (``malformed_job``,
+  ``InvalidInput``) and the rest of the batch runs as one batch without it.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ class BatchResult:
         return sum(1 for o in self.outcomes if o.kind == "ok")
 
 
+def _input_fault(exc: BaseException) -> bool:
+    # A UnicodeError is about the data, never the device: a lone surrogate (valid
+    # JSON, not encodable) reaches a handler that encodes text, e.g. a tokenizer.
+    return isinstance(exc, InvalidInput | UnicodeError)
+
+
 def _error(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, (str(exc) or type(exc).__name__)[:MAX_MESSAGE]
 
@@ -68,12 +75,9 @@ class BatchRunner:
 
     def run(self, jobs: list[ClaimedJob], collated: Collated | None = None) -> BatchResult:
         res = BatchResult([])
-        bad = [j for j in jobs if j.malformed is not None]
-        if bad:
-            for j in bad:
-                res.outcomes.append(Outcome.fail(j.id, MALFORMED, str(j.malformed)[:MAX_MESSAGE]))
-            res.errors[MALFORMED] = len(bad)
-            jobs, collated = [j for j in jobs if j.malformed is None], None  # collated held them
+        good = self._screen(jobs, res)
+        if len(good) < len(jobs):
+            jobs, collated = good, None  # a prefetched collation held the bad ones
             if not jobs:
                 return res
         items = [_Item(j) for j in jobs]
@@ -84,6 +88,25 @@ class BatchRunner:
                     self._attempt([item], None, res, allow_split=False)
         self._outcomes(items, res)
         return res
+
+    def _screen(self, jobs: list[ClaimedJob], res: BatchResult) -> list[ClaimedJob]:
+        """The jobs worth running; the malformed and the invalid fail here, alone."""
+        good = []
+        for j in jobs:
+            err: tuple[str, str] | None = None
+            if j.malformed is not None:
+                err = (MALFORMED, str(j.malformed)[:MAX_MESSAGE])
+            else:
+                try:
+                    self.handler.validate(j.input)
+                except (InvalidInput, UnicodeError) as e:
+                    err = _error(e)
+            if err is None:
+                good.append(j)
+                continue
+            res.outcomes.append(Outcome.fail(j.id, *err))
+            res.errors[err[0]] = res.errors.get(err[0], 0) + 1
+        return good
 
     def _attempt(
         self, items: list[_Item], collated: Collated | None, res: BatchResult, allow_split: bool
@@ -111,7 +134,7 @@ class BatchRunner:
                         return err  # the caller goes item by item over what is left
                 return None
             if len(items) == 1:
-                items[0].error, items[0].invalid = _error(e), isinstance(e, InvalidInput)
+                items[0].error, items[0].invalid = _error(e), _input_fault(e)
                 items[0].oom = h.is_oom(e)
                 items[0].run_ms = elapsed * 1000
             return e

@@ -41,6 +41,7 @@ BAD: dict[str, tuple[Corruption, str, str]] = {
     "input-truncated": (hset(input='{"text": "cut of'), "malformed_job", "not valid JSON"),
     "input-wrong-type": (hset(input="42"), "InvalidInput", "input must be a string"),
     "input-object-without-text": (hset(input='{"txt": "a"}'), "InvalidInput", "input must be"),
+    "input-lone-surrogate": (hset(input='"bad \\ud800 half"'), "InvalidInput", "surrogate"),
     "input-missing": (hdel("input"), "malformed_job", "input"),
     "enq-missing": (hdel("enq"), "malformed_job", "enq"),
     "cost-garbage": (hset(cost="lots"), "malformed_job", "cost"),
@@ -127,7 +128,7 @@ def test_a_stream_of_bad_jobs_never_quarantines_the_worker(
     wait_for(lambda: run.worker.status.state == "ready")
     bad_ids = []
     for i in range(6):  # batches of one bad job each: 3x the quarantine threshold
-        job_id = write_raw(r, i, "not json" if i % 2 else "[1, 2]")
+        job_id = write_raw(r, i, ["[1, 2]", "not json", '"\\udc00"'][i % 3])
         bad_ids.append(job_id)
         wait_for(lambda j=job_id: qc.get(j).status == JobStatus.FAILED)
     good = submit(qc, cfg, ["still serving"])[0]
@@ -163,7 +164,8 @@ def test_a_status_nobody_wrote_reads_as_a_failed_job_saying_why(r: redis.Redis) 
     }
 
 
-def test_the_runner_fails_malformed_jobs_without_calling_the_handler() -> None:
+def test_the_runner_fails_bad_jobs_without_breaking_the_batch() -> None:
+    from sluice.errors import InvalidInput
     from sluice.jobs import ClaimedJob
     from workers.execute import BatchRunner
     from workers.handlers import HandlerContext
@@ -172,6 +174,10 @@ def test_the_runner_fails_malformed_jobs_without_calling_the_handler() -> None:
     seen: list[list[Any]] = []
 
     class Recording(SyntheticHandler):
+        def validate(self, value: Any) -> None:
+            if not isinstance(value, str):
+                raise InvalidInput("input must be a string")
+
         def collate(self, inputs: list[Any], costs: list[int]) -> Any:
             seen.append(inputs)
             return super().collate(inputs, costs)
@@ -183,11 +189,14 @@ def test_the_runner_fails_malformed_jobs_without_calling_the_handler() -> None:
         ClaimedJob("m.a", "fine", 1, 1, 0),
         ClaimedJob("m.b", None, 1, 1, 0, malformed="stored input is not valid JSON (x)"),
         ClaimedJob("m.c", "also fine", 2, 1, 0),
+        ClaimedJob("m.d", 42, 1, 1, 0),
     ]
     res = BatchRunner(handler).run(jobs)
     kinds = {o.id: (o.kind, o.payload) for o in res.outcomes}
     bad = {"type": "malformed_job", "message": "stored input is not valid JSON (x)"}
     assert kinds["m.b"] == ("fail", bad)
     assert kinds["m.a"][0] == kinds["m.c"][0] == "ok"
-    assert not res.failed and res.errors == {"malformed_job": 1}
-    assert seen == [["fine", "also fine"]]  # the malformed job never reached the handler
+    assert kinds["m.d"] == ("fail", {"type": "InvalidInput", "message": "input must be a string"})
+    assert not res.failed and res.errors == {"malformed_job": 1, "InvalidInput": 1}
+    # One collate of the good jobs: the bad ones never reached it, and no item-by-item retry.
+    assert seen == [["fine", "also fine"]]

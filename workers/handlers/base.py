@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sluice.config import ModelConfig
-from sluice.cost import CostEstimator
+from sluice.cost import CostEstimator, input_text
+from sluice.errors import InvalidInput
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +67,10 @@ class Handler:
     def warmup(self, shapes: list[Shape]) -> None:
         """Run once on each shape so the first real batch pays no compile/allocation cost."""
 
+    def validate(self, value: Any) -> None:
+        """Raise ``InvalidInput`` if this handler cannot use ``value``. Called per job
+        before its batch is collated: a bad input fails alone, the batch stays whole."""
+
     def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
         raise NotImplementedError
 
@@ -101,3 +106,18 @@ def warmup_shapes(config: ModelConfig, buckets: list[str]) -> list[Shape]:
         bound = int(name)
         shapes.append(Shape(max(1, min(b.max_batch, b.max_batch_tokens // bound)), bound))
     return shapes
+
+
+def checked_text(value: Any) -> str:
+    """A text model's input as text a tokenizer can encode (``InvalidInput`` if not).
+
+    A lone surrogate is valid JSON but not valid UTF-8: tokenizers fail on it with
+    a TypeError that looks like a fault of the worker, not of the input.
+    """
+    text = input_text(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        where = f"a lone surrogate at {e.start}"
+        raise InvalidInput(f"input text is not valid Unicode ({where})") from e
+    return text

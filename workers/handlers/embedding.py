@@ -17,7 +17,7 @@ import torch
 
 from sluice.cost import bundled_model_dir, input_text
 from sluice.errors import ConfigError
-from workers.handlers.base import Collated, HandlerContext, Shape
+from workers.handlers.base import Collated, HandlerContext, Shape, checked_text
 from workers.handlers.torch_base import TorchHandler
 
 
@@ -76,6 +76,9 @@ class EmbeddingHandler(TorchHandler):
             ids = torch.full((s.batch, length), fill, dtype=torch.long)
             data = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
             self.infer(Collated(data, s.batch, s.batch * length, s.batch * length))
+
+    def validate(self, value: Any) -> None:
+        checked_text(value)
 
     def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
         texts = [input_text(x) for x in inputs]

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from sluice.cost import input_text
-from workers.handlers.base import Collated, HandlerContext, Shape
+from workers.handlers.base import Collated, HandlerContext, Shape, checked_text
 from workers.handlers.torch_base import TorchHandler
 
 
@@ -42,6 +42,9 @@ class TinyHandler(TorchHandler):
         for s in shapes:
             ids = torch.ones(s.batch, s.tokens, dtype=torch.long)
             self.infer(Collated(ids, s.batch, s.batch * s.tokens, s.batch * s.tokens))
+
+    def validate(self, value: Any) -> None:
+        checked_text(value)
 
     def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
         rows = [word_ids(input_text(x), self.vocab) for x in inputs]
