@@ -9,6 +9,7 @@ const SluiceCharts = (() => {
   const AXIS = { stroke: "#8594a8", grid: { stroke: "#1c2430", width: 1 }, ticks: { stroke: "#243040", width: 1 } };
   // Whole numbers only on count axes (jobs, replicas): no "0, 1, 1, 2" ticks.
   const COUNT_INCRS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 1e7];
+  const TIME_INCRS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600];
   const BUCKET_COLORS = ["#2f81f7", "#a371f7", "#db6d28", "#3fb950", "#e3b341", "#f778ba", "#39c5cf", "#8b949e"];
 
   class Ring {
@@ -38,7 +39,7 @@ const SluiceCharts = (() => {
   function fmt(v, unit) {
     if (v === null || v === undefined || Number.isNaN(v)) return "–";
     if (unit === "ms") return v >= 1000 ? (v / 1000).toFixed(v >= 10000 ? 0 : 1) + " s" : Math.round(v) + " ms";
-    if (unit === "/s") return (v >= 100 ? Math.round(v) : v.toFixed(1)) + "/s";
+    if (unit === "/s") return (v >= 100 ? Math.round(v) : v > 0 && v < 1 ? v.toFixed(2) : v.toFixed(1)) + "/s";
     return Math.round(v).toLocaleString();
   }
 
@@ -82,7 +83,7 @@ const SluiceCharts = (() => {
     }));
     const chart = mount(el, {
       series, data: [[], ...order.map(() => [])],
-      axes: [timeAxis(), { ...AXIS, size: 56, incrs: COUNT_INCRS, values: (u, t) => t.map((v) => fmt(v, unit)) }],
+      axes: [timeAxis(), { ...AXIS, size: 64, incrs: COUNT_INCRS, values: (u, t) => t.map((v) => fmt(v, unit)) }],
       scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(1, hi * 1.1)] } },
     });
     return {
@@ -102,7 +103,8 @@ const SluiceCharts = (() => {
 
   function timeAxis() {
     const opts = { hour: "2-digit", minute: "2-digit", second: "2-digit", hour12: false };
-    return { ...AXIS, space: 80, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], opts)) };
+    // Whole seconds and up: sub-second ticks would print the same label twice.
+    return { ...AXIS, space: 80, incrs: TIME_INCRS, values: (u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString([], opts)) };
   }
 
   /* Lines; `defs` = [{col, label, color, width, dash}]; `slo` draws a dashed limit. */
@@ -118,7 +120,7 @@ const SluiceCharts = (() => {
       : { range: (u, lo, hi) => [0, Math.max(1, (hi ?? 0) * 1.1, slo ? slo * 1.25 : 0)] };
     const chart = mount(el, {
       series, height, data: [[], ...series.slice(1).map(() => [])],
-      axes: [timeAxis(), { ...AXIS, size: 56, ...(counts ? { incrs: COUNT_INCRS, space: 18 } : {}), values: (u, t) => t.map((v) => fmt(v, unit)) }],
+      axes: [timeAxis(), { ...AXIS, size: 64, ...(counts ? { incrs: COUNT_INCRS, space: 18 } : {}), values: (u, t) => t.map((v) => fmt(v, unit)) }],
       scales: { x: { time: true }, y },
     });
     return {
