@@ -38,6 +38,7 @@ def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
         "Sluice is up.",
         f"  gateway  {urls.gateway}",
         f"  docs     {urls.gateway}/docs   metrics {urls.admin or urls.gateway}/metrics",
+        f"  dashboard {urls.admin or urls.gateway}/dashboard",
         f"  redis    {redact_url(urls.redis)}",
         f"  models   {', '.join(cfg.models)}",
         f"  logs     {urls.logs}",

@@ -62,18 +62,20 @@ if not (shutil.which(CHROMIUM) or Path(CHROMIUM).is_file()):
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 
-def _read_banner(proc: subprocess.Popen[str], timeout_s: float) -> str:
-    """`sluice up` prints its banner once a worker is ready; returns the Redis URL."""
+def _read_banner(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
+    """`sluice up` prints its banner once a worker is ready: the Redis and dashboard URLs."""
     assert proc.stdout is not None
-    deadline, redis_url, lines = time.monotonic() + timeout_s, "", []
+    deadline, redis_url, dashboard, lines = time.monotonic() + timeout_s, "", "", []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         assert line, "sluice up exited before it was up:\n" + "".join(lines)
         lines.append(line)
         if line.strip().startswith("redis "):
             redis_url = line.split()[1]
+        if line.strip().startswith("dashboard "):
+            dashboard = line.split()[1]
         if line.startswith("Ctrl-C"):
-            return redis_url
+            return redis_url, dashboard
     raise AssertionError("sluice up was not up in time:\n" + "".join(lines))
 
 
@@ -98,8 +100,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         env=os.environ | {"HF_HUB_OFFLINE": "1"},
     )  # fmt: skip
     try:
-        redis_url = _read_banner(up, 40)
+        redis_url, dashboard = _read_banner(up, 40)
         url = f"http://127.0.0.1:{port}"
+        assert dashboard == url + "/dashboard"
         # Bounded open loop on loopback: 40 jobs/s for at most 45 s.
         load = subprocess.Popen(
             [sys.executable, "-m", "sluice", "bench", "load", "--url", url, "-m", "synthetic",
@@ -107,7 +110,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
              "--api-key", USER_KEY],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        yield {"url": url, "redis_url": redis_url, "config": path}
+        yield {"url": url, "dashboard": dashboard, "redis_url": redis_url, "config": path}
         _stop(load, signal.SIGINT, 10)
     finally:
         _stop(up, signal.SIGINT, 30)
@@ -181,7 +184,7 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
         page = browser.new_page(viewport={"width": 1600, "height": 1200})
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto(stack["url"] + "/dashboard", wait_until="load")
+        page.goto(stack["dashboard"], wait_until="load")
         _log_in(page)
         # Chromium logs the refused fetches themselves (401 without a key, 403 with the
         # user's); those were the point of the log-in. Nothing else may be logged.
