@@ -166,6 +166,17 @@ def _log_in(page: Any) -> None:
     page.wait_for_selector("#auth[hidden]", state="attached", timeout=10_000)
 
 
+def _sort_and_switch(page: Any) -> None:
+    """The workers sort by id on request; the backlog switches to cost and still draws."""
+    page.select_option('select[aria-label="sort workers"]', "id")
+    ids = page.eval_on_selector_all("[data-worker]", "(els) => els.map((e) => e.dataset.worker)")
+    assert len(ids) >= 2 and ids == sorted(ids)
+    page.click('[data-chart="backlog"] >> xpath=.. >> button:has-text("cost")')
+    _wait_js(page, "document.querySelector('[data-chart=\"backlog\"]').dataset.unit === 'cost'",
+             5, "the backlog in cost")  # fmt: skip
+    assert int(page.get_attribute('[data-chart="backlog"]', "data-points") or 0) > 0
+
+
 PAINTED = """(role) => {
   const c = document.querySelector(`[data-chart="${role}"] canvas`);
   const ctx = c.getContext("2d");
@@ -210,6 +221,7 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
                      "the new worker's tile")  # fmt: skip
             state = page.get_attribute('[data-worker="mid-test-worker"]', "data-state")
             assert state in ("starting", "ready")
+            _sort_and_switch(page)
             dead = page.text_content('[data-role="dead-count"]')
             assert dead is not None and int(dead.replace(",", "")) >= 1
             assert "cannot embed poison" in (page.text_content("section.model .dead") or "")
