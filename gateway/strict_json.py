@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 MAX_DEPTH = 64  # arrays/objects inside each other; real inputs and metadata are shallow
-MAX_INT_DIGITS = 20  # 2**64 has 20 digits; past that int() is the only cost of refusing
+MAX_INT_DIGITS = 20  # as many as 2**64 has: a longer integer is refused before int() runs
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1  # what every JSON consumer we feed can hold
 _SNIPPET = 40
 
