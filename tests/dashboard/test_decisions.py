@@ -71,3 +71,12 @@ def test_the_control_loop_records_its_decisions(tmp_path, redis_url: str, r: red
     assert (state["current"], state["desired"], state["reason"]) == ("0", "1", "wake")
     [logged] = [json.loads(x) for x in r.lrange(keys.decisions_key("m"), 0, -1)]
     assert logged["reason"] == "wake" and logged["queued"] == 1
+
+
+def test_a_redis_outage_is_logged_once_not_every_period(caplog) -> None:  # type: ignore[no-untyped-def]
+    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
+    dlog = DecisionLog(broken)
+    with caplog.at_level("WARNING", logger="sluice.autoscaler"):
+        for _ in range(3):
+            dlog.record("m", Decision(1, 2, "load", 2.0), None, period_s=5)
+    assert len([r for r in caplog.records if "m: record" in r.getMessage()]) == 1
