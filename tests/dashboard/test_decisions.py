@@ -42,7 +42,7 @@ def test_missing_observation_records_no_made_up_signals() -> None:
 
 
 def test_a_redis_failure_is_swallowed() -> None:
-    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
+    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
     dlog = DecisionLog(broken)
     dlog.record("m", Decision(1, 2, "load", 2.0), None, period_s=5)  # must not raise
     assert dlog.last == {}  # not remembered: the next period tries to log it again
