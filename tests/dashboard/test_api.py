@@ -88,14 +88,19 @@ async def test_concurrent_viewers_share_one_redis_read(make_gateway) -> None:  #
 
 async def test_rates_come_from_counter_deltas(make_gateway) -> None:  # noqa: F811
     async with make_gateway() as h:
-        await _state(h)
+        await _state(h)  # makes the feed
         feed = h.client._transport.app.state.dashboard_feed  # type: ignore[attr-defined]
+        wall = [time.time()]
+        feed.wall = lambda: wall[0]  # the feed's clock for samples: two reads 2 s apart
+        feed._samples["m"].clear()
+        feed._cached_at = 0.0
+        assert (await _state(h))["m"]["rates"] is None  # one sample: no rate yet
         await h.queue.submit("m", [NewJob(input="a", bucket="32", cost=1) for _ in range(6)])
-        await asyncio.sleep(0.3)
+        wall[0] += 2.0
         feed._cached_at = 0.0
         m = (await _state(h))["m"]
-    # 6 arrivals in ~0.3 s (more than the sleep: the refresh itself takes time too)
-    assert 6 / 1.0 < m["rates"]["arrived"] <= 6 / 0.3 + 1e-6 and m["rates"]["succeeded"] == 0
+    # 6 arrivals between two samples 2 s apart
+    assert m["rates"]["arrived"] == 3.0 and m["rates"]["succeeded"] == 0
 
 
 async def test_latency_percentiles_from_histograms(make_gateway) -> None:  # noqa: F811
@@ -152,7 +157,9 @@ async def test_redis_down_is_a_quick_503_with_the_error_body() -> None:
 
 async def test_history_has_finished_windows_only(make_gateway) -> None:  # noqa: F811
     async with make_gateway() as h:
+        await _state(h)  # makes the feed; its clock is then pinned (no window edge mid-test)
         now = time.time()
+        h.client._transport.app.state.dashboard_feed.wall = lambda: now  # type: ignore[attr-defined]
         old, older, current = window_start(now) - 30, window_start(now) - 60, window_start(now)
         await h.redis.hset(keys.e2e_hist_key("m", old), mapping={"100": 50, "count": 50})
         await h.redis.hset(keys.wait_hist_key("m", old), mapping={"10": 50, "count": 50})
