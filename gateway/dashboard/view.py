@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,7 +136,7 @@ def _number(v: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def dead_letter_rows(ids: list[str], hashes: list[Mapping[str, str]]) -> list[dict[str, Any]]:
+def dead_letter_rows(ids: list[str], hashes: Sequence[Mapping[str, str]]) -> list[dict[str, Any]]:
     """The newest dead letters with their errors (a hash already expired is skipped)."""
     rows = []
     for job_id, h in zip(ids, hashes, strict=True):

@@ -13,7 +13,6 @@ refused with a clear message, the admin key opens it.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,12 +30,10 @@ from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.redis_server import free_port
+from tests.browser.chromium import CHROMIUM, FLAGS, sync_api, wait_js
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHARTS = ("backlog", "throughput", "wait", "e2e", "replicas")
 ADMIN_KEY, USER_KEY = "sk_browser-admin-0123456789", "sk_browser-user-0123456789"
@@ -56,16 +53,12 @@ CONFIG = {
                       {"name": "app", "hash": hash_key(USER_KEY)}]},
 }  # fmt: skip
 
-if not (shutil.which(CHROMIUM) or Path(CHROMIUM).is_file()):
-    pytest.skip(f"no Chromium at {CHROMIUM} (make install puts Debian's there)",
-                allow_module_level=True)  # fmt: skip
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-
 
 def _read_banner(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
     """`sluice up` prints its banner once a worker is ready: the Redis and dashboard URLs."""
     assert proc.stdout is not None
-    deadline, redis_url, dashboard, lines = time.monotonic() + timeout_s, "", "", []
+    deadline, redis_url, dashboard = time.monotonic() + timeout_s, "", ""
+    lines: list[str] = []
     while time.monotonic() < deadline:
         line = proc.stdout.readline()
         assert line, "sluice up exited before it was up:\n" + "".join(lines)
@@ -131,35 +124,12 @@ def _dead_letter(redis_url: str, config: Path) -> str:
     raise AssertionError("could not claim a job of our own in 100 tries")
 
 
-def _wait_js(page: Any, expr: str, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = page.evaluate(expr)
-        if value:
-            return value
-        time.sleep(0.25)
-    state = page.evaluate(DIAGNOSE)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; page: {state}")
-
-
-# What the page knew, for a failure message: polls, banner, chart points, workers.
-DIAGNOSE = """() => ({
-  polls: window.sluiceDashboard ? window.sluiceDashboard.polls : null,
-  banner: document.getElementById("banner").textContent,
-  auth: document.getElementById("auth-error").textContent,
-  charts: [...document.querySelectorAll("[data-chart]")]
-    .map((e) => e.dataset.chart + "=" + e.dataset.points),
-  workers: [...document.querySelectorAll("[data-worker]")]
-    .map((e) => e.dataset.worker + ":" + e.dataset.state),
-})"""
-
-
 def _log_in(page: Any) -> None:
     """The key form: a non-admin key is refused in words, the admin key opens the page."""
     page.wait_for_selector("#auth:not([hidden])", timeout=10_000)
     page.fill("#auth-key", USER_KEY)
     page.click("#auth-form button")
-    _wait_js(page, "document.getElementById('auth-error').textContent"
+    wait_js(page, "document.getElementById('auth-error').textContent"
                    ".includes('not an admin key')", 10, "the 403 message")  # fmt: skip
     page.fill("#auth-key", ADMIN_KEY)
     page.click("#auth-form button")
@@ -172,7 +142,7 @@ def _sort_and_switch(page: Any) -> None:
     ids = page.eval_on_selector_all("[data-worker]", "(els) => els.map((e) => e.dataset.worker)")
     assert len(ids) >= 2 and ids == sorted(ids)
     page.click('[data-chart="backlog"] >> xpath=.. >> button:has-text("cost")')
-    _wait_js(page, "document.querySelector('[data-chart=\"backlog\"]').dataset.unit === 'cost'",
+    wait_js(page, "document.querySelector('[data-chart=\"backlog\"]').dataset.unit === 'cost'",
              5, "the backlog in cost")  # fmt: skip
     assert int(page.get_attribute('[data-chart="backlog"]', "data-points") or 0) > 0
 
@@ -201,11 +171,11 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
         # user's); those were the point of the log-in. Nothing else may be logged.
         assert all("401" in e or "403" in e for e in errors), errors
         errors.clear()
-        _wait_js(page, "window.sluiceDashboard && window.sluiceDashboard.polls >= 2", 15,
+        wait_js(page, "window.sluiceDashboard && window.sluiceDashboard.polls >= 2", 15,
                  "the first polls")  # fmt: skip
         points_js = "(roles) => roles.map((r) => +(document.querySelector(" \
                     "`[data-chart=\"${r}\"]`)?.dataset.points || 0))"
-        _wait_js(page, f"({points_js})({list(CHARTS)!r}).every((n) => n > 0)", 30,
+        wait_js(page, f"({points_js})({list(CHARTS)!r}).every((n) => n > 0)", 30,
                  "every chart to draw data")  # fmt: skip
         for role in CHARTS:
             assert page.evaluate(PAINTED, role) > 3, f"{role} chart canvas is blank"
@@ -217,7 +187,7 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
-            _wait_js(page, "!!document.querySelector('[data-worker=\"mid-test-worker\"]')", 20,
+            wait_js(page, "!!document.querySelector('[data-worker=\"mid-test-worker\"]')", 20,
                      "the new worker's tile")  # fmt: skip
             state = page.get_attribute('[data-worker="mid-test-worker"]', "data-state")
             assert state in ("starting", "ready")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from autoscaler.decisions import LOG_LENGTH, DecisionLog, commands, entry
 from autoscaler.policy import Decision, Observation
@@ -42,7 +44,8 @@ def test_missing_observation_records_no_made_up_signals() -> None:
 
 
 def test_a_redis_failure_is_swallowed() -> None:
-    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
+    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2,
+                         retry=Retry(NoBackoff(), 0))
     dlog = DecisionLog(broken)
     dlog.record("m", Decision(1, 2, "load", 2.0), None, period_s=5)  # must not raise
     assert dlog.last == {}  # not remembered: the next period tries to log it again
@@ -74,7 +77,8 @@ def test_the_control_loop_records_its_decisions(tmp_path, redis_url: str, r: red
 
 
 def test_a_redis_outage_is_logged_once_not_every_period(caplog) -> None:  # type: ignore[no-untyped-def]
-    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=None)
+    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2,
+                         retry=Retry(NoBackoff(), 0))
     dlog = DecisionLog(broken)
     with caplog.at_level("WARNING", logger="sluice.autoscaler"):
         for _ in range(3):

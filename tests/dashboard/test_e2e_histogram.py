@@ -18,7 +18,7 @@ def _hist(r: redis.Redis, model: str) -> dict[str, int]:
     for key in r.scan_iter(match=keys.e2e_hist_prefix(model) + "*"):
         assert r.ttl(key) > 0  # windows expire: nothing grows without bound
         for label, n in r.hgetall(key).items():
-            total[label] = total.get(label, 0) + int(n)
+            total[str(label)] = total.get(str(label), 0) + int(n)
     return total
 
 

@@ -1,0 +1,52 @@
+"""Headless Debian chromium for the browser tests: where it is, its flags, waiting.
+
+Importing this skips the importing test module, with the reason, when there is
+no chromium (``make install`` installs Debian's) or no playwright. Playwright
+drives /usr/bin/chromium; it never downloads a browser.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
+# Without the background-networking flags chromium keeps dialling hosts this
+# sandbox cannot reach.
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+if not (shutil.which(CHROMIUM) or Path(CHROMIUM).is_file()):
+    pytest.skip(f"no Chromium at {CHROMIUM} (make install puts Debian's there)",
+                allow_module_level=True)  # fmt: skip
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+def wait_js(page: Any, expr: str, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = page.evaluate(expr)
+        if value:
+            return value
+        time.sleep(0.25)
+    state = page.evaluate(DIAGNOSE)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; page: {state}")
+
+
+# What the page knew, for a failure message: polls, banner, chart points, workers.
+DIAGNOSE = """() => ({
+  polls: window.sluiceDashboard ? window.sluiceDashboard.polls : null,
+  banner: document.getElementById("banner").textContent,
+  auth: document.getElementById("auth-error").textContent,
+  charts: [...document.querySelectorAll("[data-chart]")]
+    .map((e) => e.dataset.chart + "=" + e.dataset.points),
+  workers: [...document.querySelectorAll("[data-worker]")]
+    .map((e) => e.dataset.worker + ":" + e.dataset.state),
+})"""
+
+
