@@ -14,17 +14,20 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from autoscaler.waits import WINDOW_S, recent_windows, window_start
 from gateway.dashboard import view
+from gateway.dashboard.verdict import Signals, verdict
 from gateway.redis_io import RedisGate, run_reads
 from sluice import keys
 from sluice.config import ModelConfig
+from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
-from sluice.registry import list_workers_call
+from sluice.registry import WorkerInfo, list_workers_call
 
 LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
 DEAD_SHOWN = 5
@@ -73,6 +76,20 @@ def history_reads(model: str, now_s: float) -> tuple[list[int], Call[list[Any]]]
     cmds = [("HGETALL", keys.wait_hist_key(model, w)) for w in starts]
     cmds += [("HGETALL", keys.e2e_hist_key(model, w)) for w in starts]
     return starts, _many(cmds)
+
+
+def _signals(cfg: ModelConfig, stats: QueueStats, workers: list[WorkerInfo],
+             wait: dict[str, Any], rates: dict[str, float] | None,
+             samples: deque[view.CounterSample]) -> Signals:  # fmt: skip
+    return Signals(
+        queued=stats.queued, in_flight=stats.in_flight,
+        ready=sum(1 for w in workers if w.state == "ready"),
+        starting=sum(1 for w in workers if w.state == "starting"),
+        p99_wait_ms=wait["p99_ms"], slo_ms=cfg.autoscaling.p99_wait_slo_ms,
+        arrived_per_s=rates["arrived"] if rates else None,
+        succeeded_per_s=rates["succeeded"] if rates else None,
+        queue_growth=view.growth(samples),
+    )
 
 
 def _many(cmds: list[tuple[Any, ...]]) -> Call[list[Any]]:
@@ -168,8 +185,11 @@ class DashboardFeed:
         stats = rd["stats"]
         counters = {k: int(stats.counters.get(k, 0)) for k in view.COUNTERS}
         samples = self._samples.setdefault(name, deque())
-        view.add_sample(samples, view.CounterSample(now, counters), keep_s=4 * view.RATE_SPAN_S)
+        sample = view.CounterSample(now, counters, stats.queued)
+        view.add_sample(samples, sample, keep_s=2 * view.GROWTH_SPAN_S)
+        rates = view.rates(samples)
         workers, _stale = rd["workers"]
+        wait = view.latency(rd["wait"])
         dead_ids = rd["dead"]
         dead_rows = view.dead_letter_rows(dead_ids, [self._dead.get(j, {}) for j in dead_ids])
         return {
@@ -185,10 +205,10 @@ class DashboardFeed:
             "queued_cost": stats.queued_cost,
             "in_flight": stats.in_flight,
             "counters": counters,
-            "rates": view.rates(samples),
-            "latency": {"span_s": LATENCY_SPAN_S, "wait": view.latency(rd["wait"]),
-                        "e2e": view.latency(rd["e2e"])},  # fmt: skip
+            "rates": rates,
+            "latency": {"span_s": LATENCY_SPAN_S, "wait": wait, "e2e": view.latency(rd["e2e"])},
             "workers": view.workers_view(workers, now),
+            "verdict": asdict(verdict(_signals(cfg, stats, workers, wait, rates, samples))),
             "autoscaler": view.autoscaler_view(rd["scale"][0], rd["decisions"][0], now),
             "dead_letters": {"count": stats.dead_lettered, "recent": dead_rows},
         }

@@ -17,6 +17,7 @@ from autoscaler.waits import BOUNDS_MS, merge
 from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
 
 RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live
+GROWTH_SPAN_S = 10.0  # "is the queue growing" looks this far back
 COUNTERS = ("arrived", "succeeded", "failed", "expired", "cancelled", "retried",
             "arrived_cost", "completed_cost")  # fmt: skip
 
@@ -54,6 +55,7 @@ def latency(hists: list[Mapping[str, Any]]) -> dict[str, Any]:
 class CounterSample:
     t_s: float
     values: dict[str, int]
+    queued: int = 0  # a level, not a counter: kept for the queue's growth
 
 
 def rates(samples: deque[CounterSample], span_s: float = RATE_SPAN_S) -> dict[str, float] | None:
@@ -72,6 +74,13 @@ def rates(samples: deque[CounterSample], span_s: float = RATE_SPAN_S) -> dict[st
         return None
     return {k: round(max(0, last.values.get(k, 0) - base.values.get(k, 0)) / dt, 2)
             for k in COUNTERS}  # fmt: skip
+
+
+def growth(samples: deque[CounterSample], span_s: float = GROWTH_SPAN_S) -> int | None:
+    """Queued jobs now minus at the newest sample at least ``span_s`` old (None if
+    there is none that old yet)."""
+    old = [s for s in samples if samples[-1].t_s - s.t_s >= span_s] if samples else []
+    return samples[-1].queued - old[-1].queued if old else None
 
 
 def add_sample(samples: deque[CounterSample], sample: CounterSample, keep_s: float) -> None:

@@ -185,3 +185,13 @@ async def test_every_dashboard_route_is_under_the_admin_prefix() -> None:
     assert "/dashboard/api/state" in paths and len(paths) >= 4
     assert all(p == "/dashboard" or p.startswith("/dashboard/") for p in paths), paths
     assert all(is_admin_path(p) for p in paths)
+
+
+async def test_verdict_is_in_the_state(make_gateway) -> None:  # noqa: F811
+    async with make_gateway() as h:
+        await h.queue.submit("m", [NewJob(input="a", bucket="32", cost=1)])
+        models = await _state(h)
+    # a queued job and no worker at all
+    assert models["m"]["verdict"] == {"level": "bad", "text": "No workers",
+                                      "why": "1 queued and no worker ready or starting"}
+    assert models["pinned"]["verdict"]["level"] == "idle"

@@ -48,18 +48,6 @@ const SluicePanels = (() => {
     return p99 > slo ? "bad" : p99 > slo * 0.5 ? "warn" : "ok";
   }
 
-  /* Is it keeping up? One word and a colour, from the same numbers the KPIs show. */
-  function verdict(m, trend) {
-    const ready = m.workers.by_state.ready || 0;
-    const starting = m.workers.by_state.starting || 0;
-    const p99 = m.latency.wait.p99_ms;
-    if (m.queued > 0 && ready === 0) return starting ? ["Starting workers", "warn"] : ["No workers", "bad"];
-    if (p99 !== null && p99 > m.slo_wait_ms) return ["SLO breach", "bad"];
-    if (trend > 0 && m.rates && m.rates.arrived > m.rates.succeeded * 1.1) return ["Falling behind", "warn"];
-    if (!m.rates || (m.rates.arrived === 0 && m.queued === 0 && m.in_flight === 0)) return ["Idle", ""];
-    return ["Keeping up", "ok"];
-  }
-
   class ModelPanel {
     constructor(m) {
       this.name = m.name;
@@ -73,8 +61,10 @@ const SluicePanels = (() => {
     }
 
     build(m) {
+      // Is it keeping up? Decided by the gateway (gateway/dashboard/verdict.py), shown here.
       this.verdict = h("span", { class: "verdict", "data-role": "verdict" });
-      const head = h("div", { class: "model-head" }, h("h2", { text: m.name }), h("span", { class: "handler", text: m.handler }), this.verdict);
+      this.why = h("span", { class: "why", "data-role": "why" });
+      const head = h("div", { class: "model-head" }, h("h2", { text: m.name }), h("span", { class: "handler", text: m.handler }), this.why, this.verdict);
       this.k = { queued: kpi("Queued"), thr: kpi("Throughput"), wait: kpi("p99 queue wait"), e2e: kpi("p99 end to end"),
         workers: kpi("Workers ready"), replicas: kpi("Replicas"), dead: kpi("Dead letters") };
       const kpis = h("div", { class: "kpis" }, ...Object.values(this.k).map((x) => x.el));
@@ -159,11 +149,6 @@ const SluicePanels = (() => {
       this.draw();
     }
 
-    trend() {  // queue growth over the last ~10 s
-      const q = this.ring.col("queued").slice(-11).filter((v) => v !== null);
-      return q.length > 1 ? q[q.length - 1] - q[0] : 0;
-    }
-
     draw() {
       const cols = this.buckets.map((b) => (this.backlogUnit === "jobs" ? "q" : "c") + b);
       this.backlog.chart.draw(this.ring, cols);
@@ -175,9 +160,9 @@ const SluicePanels = (() => {
     }
 
     renderKpis(m) {
-      const [word, tone] = verdict(m, this.trend());
-      this.verdict.textContent = word;
-      this.verdict.className = "verdict " + tone;
+      this.verdict.textContent = m.verdict.text;
+      this.verdict.className = "verdict " + m.verdict.level;
+      this.why.textContent = m.verdict.why;
       this.k.queued.set(fmt(m.queued), "", "cost " + fmt(m.queued_cost) + " · " + fmt(m.in_flight) + " running");
       this.k.thr.set(m.rates ? fmt(m.rates.succeeded, "/s").replace("/s", "") : "–", "jobs/s",
         m.rates ? "arriving " + fmt(m.rates.arrived, "/s") : "measuring…");
@@ -255,5 +240,5 @@ const SluicePanels = (() => {
     }
   }
 
-  return { ModelPanel, verdict, h };
+  return { ModelPanel, h };
 })();
