@@ -57,6 +57,16 @@ def _check_spec(cfg: ModelConfig, spec: Spec) -> None:
         raise InvalidInput(f"Idempotency-Key must be 1-{MAX_IDEMPOTENCY_KEY} printable characters")
 
 
+def _check_owner_cap(owner: Owner | None, n: int) -> None:
+    """More inputs than the key may ever have unfinished can never be admitted: a
+    422, not a 429 whose Retry-After a client would wait out forever."""
+    if owner is not None and 0 < owner.max_unfinished < n:
+        raise InvalidInput(
+            f"inputs: {n} items, this API key may have at most {owner.max_unfinished} "
+            "unfinished jobs (max_queued_jobs)"
+        )
+
+
 OFFLOAD_TEXT_CHARS = 16_384  # above this much text the estimate leaves the event loop
 
 
@@ -143,6 +153,7 @@ async def submit(
     """Submit inputs as jobs in one round trip; returns their views and whether all replayed."""
     cfg = st.model(model)
     _check_spec(cfg, spec)
+    _check_owner_cap(spec.owner, len(inputs))
     estimates = await _estimate_all(st, model, inputs)
     total = sum(e.cost for e in estimates)
     _admit(st, model, cfg, spec, total)
