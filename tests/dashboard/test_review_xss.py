@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -85,7 +86,12 @@ def test_worker_ids_errors_and_reasons_are_shown_as_text(gateway: str) -> None:
         try:
             page = browser.new_page()
             dialogs: list[str] = []
-            page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+
+            def on_dialog(d: Any) -> None:
+                dialogs.append(d.message)
+                d.dismiss()
+
+            page.on("dialog", on_dialog)
             page.goto(gateway + "/dashboard")
             wait_js(page, "() => window.sluiceDashboard && window.sluiceDashboard.polls >= 2",
                     30, "two polls")  # fmt: skip
