@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 from urllib.parse import urlsplit, urlunsplit
 
-# scheme://user:password@ (also with an empty user): the password part.
-_USERINFO = re.compile(r"(?P<pre>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^@\s]+)(?P<at>@)")
+# scheme://user:password@ (also with an empty user): the password part, up to the
+# last '@' before the path: redis-py accepts a raw '@' in a password (it splits at
+# the last one), so stopping at the first would print the rest of it.
+_USERINFO = re.compile(r"(?P<pre>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s/]+)(?P<at>@)")
 _API_KEY = re.compile(r"\bsk_[A-Za-z0-9_-]{8,}")
 
 
