@@ -10,6 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 # the last one), so stopping at the first would print the rest of it.
 _USERINFO = re.compile(r"(?P<pre>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s/]+)(?P<at>@)")
 _API_KEY = re.compile(r"\bsk_[A-Za-z0-9_-]{8,}")
+# redis-py also takes the password as a query argument: redis://host/0?password=...
+_QUERY_PW = re.compile(r"(?P<pre>[?&]password=)[^&#\s]+", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
@@ -19,15 +21,16 @@ def redact_url(url: str) -> str:
     except ValueError:
         return redact(url)
     if parts.password is None:
-        return url
+        return _QUERY_PW.sub(r"\g<pre>***", url)
     user = parts.username or ""
     host = parts.hostname or ""
     if ":" in host:  # IPv6
         host = f"[{host}]"
     netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return _QUERY_PW.sub(r"\g<pre>***", urlunsplit(parts._replace(netloc=netloc)))
 
 
 def redact(text: str) -> str:
     """Every URL password and every Sluice API key (``sk_...``) in free text."""
-    return _API_KEY.sub("sk_***", _USERINFO.sub(r"\g<pre>***\g<at>", text))
+    text = _QUERY_PW.sub(r"\g<pre>***", _USERINFO.sub(r"\g<pre>***\g<at>", text))
+    return _API_KEY.sub("sk_***", text)

@@ -31,3 +31,13 @@ def test_plain_urls_and_encoded_passwords_are_unchanged_or_redacted_as_before() 
     assert redact("redis://127.0.0.1:6379/0 is down") == "redis://127.0.0.1:6379/0 is down"
     assert redact("redis://:s3cret@h:1/0 and sk_abcdefghijkl") == "redis://:***@h:1/0 and sk_***"
     assert redact_url(URL) == "redis://:***@127.0.0.1:6379/0"
+
+
+def test_a_password_given_as_a_query_argument_is_redacted() -> None:
+    # redis-py reads ?password= (and ?username=) from the query as well.
+    url = "rediss://h:6380/0?ssl_ca_certs=/ca.pem&password=s3cret&db=0"
+    assert redis.Redis.from_url(url).connection_pool.connection_kwargs["password"] == "s3cret"
+    for out in (redact_url(url), redact(f"cannot reach {url}: refused"),
+                redact_url("redis://:pw@h:1/0?Password=s3cret")):  # fmt: skip
+        assert "s3cret" not in out and "password=***" in out.lower(), out
+    assert redact_url(url).endswith("ssl_ca_certs=/ca.pem&password=***&db=0")
