@@ -99,6 +99,17 @@ def _owner(entry: ApiKeyConfig, auth: AuthConfig) -> Owner:
     return Owner(entry.name, cap, rate, burst if rate else 0)
 
 
+def _refuse_shared_hashes(entries: list[ApiKeyConfig]) -> None:
+    """One key, one identity: listed under two names, the last entry would win
+    (its admin flag, limits and jobs), silently, by list order."""
+    names: dict[str, list[str]] = {}
+    for e in entries:
+        names.setdefault(e.hash, []).append(e.name)
+    shared = sorted(n for n in names.values() if len(n) > 1)
+    if shared:  # names only: the hash says nothing useful and need not be printed
+        raise ConfigError(f"auth: one key is listed under several names: {shared[0]}")
+
+
 def load_keyring(auth: AuthConfig, environ: Mapping[str, str] | None = None) -> KeyRing:
     """Keys from the config, then ``keys_file``, then ``keys_env``; names must be unique."""
     env = os.environ if environ is None else environ
@@ -118,6 +129,7 @@ def load_keyring(auth: AuthConfig, environ: Mapping[str, str] | None = None) -> 
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise ConfigError(f"auth: key names must be unique, repeated: {dup}")
+    _refuse_shared_hashes(entries)
     return KeyRing([
         ApiKey(e.name, bytes.fromhex(e.hash.removeprefix("sha256:")), e.admin, _owner(e, auth))
         for e in entries

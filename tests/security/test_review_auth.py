@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from sluice.apikeys import hash_key
+from sluice.apikeys import hash_key, load_keyring, new_key
+from sluice.config import parse_config
+from sluice.errors import ConfigError
 from tests.security.conftest import ALICE, bearer, keyed_config
 
-pytestmark = pytest.mark.asyncio(loop_scope="function")
 
-
+@pytest.mark.asyncio(loop_scope="function")
 async def test_a_batch_larger_than_the_keys_cap_is_422_not_a_429_that_never_clears(
     make_gw,
 ) -> None:
@@ -29,3 +32,24 @@ async def test_a_batch_larger_than_the_keys_cap_is_422_not_a_429_that_never_clea
         full = await g.client.post("/v1/models/m/jobs", json={"input": "x"}, headers=bearer(ALICE))
         assert full.status_code == 429 and full.json()["error"]["type"] == "queue_full"
         assert (await g.queue.stats("m")).queued == 2
+
+
+def test_one_key_under_two_names_is_refused_at_load(tmp_path: Path) -> None:
+    # The same key listed twice (a copy left in the config after moving it to the
+    # secret file under a new name, say) made its identity depend on list order:
+    # the last entry won, with that entry's admin flag, limits and jobs.
+    key = new_key()
+    secret = tmp_path / "keys.yaml"
+    secret.write_text(f'- {{name: ops, hash: "{hash_key(key)}", admin: true}}\n')
+    model = {"handler": "synthetic", "autoscaling": {"min_replicas": 0}}
+    cfg = parse_config(
+        {
+            "models": {"m": model},
+            "auth": {"keys": [{"name": "alice", "hash": hash_key(key)}], "keys_file": str(secret)},
+        }
+    )
+    with pytest.raises(ConfigError) as err:
+        load_keyring(cfg.auth, environ={})
+    message = str(err.value)
+    assert "alice" in message and "ops" in message
+    assert hash_key(key).removeprefix("sha256:") not in message and key not in message
