@@ -18,6 +18,7 @@
 -- ARGV[11]/s up to ARGV[12]; a call needs min(new jobs, burst) tokens and takes
 -- one per new job (a batch larger than the burst leaves a debt that later calls
 -- wait out). Idempotent replays are free. Nothing is taken from a refused call.
+-- A job id whose hash exists already (this call, retried) is returned as not created.
 -- Returns {'ok', now, id_1, created_1, ...} or {'full', reason, queued, queued_cost}
 -- or {'limited', ms until enough tokens}.
 local stats, seq = KEYS[1], KEYS[2]
@@ -40,6 +41,12 @@ for i = 0, n - 1 do
     if existing[i] and redis.call('EXISTS', jprefix .. existing[i]) == 0 then
       existing[i] = false
     end
+  end
+  -- The same call run again (redis-py retries a script whose reply timed out or
+  -- whose connection dropped) must not queue the job twice or count it twice:
+  -- ids are made before the call, so a job hash already there is this call's.
+  if not existing[i] and redis.call('EXISTS', jprefix .. ARGV[b]) == 1 then
+    existing[i] = ARGV[b]
   end
   if not existing[i] then
     new_count = new_count + 1
