@@ -35,13 +35,16 @@ def feed_of(request: Request) -> DashboardFeed:
     return feed
 
 
+# Every asset is served from here: nothing external may load or be sent. Sent with
+# every file, so the page reached as /dashboard/static/index.html has it too.
+CSP = ("default-src 'self'; style-src 'self' 'unsafe-inline'; "
+       "img-src 'self' data:; connect-src 'self'")  # fmt: skip
+
+
 @router.get("", response_class=HTMLResponse)
 async def page() -> HTMLResponse:
     return HTMLResponse((STATIC_DIR / "index.html").read_text(), headers={
-        "Cache-Control": "no-cache",
-        # Every asset is served from here: nothing external may load or be sent.
-        "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; "
-                                   "img-src 'self' data:; connect-src 'self'",
+        "Cache-Control": "no-cache", "Content-Security-Policy": CSP,
     })  # fmt: skip
 
 
@@ -54,8 +57,8 @@ async def static(path: str) -> FileResponse:
         raise HTTPException(404, f"no dashboard asset {path!r}")
     # Vendored files live in a versioned folder, so they can be cached for long.
     cache = "public, max-age=86400" if "/vendor/" in target.as_posix() else "no-cache"
-    return FileResponse(target, media_type=MEDIA_TYPES[target.suffix],
-                        headers={"Cache-Control": cache})  # fmt: skip
+    headers = {"Cache-Control": cache, "Content-Security-Policy": CSP}
+    return FileResponse(target, media_type=MEDIA_TYPES[target.suffix], headers=headers)
 
 
 @router.get("/api/state", response_model=None)

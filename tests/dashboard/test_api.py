@@ -130,6 +130,10 @@ async def test_page_and_assets_are_served_offline(make_gateway) -> None:  # noqa
             assert src.startswith("/dashboard/static/"), src  # nothing from another host
             resp = await h.client.get(src)
             assert resp.status_code == 200 and len(resp.content) > 500, src
+            assert resp.headers["content-security-policy"] == page.headers[
+                "content-security-policy"], src  # also the page reached as a static file
+        same_page = await h.client.get("/dashboard/static/index.html")
+        assert "default-src 'self'" in same_page.headers["content-security-policy"]
         vendored = await h.client.get("/dashboard/static/vendor/uplot-1.6.32/LICENSE")
         assert vendored.status_code == 404  # only the allowed file types
         for bad in ("../routes.py", "..%2froutes.py", "nope.js", "vendor/../../feed.py"):
