@@ -1,6 +1,6 @@
 """Every Redis key family Sluice writes has a TTL or a bound (real Redis).
 
-The audit behind docs/reliability/soak.md, one test per family group: a job's
+The audit behind docs/reliability.md ("Load and soak"), one test per family group: a job's
 hash and its idempotency key expire once it ends, latency histograms expire
 after their hour, the dead-letter list keeps the newest 10,000 ids, a wake
 list holds at most 64 tokens, worker keys expire and lapsed workers are pruned.
