@@ -102,9 +102,11 @@ class Housekeeper:
         info = self.status.snapshot()
         held = self.status.held()
         if held:
-            # A job completed between our snapshot and the renewal is not lost.
+            missing = self.client.renew(info.model, info.id, held)
+            # A job completed while the renewal was on its way is not lost: what the
+            # worker still holds is read after the reply, not before the call.
             still = set(self.status.held())
-            lost = [j for j in self.client.renew(info.model, info.id, held) if j in still]
+            lost = [j for j in missing if j in still]
             if lost:
                 self.lost.extend(lost)
                 log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
