@@ -20,6 +20,7 @@ import typer
 
 from sluice.cli_common import (
     EXIT_UNAVAILABLE,
+    ApiKeyOpt,
     ConfigOpt,
     JsonOpt,
     RedisUrlOpt,
@@ -110,11 +111,7 @@ def submit_cmd(
     timeout_s: Annotated[float, typer.Option(help="How long to wait for results.")] = 300.0,
     as_json: Annotated[bool, typer.Option("--json-out", help="Print JSON, not a table.")] = False,
     config: ConfigOpt = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="SLUICE_API_KEY", show_envvar=True,
-                     help="API key, when the gateway has keys configured."),
-    ] = None,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Submit inputs to a model through the gateway and show the jobs (and results)."""
     from sluice.submit_cli import read_inputs, run_submit

@@ -24,6 +24,11 @@ RedisUrlOpt = Annotated[
 JsonOpt = Annotated[
     Path | None, typer.Option("--json", help="Write machine-readable results to this file.")
 ]
+ApiKeyOpt = Annotated[
+    str | None,
+    typer.Option(envvar="SLUICE_API_KEY", show_envvar=True,
+                 help="API key, when the gateway has keys configured."),
+]  # fmt: skip
 
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sluice.cli_common import JsonOpt, fail, write_json
+from sluice.cli_common import ApiKeyOpt, JsonOpt, fail, write_json
 from sluice.errors import ConfigError
 
 
@@ -47,11 +47,7 @@ def load_cmd(
     ] = "auto",
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     json_path: JsonOpt = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="SLUICE_API_KEY", show_envvar=True,
-                     help="API key, when the gateway has keys configured."),
-    ] = None,
+    api_key: ApiKeyOpt = None,
 ) -> None:
     """Load a gateway: open loop (--rate, --trace) or closed (--concurrency); latency per bucket."""
     from sluice.loadgen.driver import LoadSpec, run_load
