@@ -9,11 +9,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import yaml
+
+from sluice.redis_server import free_port
 
 CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags chromium keeps dialling hosts this
@@ -50,3 +59,32 @@ DIAGNOSE = """() => ({
 })"""
 
 
+
+
+@contextmanager
+def gateway_process(config: dict[str, Any], redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """A real ``sluice gateway`` for ``config`` on a free port; yields its URL once healthy."""
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "gateway", "--config", str(path), "--port", str(port),
+         "--redis-url", redis_url, "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()

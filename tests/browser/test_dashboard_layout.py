@@ -8,23 +8,17 @@ the panel's width in a few rows, one tile stays a full-size card.
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
-import yaml
 
 from sluice import registry
-from sluice.redis_server import free_port
 from sluice.registry import WorkerInfo
-from tests.browser.chromium import CHROMIUM, FLAGS, sync_api, wait_js
+from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 CONFIG = {"models": {"big": {"handler": "synthetic", "buckets": [32, 128]},
@@ -47,32 +41,10 @@ def _heartbeats(r: redis.Redis, model: str, n: int) -> None:
 
 @pytest.fixture
 def gateway(redis_url: str, r: redis.Redis, tmp_path: Path) -> Iterator[str]:
-    path = tmp_path / "sluice.yaml"
-    path.write_text(yaml.safe_dump(CONFIG))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "gateway", "--config", str(path), "--port", str(port),
-         "--redis-url", redis_url, "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with gateway_process(CONFIG, redis_url, tmp_path) as url:
         _heartbeats(r, "big", 50)
         _heartbeats(r, "small", 1)
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 TILES = """(model) => {

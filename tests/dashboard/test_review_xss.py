@@ -7,18 +7,13 @@ errors are job data; decision reasons come from the autoscaler. Each carries an
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import redis
-import yaml
 
 from autoscaler.decisions import DecisionLog
 from autoscaler.policy import Decision
@@ -26,9 +21,8 @@ from sluice import registry
 from sluice.config import parse_config
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
-from sluice.redis_server import free_port
 from sluice.registry import WorkerInfo
-from tests.browser.chromium import CHROMIUM, FLAGS, sync_api, wait_js
+from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
 EVIL = '<img src=x onerror="window.__xss=1">'
@@ -53,31 +47,9 @@ def _hostile_data(r: redis.Redis) -> None:
 
 @pytest.fixture
 def gateway(redis_url: str, r: redis.Redis, tmp_path: Path) -> Iterator[str]:
-    path = tmp_path / "sluice.yaml"
-    path.write_text(yaml.safe_dump(CONFIG))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "gateway", "--config", str(path), "--port", str(port),
-         "--redis-url", redis_url, "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+    with gateway_process(CONFIG, redis_url, tmp_path) as url:
         _hostile_data(r)
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def test_worker_ids_errors_and_reasons_are_shown_as_text(gateway: str) -> None:
