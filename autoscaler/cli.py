@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +17,7 @@ from sluice.cli_common import (
     fail,
     load_required,
     redis_url,
+    stop_event_on_signals,
     write_json,
 )
 from sluice.errors import ConfigError, SluiceError
@@ -52,9 +51,7 @@ def autoscaler_cmd(
         loop = build(cfg, config, url, which, metrics_port)
     except (SluiceError, OSError) as e:  # OSError: the metrics port is taken
         fail(str(e))
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event_on_signals()
     logging.getLogger("sluice.autoscaler").info(
         "autoscaler: %s backend, models %s", which, list(cfg.models))
     loop.run(stop)

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Annotated
 
@@ -28,6 +26,7 @@ from sluice.cli_common import (
     fail,
     load_required,
     redis_url,
+    stop_event_on_signals,
 )
 from sluice.errors import SluiceError
 
@@ -60,9 +59,7 @@ def redis_cmd(
     except SluiceError as e:
         fail(str(e))
     print(server.url, flush=True)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event_on_signals()
     try:
         while not stop.wait(0.5):
             if server.proc is not None and server.proc.poll() is not None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -84,3 +86,22 @@ def write_json(path: Path | None, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     print(f"wrote {path}", file=sys.stderr)
+
+
+def stop_event_on_signals() -> threading.Event:
+    """An Event set by SIGTERM or SIGINT, safe to wait on in the main thread.
+
+    A handler runs in the main thread between two bytecodes, maybe while that
+    thread is inside ``Event.wait`` holding the Event's (non-reentrant) lock:
+    calling ``set()`` there can deadlock the process forever. The handler hands
+    the ``set()`` to a short-lived thread instead, which takes the lock once the
+    main thread lets go of it.
+    """
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: object) -> None:
+        threading.Thread(target=stop.set, name="stop-signal", daemon=True).start()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, handler)
+    return stop

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 import threading
 import time
@@ -11,7 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.live import Live
 
-from sluice.cli_common import check_redis, fail
+from sluice.cli_common import check_redis, fail, stop_event_on_signals
 from sluice.config import SluiceConfig
 from sluice.errors import RedisUnavailable, SluiceError
 from sluice.live import LiveStatus
@@ -91,9 +90,7 @@ def run_up(
     if redis_url:
         check_redis(redis_url)
     stack = Stack(cfg, config_path)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_event_on_signals()
     console = Console()
     reason = ""
     try:
