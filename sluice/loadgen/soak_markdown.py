@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sluice.loadgen.soak_report import _errs, _f
+
 ROWS = 21
-
-
-def _f(v: Any, fmt: str = ".1f") -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def _errs(errors: Any) -> str:
-    """A window's errors by cause ("503 x2"), or 0."""
-    if not errors:
-        return "0"
-    return " ".join(f"{k} x{v}" for k, v in errors.items())
 
 
 def _table(head: list[str], rows: list[list[str]]) -> str:
