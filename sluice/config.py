@@ -124,6 +124,19 @@ class AutoscalingConfig(_Strict):
         return self
 
 
+class ModelBulkConfig(_Strict):
+    """How bulk jobs (sluice/bulk) feed this model's queues."""
+
+    # Items of one bulk job waiting in the queues at once: enough to keep every
+    # replica's next batch ready, few enough that interactive jobs never queue
+    # behind a bulk backlog (None: 4 x batching.max_batch).
+    max_queued: int | None = Field(None, gt=0, le=100_000)
+    # A batch of bulk items only (None: the batching block's limits). Smaller bulk
+    # batches free a worker sooner for an interactive job that arrives meanwhile.
+    max_batch: int | None = Field(None, gt=0, le=4096)
+    max_batch_tokens: int | None = Field(None, gt=0)
+
+
 class ModelConfig(_Strict):
     handler: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -132,6 +145,7 @@ class ModelConfig(_Strict):
     queue: QueueConfig = Field(default_factory=QueueConfig)
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
+    bulk: ModelBulkConfig = Field(default_factory=ModelBulkConfig)
 
     @field_validator("buckets")
     @classmethod
@@ -151,11 +165,21 @@ class ModelConfig(_Strict):
                 f"batching.max_batch_tokens ({self.batching.max_batch_tokens}) < the largest "
                 f"bucket ({self.buckets[-1]}): a job of that size could never be claimed"
             )
+        bulk_tokens = self.bulk.max_batch_tokens
+        if bulk_tokens is not None and bulk_tokens < self.buckets[-1]:
+            raise ValueError(
+                f"bulk.max_batch_tokens ({bulk_tokens}) < the largest bucket "
+                f"({self.buckets[-1]}): a bulk item of that size could never be claimed"
+            )
         return self
 
     @property
     def bucket_names(self) -> list[str]:
         return [str(b) for b in self.buckets]
+
+    @property
+    def bulk_max_queued(self) -> int:
+        return self.bulk.max_queued or 4 * self.batching.max_batch
 
 
 class GatewayConfig(_Strict):
@@ -230,6 +254,33 @@ class AutoscalerConfig(_Strict):
         return v
 
 
+class BulkConfig(_Strict):
+    """Bulk jobs: JSONL files run by RQ coordinators at the lowest priority."""
+
+    rq_queue: str = Field("sluice-bulk", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    max_file_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    max_lines: int = Field(1_000_000, gt=0)
+    # Input, output and state are kept this long after a bulk job ends.
+    ttl_s: int = Field(7 * 86400, gt=0)
+    # One RQ job runs a coordinator for at most this long, then requeues itself:
+    # RQ workers take turns between bulk jobs, and RQ's job timeout stays meaningful.
+    slice_s: float = Field(60.0, gt=0)
+    poll_s: float = Field(0.1, gt=0, le=10)
+    # A coordinator renews its lease every poll; one silent this long is presumed
+    # dead and its bulk job is resumed from its checkpoint by the reaper.
+    lease_s: float = Field(15.0, gt=0)
+    # Lines parsed, estimated and submitted per round trip.
+    feed_chunk: int = Field(256, gt=0, le=10_000)
+    # RQ worker processes `sluice up` starts (each coordinates one bulk job at a time).
+    rq_workers: int = Field(1, ge=0, le=64)
+
+    @model_validator(mode="after")
+    def _lease(self) -> BulkConfig:
+        if self.lease_s <= 2 * self.poll_s:
+            raise ValueError(f"lease_s ({self.lease_s}) must be > 2 x poll_s ({self.poll_s})")
+        return self
+
+
 KEY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 SECRET_FIELDS = frozenset({"hash"})  # values never echoed in config errors
@@ -296,6 +347,7 @@ class SluiceConfig(_Strict):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     autoscaler: AutoscalerConfig = Field(default_factory=AutoscalerConfig)
     auth: AuthConfig = Field(default_factory=AuthConfig)
+    bulk: BulkConfig = Field(default_factory=BulkConfig)
 
     @field_validator("models")
     @classmethod

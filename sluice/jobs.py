@@ -25,9 +25,15 @@ class JobStatus(StrEnum):
         return self not in (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
+# Bulk items (sluice/bulk) queue in a class of their own below ``low``: never chosen
+# while an interactive job heads a served queue, never batched with one (ADR 0090).
+BULK = "bulk"
+BULK_RANK = len(PRIORITIES)
+
+
 def priority_rank(priority: str) -> int:
-    """0 for high, 1 for normal, 2 for low."""
-    return PRIORITIES.index(priority)
+    """0 for high, 1 for normal, 2 for low, 3 for bulk items."""
+    return BULK_RANK if priority == BULK else PRIORITIES.index(priority)
 
 
 def new_job_id(model: str) -> str:
@@ -223,7 +229,7 @@ def _json(raw: dict[str, str], name: str, kind: type | None = None) -> Any:
 
 def _priority(prio: str | None) -> str:
     try:
-        return PRIORITIES[int(prio or "1")]
+        return (*PRIORITIES, BULK)[int(prio or "1")]
     except (ValueError, IndexError):
         return "normal"
 

@@ -150,3 +150,36 @@ def owner_jobs_key(model: str) -> str:
 def rate_limit_key(model: str) -> str:
     """Hash of API-key name -> "<tokens>:<last refill ms>" (the per-key token bucket)."""
     return f"{_tag(model)}ratelimit"
+
+
+# -- bulk jobs (sluice/bulk): a bulk job's keys share its model's hash tag ----------
+def bulk_key(model: str, bulk_id: str) -> str:
+    """Hash of one bulk job: state, counts, the feed cursor, the coordinator's lease."""
+    return f"{_tag(model)}bulk:{bulk_id}"
+
+
+def bulk_input_key(model: str, bulk_id: str) -> str:
+    """List of the uploaded lines, in input order (raw text, parsed when fed)."""
+    return f"{bulk_key(model, bulk_id)}:in"
+
+
+def bulk_pending_key(model: str, bulk_id: str) -> str:
+    """Hash of line index -> job id: lines fed whose outcome is not yet gathered."""
+    return f"{bulk_key(model, bulk_id)}:pending"
+
+
+def bulk_output_key(model: str, bulk_id: str) -> str:
+    """Hash of line index -> output line (JSON), gathered once per index."""
+    return f"{bulk_key(model, bulk_id)}:out"
+
+
+def bulk_active_key(model: str) -> str:
+    """Zset of this model's unfinished bulk ids scored by their coordinator's lease
+    expiry (epoch ms; 0 = never started): the reaper resumes lapsed ones."""
+    return f"{_tag(model)}bulk:active"
+
+
+def bulk_backlog_key(model: str) -> str:
+    """Hash of bulk id -> JSON {queued, queued_cost, backlog_cost, at_ms}, written by
+    each coordinator as it runs: the autoscaler's bulk signal (ADR 0090)."""
+    return f"{_tag(model)}bulk:backlog"

@@ -65,6 +65,12 @@ class QueueClient:
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
 
+    def register(self, scripts: dict[str, str]) -> None:
+        """More Lua scripts that this client's calls may name (sluice.bulk's)."""
+        for name, source in scripts.items():
+            if name not in self._scripts:
+                self._scripts[name] = self.redis.register_script(source)
+
     def run(self, call: Call[T]) -> T:
         try:
             if call.script:
@@ -127,6 +133,12 @@ class AsyncQueueClient:
         self.redis = r
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
+
+    def register(self, scripts: dict[str, str]) -> None:
+        """More Lua scripts that this client's calls may name (sluice.bulk's)."""
+        for name, source in scripts.items():
+            if name not in self._scripts:
+                self._scripts[name] = self.redis.register_script(source)
 
     async def run(self, call: Call[T]) -> T:
         try:

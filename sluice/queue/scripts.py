@@ -38,10 +38,16 @@ RECLAIM_LIMIT = 256
 
 
 @cache
+def common_source() -> str:
+    """The shared Lua helpers (``_common.lua``) every script starts with."""
+    return (resources.files("sluice.queue") / "lua" / "_common.lua").read_text()
+
+
+@cache
 def script_source(name: str) -> str:
     """The script body with the shared helpers prepended."""
     lua = resources.files("sluice.queue") / "lua"
-    return (lua / "_common.lua").read_text() + "\n" + (lua / f"{name}.lua").read_text()
+    return common_source() + "\n" + (lua / f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +125,7 @@ class QueueOps:
             max_batch_tokens or b.max_batch_tokens, _ms(b.lease_s), b.max_attempts,
             RECLAIM_LIMIT, cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s,
             *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
-            keys.wake_prefix(model),
+            keys.wake_prefix(model), *_bulk_limits(cfg, max_batch, max_batch_tokens),
         ]  # fmt: skip
         for name in served:
             est = (service_ms or {}).get(name)
@@ -240,6 +246,14 @@ class QueueOps:
 
 
 _NO_OWNER = Owner("")
+
+
+def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None) -> list[int]:
+    """An all-bulk batch's limits: the bulk block's, never above this claim's own
+    (a worker that lowered its token budget after an out-of-memory keeps it)."""
+    batch = max_batch or cfg.batching.max_batch
+    tokens = max_tokens or cfg.batching.max_batch_tokens
+    return [min(batch, cfg.bulk.max_batch or batch), min(tokens, cfg.bulk.max_batch_tokens or tokens)]
 
 
 def _idem(owner: str, key: str | None) -> str:

@@ -8,9 +8,14 @@
 -- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
 -- ARGV[13..15] priority weights (high, normal, low)   ARGV[16] overdue factor
 -- ARGV[17] wake list prefix
--- ARGV[18..] per served queue: bucket name, expected service ms (same order as KEYS[5..])
+-- ARGV[18] max batch of bulk items   ARGV[19] max batch cost of bulk items
+-- ARGV[20..] per served queue: bucket name, expected service ms (same order as KEYS[5..])
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
 --   (same hash tag).
+-- Bulk items (priority rank 3, ADR 0090) always yield: a bucket whose head is a
+-- bulk item is chosen only when no served queue has an interactive head, an
+-- interactive batch stops at the first bulk item, an all-bulk batch has its own
+-- limits, and bulk waits stay out of the wait histogram (they wait by design).
 -- A claim that finds every served queue empty empties their wake lists: the
 -- tokens there announce jobs already taken, and an idle worker would otherwise
 -- spin through them (up to 64), one empty claim each.
@@ -49,28 +54,39 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
                                     reclaim_limit, max_attempts, dead_ttl, ended, nil, owners)
 
 -- Highest response ratio next among the heads of the served queues.
+local BULK = 3
+local P1 = 20  -- ARGV index of the first served queue's bucket name
 local overdue_factor = tonumber(ARGV[16])
 local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
+local bulk_best, bulk_enq = 0, now + 1
 for k = Q1, #KEYS do
   local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
   if #head > 0 then
     local prio = math.floor(tonumber(head[2]) / 1e12)
     local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
-    local service = tonumber(ARGV[18 + (k - Q1) * 2 + 1])
-    local wait = math.max(now - enq, 0)
-    local ratio = (weights[prio + 1] or 1) * (wait + service) / service
-    if ratio > best_ratio then best, best_ratio = k, ratio end
-    if wait > overdue_factor * service and enq < oldest_enq then oldest, oldest_enq = k, enq end
+    if prio >= BULK then
+      if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
+    else
+      local service = tonumber(ARGV[P1 + (k - Q1) * 2 + 1])
+      local wait = math.max(now - enq, 0)
+      local ratio = (weights[prio + 1] or 1) * (wait + service) / service
+      if ratio > best_ratio then best, best_ratio = k, ratio end
+      if wait > overdue_factor * service and enq < oldest_enq then oldest, oldest_enq = k, enq end
+    end
   end
 end
 if oldest > 0 then best = oldest end
+local bulk_batch = best == 0 and bulk_best > 0
+if bulk_batch then
+  best, max_batch, max_cost = bulk_best, tonumber(ARGV[18]), tonumber(ARGV[19])
+end
 if best == 0 then
-  for k = Q1, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[18 + (k - Q1) * 2]) end
+  for k = Q1, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[P1 + (k - Q1) * 2]) end
   publish_ended(channel, ended)
   return {'', now, 0, n_reclaimed}
 end
 
-local queue, bucket = KEYS[best], ARGV[18 + (best - Q1) * 2]
+local queue, bucket = KEYS[best], ARGV[P1 + (best - Q1) * 2]
 local out = {bucket, now, 0, n_reclaimed}
 local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
@@ -108,16 +124,21 @@ while not full do
     elseif taken > 0 and cost_sum + cost > max_cost then
       full = true  -- over budget: it stays at the front for the next batch
       break
+    elseif not bulk_batch and math.floor(tonumber(f[9]) / 1e12) >= BULK then
+      full = true  -- bulk items follow every interactive one: none joins this batch
+      break
     else
       local att = (tonumber(f[4]) or 0) + 1
       table.insert(rem, id)
       dropped = dropped + cost
       redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
       table.insert(lease, now + lease_ms); table.insert(lease, id)
-      local wait = now - tonumber(f[5])
-      local slot = #bounds + 1
-      for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
-      wait_hist[slot] = (wait_hist[slot] or 0) + 1
+      if not bulk_batch then
+        local wait = now - tonumber(f[5])
+        local slot = #bounds + 1
+        for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
+        wait_hist[slot] = (wait_hist[slot] or 0) + 1
+      end
       for _, v in ipairs({id, f[6], f[2], int(att), f[5]}) do table.insert(out, v) end
       taken, cost_sum = taken + 1, cost_sum + cost
       if taken >= max_batch then full = true; break end
@@ -132,7 +153,7 @@ end
 if #lease > 0 then call_chunked('ZADD', inflight, lease, 1000) end
 if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
-if taken > 0 then
+if taken > 0 and not bulk_batch then
   local hkey = hprefix .. int(math.floor(now / 10000) * 10)
   for slot, count in pairs(wait_hist) do
     local label = bounds[slot] and int(bounds[slot]) or 'inf'

@@ -8,7 +8,7 @@
 -- ARGV[8] wake list prefix
 -- ARGV[9] owner (API key name, '' = none)   ARGV[10] owner's max unfinished jobs (0 = no limit)
 -- ARGV[11] owner's rate limit, jobs/s (0 = none)   ARGV[12] owner's burst (jobs)
--- then N groups of 8: id, bucket, cost, priority rank (0 high .. 2 low), input JSON,
+-- then N groups of 8: id, bucket, cost, priority rank (0 high .. 2 low, 3 bulk), input JSON,
 --   metadata JSON, deadline in ms from now (0 = none), idempotency key ('' = none)
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..idempotency key,
 --   ARGV[8]..bucket (same hash tag).
@@ -31,7 +31,7 @@ local G = 13  -- ARGV index of the first job group
 local now = now_ms()
 
 -- Replays of an idempotency key return the job that key created.
-local existing, new_count, new_cost = {}, 0, 0
+local existing, new_count, new_cost, bulk_cost = {}, 0, 0, 0
 for i = 0, n - 1 do
   local b = G + i * 8
   local ikey = ARGV[b + 7]
@@ -51,6 +51,7 @@ for i = 0, n - 1 do
   if not existing[i] then
     new_count = new_count + 1
     new_cost = new_cost + tonumber(ARGV[b + 2])
+    if tonumber(ARGV[b + 3]) == 3 then bulk_cost = bulk_cost + tonumber(ARGV[b + 2]) end
   end
 end
 
@@ -124,4 +125,7 @@ end
 if new_cost > 0 then redis.call('HINCRBY', stats, 'queued_cost', new_cost) end
 redis.call('HINCRBY', stats, 'arrived', new_count)
 redis.call('HINCRBY', stats, 'arrived_cost', new_cost)
+-- Bulk items (rank 3) are counted apart too: the autoscaler sizes for interactive
+-- arrivals and lets bulk work only fill headroom (ADR 0090).
+if bulk_cost > 0 then redis.call('HINCRBY', stats, 'bulk_arrived_cost', bulk_cost) end
 return out

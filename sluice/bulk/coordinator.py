@@ -1,0 +1,214 @@
+"""One bulk job's coordinator: feed a bounded window, gather outcomes, checkpoint.
+
+:meth:`Coordinator.run_slice` is what one RQ job runs: it takes the bulk job's
+lease, then polls every ``bulk.poll_s`` until the bulk job ends, the lease is
+lost, or ``bulk.slice_s`` has passed (the caller then queues the next slice).
+Every write is a script that checks the lease, so a coordinator that was
+paused and lost its lease changes nothing (ADR 0090).
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sluice import keys
+from sluice.bulk.feeder import build_chunk, outcome_line
+from sluice.bulk.ops import BulkOps, BulkState, scripts
+from sluice.config import SluiceConfig
+from sluice.cost import CostEstimator
+from sluice.errors import QueueFull, RateLimited
+from sluice.jobs import JobRecord, JobStatus, NewJob
+from sluice.queue import QueueClient
+from sluice.queue.scripts import Call
+
+log = logging.getLogger("sluice.bulk")
+JOB_FIELDS = ("status", "result", "error", "cost", "meta", "bucket")
+RATE_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """The lines fed and not yet gathered, as their jobs are now."""
+
+    ended: list[tuple[int, str, str, bool]]  # index, job id, output line, succeeded
+    missing: list[int]  # checkpointed, but the job is not there: submit again
+    queued: int
+    queued_cost: int
+    running_cost: int
+
+
+class Coordinator:
+    """Runs slices of one bulk job; ``clock``/``sleep`` are injectable for tests."""
+
+    def __init__(self, client: QueueClient, cfg: SluiceConfig, bulk_id: str, *,
+                 slice_id: str = "", clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        client.register(scripts())
+        self.client, self.cfg, self.bulk_id = client, cfg, bulk_id
+        self.ops = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
+        self.model = self.ops.model_of(bulk_id)
+        self.mcfg = cfg.models[self.model]
+        self.estimator = CostEstimator(self.mcfg)
+        self.token = secrets.token_hex(8)
+        self.slice_id = slice_id  # the RQ job running this slice ('' outside RQ)
+        self.clock, self.sleep = clock, sleep
+        self.lease_ms = int(cfg.bulk.lease_s * 1000)
+        self.rates: deque[tuple[float, int]] = deque()
+
+    def run_slice(self) -> str:
+        """``finished`` | ``slice`` (more to do) | ``held`` | ``lost`` | ``ended`` |
+        ``missing`` | ``superseded``."""
+        status, _ = self.client.run(
+            self.ops.lease(self.bulk_id, self.token, self.lease_ms, "take", self.slice_id)
+        )
+        if status != "ok":
+            return status
+        deadline = self.clock() + self.cfg.bulk.slice_s
+        while True:
+            outcome = self.step()
+            if outcome != "more":
+                return outcome
+            if self.clock() >= deadline:
+                self.client.run(self.ops.lease(self.bulk_id, self.token, self.lease_ms, "release"))
+                return "slice"
+            self.sleep(self.cfg.bulk.poll_s)
+
+    def step(self) -> str:
+        """One poll: ``more``, ``finished`` or ``lost``."""
+        status, state = self.client.run(
+            self.ops.lease(self.bulk_id, self.token, self.lease_ms, "renew")
+        )
+        if status == "ended":
+            return "finished"
+        if status != "ok":
+            return "lost"
+        if state == "cancelling":
+            return self._cancel()
+        pending = self._read_pending()
+        if pending.ended:
+            if self.client.run(self.ops.gather(self.bulk_id, self.token, pending.ended)) is None:
+                return "lost"
+        if pending.missing:
+            self._submit_lines(pending.missing)
+        bulk = self.client.run(self.ops.get(self.bulk_id))
+        if pending.ended and bulk.resumes:
+            self.client.run(self.ops.set_fields(self.bulk_id, resumes=0))  # progress made
+        left = len(self._pending_ids()) if bulk.cursor >= bulk.total else 1
+        if bulk.cursor >= bulk.total and left == 0:
+            return self._finish("completed")
+        room = min(self.mcfg.bulk_max_queued - pending.queued, self.cfg.bulk.feed_chunk)
+        if bulk.cursor < bulk.total and room > 0:
+            if self._feed(bulk.cursor, min(room, bulk.total - bulk.cursor)) == "lost":
+                return "lost"
+        self._report(bulk, pending)
+        return "more"
+
+    # -- reading ------------------------------------------------------------
+    def _pending_ids(self) -> dict[int, str]:
+        return self.client.run(self.ops.pending(self.bulk_id))
+
+    def _read_pending(self) -> Pending:
+        ids = self._pending_ids()
+        order = sorted(ids)
+        cmds = [("HMGET", keys.job_key(self.model, ids[i]), *JOB_FIELDS) for i in order]
+        rows = self.client.run(Call(list, commands=cmds)) if cmds else []
+        ended, missing, queued, queued_cost, running_cost = [], [], 0, 0, 0
+        for index, row in zip(order, rows, strict=True):
+            if row[0] is None:
+                missing.append(index)
+                continue
+            rec = JobRecord.from_hash(self.model, dict(zip(JOB_FIELDS, row, strict=True)))
+            if rec.status is JobStatus.QUEUED:
+                queued, queued_cost = queued + 1, queued_cost + rec.cost
+            elif rec.status is JobStatus.RUNNING:
+                running_cost += rec.cost
+            else:
+                line, ok = outcome_line(index, rec)
+                ended.append((index, ids[index], line, ok))
+        return Pending(ended, missing, queued, queued_cost, running_cost)
+
+    # -- feeding --------------------------------------------------------------
+    def _feed(self, cursor: int, n: int) -> str:
+        lines = self.client.run(self.ops.input_lines(self.bulk_id, cursor, cursor + n))
+        if len(lines) != n:  # the input expired or was removed: nothing left to run
+            self._finish("failed", {"type": "input_missing",
+                                    "message": f"the input has {len(lines)} lines from {cursor}, "
+                                               f"{n} expected"})  # fmt: skip
+            return "lost"
+        chunk = build_chunk(self.bulk_id, cursor, lines, self.estimator)
+        pairs = [(i, j.id) for i, j in zip(chunk.indexes, chunk.jobs, strict=True)]
+        reply = self.client.run(self.ops.feed(
+            self.bulk_id, self.token, cursor, cursor + n, pairs, chunk.failed, chunk.cost
+        ))  # fmt: skip
+        if reply != "ok":
+            return "lost" if reply == "lost" else "more"
+        self._submit(chunk.jobs)
+        return "more"
+
+    def _submit_lines(self, indexes: list[int]) -> None:
+        """Lines checkpointed whose jobs are not there (a crash between the checkpoint
+        and the submit, or a submit refused for a full queue): the same ids again."""
+        for start, stop in _runs(indexes):
+            lines = self.client.run(self.ops.input_lines(self.bulk_id, start, stop))
+            chunk = build_chunk(self.bulk_id, start, lines, self.estimator)
+            wanted = set(indexes)
+            self._submit([j for i, j in zip(chunk.indexes, chunk.jobs, strict=True) if i in wanted])
+
+    def _submit(self, jobs: list[NewJob]) -> None:
+        if not jobs:
+            return
+        q, f = self.mcfg.queue, self.cfg.gateway.shed_fraction["low"]
+        try:
+            self.client.submit(self.model, jobs, max_jobs=max(1, int(q.max_queued_jobs * f)),
+                               max_cost=max(1, int(q.max_queued_cost * f)))  # fmt: skip
+        except (QueueFull, RateLimited) as e:
+            # Interactive traffic has the room: these lines stay checkpointed and are
+            # submitted again on a later poll.
+            log.info("bulk %s: queue full (%s); retrying on the next poll", self.bulk_id, e)
+
+    # -- ending and reporting -------------------------------------------------------
+    def _cancel(self) -> str:
+        for index, job_id in self._pending_ids().items():
+            try:
+                self.client.cancel(job_id)
+            except Exception:  # noqa: BLE001 - ended or gone already: nothing to cancel
+                log.debug("bulk %s: line %d not cancelled", self.bulk_id, index + 1)
+        return self._finish("cancelled")
+
+    def _finish(self, state: str, error: dict[str, str] | None = None) -> str:
+        status, _ = self.client.run(self.ops.finish(self.bulk_id, self.token, state, error))
+        log.info("bulk %s: %s (%s)", self.bulk_id, state, status)
+        return "finished" if status in ("ok", "refused") else "lost"
+
+    def _report(self, bulk: BulkState, p: Pending) -> None:
+        """The autoscaler's bulk signal and the rate shown to clients."""
+        now = self.clock()
+        self.rates.append((now, bulk.done))
+        while self.rates and self.rates[0][0] < now - RATE_WINDOW_S:
+            self.rates.popleft()
+        t0, d0 = self.rates[0]
+        rate = (bulk.done - d0) / (now - t0) if now - t0 >= 1.0 else 0.0
+        # Lines not fed yet are not estimated: assume the mean of those fed so far.
+        avg = bulk.fed_cost / bulk.fed_jobs if bulk.fed_jobs else float(self.mcfg.buckets[0])
+        unfed_cost = int((bulk.total - bulk.cursor) * avg)
+        report = {"queued": p.queued, "queued_cost": p.queued_cost,
+                  "backlog_cost": p.queued_cost + p.running_cost + unfed_cost,
+                  "at_ms": int(time.time() * 1000)}  # fmt: skip
+        self.client.run(self.ops.report_backlog(self.bulk_id, report))
+        self.client.run(self.ops.set_fields(self.bulk_id, rate=round(rate, 3)))
+
+
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Sorted indexes as [start, stop) runs of consecutive lines."""
+    out: list[tuple[int, int]] = []
+    for i in sorted(indexes):
+        if out and out[-1][1] == i:
+            out[-1] = (out[-1][0], i + 1)
+        else:
+            out.append((i, i + 1))
+    return out

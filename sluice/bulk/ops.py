@@ -1,0 +1,246 @@
+"""The bulk protocol's Redis calls, defined once for the sync and async clients.
+
+Like :class:`sluice.queue.scripts.QueueOps`: each operation is a
+:class:`~sluice.queue.scripts.Call` (a Lua script from ``sluice/bulk/lua`` or
+pipelined commands) with a parser; ``QueueClient.run`` executes it after
+``client.register(SCRIPTS)``.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from sluice import keys
+from sluice.errors import JobConflict, JobNotFound
+from sluice.jobs import model_of
+from sluice.queue.scripts import Call, common_source
+
+SCRIPT_NAMES = ("lease", "feed", "gather", "finish", "cancel")
+ENDED = frozenset({"completed", "cancelled", "failed"})
+PUSH_CHUNK = 1000  # lines per RPUSH
+
+
+@cache
+def _sources() -> dict[str, str]:
+    common = common_source()
+    lua = resources.files("sluice.bulk") / "lua"
+    return {f"bulk_{n}": common + "\n" + (lua / f"{n}.lua").read_text() for n in SCRIPT_NAMES}
+
+
+def scripts() -> dict[str, str]:
+    """The bulk scripts by call name, for ``QueueClient.register``."""
+    return dict(_sources())
+
+
+def new_bulk_id(model: str) -> str:
+    """``<model>.bulk<time-ordered token>``: the model is found from the id, as for jobs."""
+    return f"{model}.bulk{int(time.time() * 1000):011x}{secrets.token_hex(6)}"
+
+
+def item_job_id(bulk_id: str, index: int) -> str:
+    """A line's job id, the same every time it is fed: resubmitting it after a crash
+    finds the job already there (the submit script's retry rule) instead of a second one."""
+    return f"{bulk_id}-{index}"
+
+
+@dataclass(frozen=True, slots=True)
+class BulkState:
+    """A bulk job's hash, typed."""
+
+    id: str
+    model: str
+    state: str
+    total: int
+    cursor: int
+    succeeded: int
+    failed: int
+    created_ms: int
+    started_ms: int | None
+    finished_ms: int | None
+    owner: str | None
+    rate_per_s: float
+    rq_job: str | None
+    slices: int
+    fed_cost: int
+    fed_jobs: int
+    resumes: int
+    error: dict[str, Any] | None
+
+    @property
+    def done(self) -> int:
+        return self.succeeded + self.failed
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    @classmethod
+    def from_hash(cls, bulk_id: str, model: str, raw: dict[str, str]) -> BulkState:
+        def num(name: str) -> int:
+            try:
+                return int(raw.get(name) or 0)
+            except ValueError:
+                return 0
+
+        try:
+            error = json.loads(raw["error"]) if raw.get("error") else None
+        except ValueError:
+            error = None
+        return cls(
+            id=bulk_id, model=model, state=raw.get("state", "failed"), total=num("total"),
+            cursor=num("cursor"), succeeded=num("succeeded"), failed=num("failed"),
+            created_ms=num("created"), started_ms=num("started") or None,
+            finished_ms=num("finished") or None, owner=raw.get("owner") or None,
+            rate_per_s=float(raw.get("rate") or 0.0), rq_job=raw.get("rq_job") or None,
+            slices=num("slices"), fed_cost=num("fed_cost"), fed_jobs=num("fed_jobs"),
+            resumes=num("resumes"), error=error,
+        )  # fmt: skip
+
+
+class BulkOps:
+    """Builds the bulk calls; every key comes from :mod:`sluice.keys`."""
+
+    def __init__(self, models: Sequence[str], ttl_s: int) -> None:
+        self.models = set(models)
+        self.ttl_s = ttl_s
+
+    def model_of(self, bulk_id: str) -> str:
+        model = model_of(bulk_id)
+        if model is None or model not in self.models or ".bulk" not in bulk_id:
+            raise JobNotFound(f"bulk job {bulk_id!r} not found")
+        return model
+
+    def _all_keys(self, model: str, bulk_id: str) -> list[str]:
+        return [
+            keys.bulk_key(model, bulk_id), keys.bulk_active_key(model),
+            keys.bulk_backlog_key(model), keys.bulk_input_key(model, bulk_id),
+            keys.bulk_output_key(model, bulk_id), keys.bulk_pending_key(model, bulk_id),
+        ]  # fmt: skip
+
+    def create(
+        self, model: str, bulk_id: str, lines: Sequence[str], owner: str | None,
+        now_ms: int, grace_ms: int,
+    ) -> Call[None]:  # fmt: skip
+        """Store the lines, then the bulk job's hash and its active entry (one pipeline).
+
+        The input's TTL comes first, so an upload cut off half way expires.
+        """
+        inp = keys.bulk_input_key(model, bulk_id)
+        cmds: list[tuple[Any, ...]] = [("DEL", inp)]
+        for i in range(0, len(lines), PUSH_CHUNK):
+            cmds.append(("RPUSH", inp, *lines[i : i + PUSH_CHUNK]))
+            if i == 0:
+                cmds.append(("EXPIRE", inp, self.ttl_s))
+        bk = keys.bulk_key(model, bulk_id)
+        fields = {"id": bulk_id, "state": "queued", "total": len(lines), "cursor": 0,
+                  "succeeded": 0, "failed": 0, "created": now_ms, "owner": owner or ""}  # fmt: skip
+        cmds.append(("HSET", bk, *[x for kv in fields.items() for x in kv]))
+        cmds.append(("EXPIRE", bk, self.ttl_s))
+        cmds.append(("ZADD", keys.bulk_active_key(model), now_ms + grace_ms, bulk_id))
+        return Call(lambda _: None, commands=cmds)
+
+    def get(self, bulk_id: str, owner: str | None = None) -> Call[BulkState]:
+        """With ``owner``, another API key's bulk job is not found (404, as for jobs)."""
+        model = self.model_of(bulk_id)
+
+        def parse(r: list[dict[str, str]]) -> BulkState:
+            if not r[0] or (owner is not None and r[0].get("owner", "") != owner):
+                raise JobNotFound(f"bulk job {bulk_id!r} not found")
+            return BulkState.from_hash(bulk_id, model, r[0])
+
+        return Call(parse, commands=[("HGETALL", keys.bulk_key(model, bulk_id))])
+
+    def set_fields(self, bulk_id: str, **fields: Any) -> Call[None]:
+        bk = keys.bulk_key(self.model_of(bulk_id), bulk_id)
+        flat = [x for kv in fields.items() for x in kv]
+        return Call(lambda _: None, commands=[("HSET", bk, *flat)])
+
+    def lease(self, bulk_id: str, token: str, lease_ms: int, mode: str,
+              slice_id: str = "") -> Call[tuple[str, str]]:  # fmt: skip
+        model = self.model_of(bulk_id)
+        ks = self._all_keys(model, bulk_id)
+        ks = [ks[0], ks[1], ks[3], ks[4], ks[5]]
+        args = [token, lease_ms, bulk_id, mode, self.ttl_s, slice_id]
+        return Call(lambda r: (str(r[0]), str(r[1])), "bulk_lease", ks, args)
+
+    def cancel(self, bulk_id: str, owner: str = "") -> Call[str]:
+        model = self.model_of(bulk_id)
+
+        def parse(r: list[str]) -> str:
+            if r[0] == "missing":
+                raise JobNotFound(f"bulk job {bulk_id!r} not found")
+            if r[0] == "refused":
+                raise JobConflict(f"bulk job {bulk_id!r} already {r[1]}", r[1])
+            return r[1]
+
+        args = [owner, self.ttl_s, bulk_id]
+        return Call(parse, "bulk_cancel", self._all_keys(model, bulk_id), args)
+
+    def finish(self, bulk_id: str, token: str, state: str,
+               error: dict[str, Any] | None = None) -> Call[tuple[str, str]]:  # fmt: skip
+        model = self.model_of(bulk_id)
+        args = [token, state, self.ttl_s, bulk_id, json.dumps(error) if error else ""]
+        return Call(lambda r: (str(r[0]), str(r[1])), "bulk_finish",
+                    self._all_keys(model, bulk_id), args)  # fmt: skip
+
+    def feed(self, bulk_id: str, token: str, cursor: int, new_cursor: int,
+             jobs: Sequence[tuple[int, str]], failed: Sequence[tuple[int, str]],
+             cost: int) -> Call[str]:  # fmt: skip
+        model = self.model_of(bulk_id)
+        ks = [keys.bulk_key(model, bulk_id), keys.bulk_pending_key(model, bulk_id),
+              keys.bulk_output_key(model, bulk_id)]  # fmt: skip
+        args: list[Any] = [token, cursor, new_cursor, len(jobs), cost]
+        for pair in (*jobs, *failed):
+            args += pair
+        return Call(str, "bulk_feed", ks, args)
+
+    def gather(
+        self, bulk_id: str, token: str, ended: Sequence[tuple[int, str, str, bool]]
+    ) -> Call[tuple[int, int] | None]:
+        """Outcomes (index, job id, output line, succeeded); None: the lease is lost."""
+        model = self.model_of(bulk_id)
+        ks = [keys.bulk_key(model, bulk_id), keys.bulk_pending_key(model, bulk_id),
+              keys.bulk_output_key(model, bulk_id)]  # fmt: skip
+        args: list[Any] = [token, keys.job_prefix(model)]
+        for index, job_id, line, ok in ended:
+            args += [index, job_id, line, 1 if ok else 0]
+
+        def parse(r: list[Any]) -> tuple[int, int] | None:
+            return None if r[0] == "lost" else (int(r[1]), int(r[2]))
+
+        return Call(parse, "bulk_gather", ks, args)
+
+    def pending(self, bulk_id: str) -> Call[dict[int, str]]:
+        pk = keys.bulk_pending_key(self.model_of(bulk_id), bulk_id)
+        return Call(lambda r: {int(k): v for k, v in r[0].items()}, commands=[("HGETALL", pk)])
+
+    def input_lines(self, bulk_id: str, start: int, stop: int) -> Call[list[str]]:
+        """Lines start..stop-1."""
+        ik = keys.bulk_input_key(self.model_of(bulk_id), bulk_id)
+        return Call(lambda r: list(r[0]), commands=[("LRANGE", ik, start, stop - 1)])
+
+    def output_chunk(self, bulk_id: str, start: int, stop: int) -> Call[tuple[list[str | None], list[str]]]:  # noqa: E501
+        """Output lines start..stop-1 (None where absent) and the input lines beside them."""
+        model = self.model_of(bulk_id)
+        cmds: list[tuple[Any, ...]] = [
+            ("HMGET", keys.bulk_output_key(model, bulk_id), *range(start, stop)),
+            ("LRANGE", keys.bulk_input_key(model, bulk_id), start, stop - 1),
+        ]
+        return Call(lambda r: (list(r[0]), list(r[1])), commands=cmds)
+
+    def report_backlog(self, bulk_id: str, report: dict[str, int]) -> Call[None]:
+        model = self.model_of(bulk_id)
+        cmd = ("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(report))
+        return Call(lambda _: None, commands=[cmd])
+
+    def lapsed(self, model: str, now_ms: int, limit: int = 100) -> Call[list[str]]:
+        """Unfinished bulk ids of a model whose coordinator lease has lapsed."""
+        cmd = ("ZRANGEBYSCORE", keys.bulk_active_key(model), "-inf", now_ms, "LIMIT", 0, limit)
+        return Call(lambda r: list(r[0]), commands=[cmd])
