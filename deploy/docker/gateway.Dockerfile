@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1.7
-# Slim image for `sluice gateway` and `sluice autoscaler` (and `sluice status`):
-# no torch, no model weights. Build from the repository root:
+# Slim image for `sluice gateway`, `sluice autoscaler` and `sluice bulk worker`
+# (and `sluice status`): no torch, no model weights. Build from the repository root:
 #   docker build -f deploy/docker/gateway.Dockerfile -t sluice:0.1.0 .
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 

@@ -136,9 +136,34 @@ def cli_group() -> Any:
     return typer.main.get_command(sluice.cli.app)
 
 
-def cli_options(command: str) -> dict[str, Any]:
-    """``--flag`` -> parameter of ``sluice <command>``."""
-    cmd = cli_group().commands[command]
+def cli_command(path: tuple[str, ...]) -> Any | None:
+    """``sluice <path...>`` (``("bulk", "worker")``) as a click command, or None."""
+    cmd = cli_group()
+    for word in path:
+        cmd = getattr(cmd, "commands", {}).get(word)
+        if cmd is None:
+            return None
+    return cmd
+
+
+def cli_leaf_commands() -> frozenset[tuple[str, ...]]:
+    """The path of every runnable ``sluice`` command (groups walked, not listed)."""
+    out: set[tuple[str, ...]] = set()
+    todo: list[tuple[tuple[str, ...], Any]] = [((), cli_group())]
+    while todo:
+        path, cmd = todo.pop()
+        subs = getattr(cmd, "commands", None)
+        if subs is None:
+            out.add(path)
+        else:
+            todo += [((*path, name), sub) for name, sub in subs.items()]
+    return frozenset(out)
+
+
+def cli_options(path: tuple[str, ...]) -> dict[str, Any]:
+    """``--flag`` -> parameter of ``sluice <path...>``."""
+    cmd = cli_command(path)
+    assert cmd is not None, f"sluice {' '.join(path)}: no such command"
     out: dict[str, Any] = {}
     for p in cmd.params:
         for opt in [*p.opts, *getattr(p, "secondary_opts", [])]:

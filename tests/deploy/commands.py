@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from pathlib import PurePosixPath
 
 from sluice.config import AutoscalerConfig, SluiceConfig
-from tests.deploy.code_facts import cli_options
+from tests.deploy.code_facts import cli_leaf_commands, cli_options
 
-SUBCOMMANDS = ("gateway", "worker", "autoscaler")
+# What the deploy files run, as command paths: ``sluice bulk worker`` is ("bulk", "worker").
+SUBCOMMANDS = (("gateway",), ("worker",), ("autoscaler",), ("bulk", "worker"))
+BULK_WORKER = ("bulk", "worker")
 
 
 def flag(args: list[str], name: str) -> str | None:
@@ -25,17 +28,33 @@ def backends() -> tuple[str, ...]:
     return typing.get_args(AutoscalerConfig.model_fields["backend"].annotation)
 
 
+def role(args: list[str]) -> tuple[str, ...]:
+    """The command path ``args`` start with: the words before the first option."""
+    words: list[str] = []
+    for a in args:
+        if a.startswith("-"):
+            break
+        words.append(a)
+    return tuple(words)
+
+
 def command_problems(args: list[str], cfg: SluiceConfig) -> list[str]:
     """Unknown subcommands, flags the CLI does not have, values the config refuses."""
-    if not args or args[0] not in SUBCOMMANDS:
-        return [f"{args[:1]}: not one of {SUBCOMMANDS}"]
-    sub, out = args[0], []
-    opts = cli_options(sub)
-    for a in args[1:]:
+    path = role(args)
+    if path not in SUBCOMMANDS:
+        return [f"{list(path)}: not one of {SUBCOMMANDS}"]
+    name = "sluice " + " ".join(path)
+    # Read from the CLI's command tree at test time, never listed here.
+    if path not in cli_leaf_commands():
+        known = sorted(" ".join(p) for p in cli_leaf_commands())
+        return [f"{name}: not a command of the CLI (it has {known})"]
+    out = []
+    opts = cli_options(path)
+    for a in args[len(path) :]:
         if a.startswith("-") and a.split("=", 1)[0] not in opts:
-            out.append(f"sluice {sub}: no option {a}")
+            out.append(f"{name}: no option {a}")
     model = flag(args, "--model")
-    if sub == "worker" and model not in cfg.models:
+    if path == ("worker",) and model not in cfg.models:
         out.append(f"--model {model!r}: the config has {sorted(cfg.models)}")
     backend = flag(args, "--backend")
     if backend is not None and backend not in backends():
@@ -63,8 +82,11 @@ def autoscaler_metrics_port(args: list[str], cfg: SluiceConfig) -> int:
     return int(flag(args, "--metrics-port") or cfg.autoscaler.metrics_port)
 
 
-def served_port(args: list[str], cfg: SluiceConfig) -> int:
-    """The port Prometheus scrapes for ``sluice <args>``."""
-    ports = {"gateway": gateway_port, "worker": worker_metrics_port,
-             "autoscaler": autoscaler_metrics_port}  # fmt: skip
-    return ports[args[0]](args, cfg)
+def served_port(args: list[str], cfg: SluiceConfig) -> int | None:
+    """The port Prometheus scrapes for ``sluice <args>`` (None: it serves none)."""
+    ports: dict[tuple[str, ...], Callable[[list[str], SluiceConfig], int]] = {
+        ("gateway",): gateway_port, ("worker",): worker_metrics_port,
+        ("autoscaler",): autoscaler_metrics_port,
+    }  # fmt: skip
+    port = ports.get(role(args))
+    return None if port is None else port(args, cfg)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice.config import REDIS_URL_ENV, SluiceConfig, load_config
+from sluice.config import REDIS_URL_ENV, BulkConfig, SluiceConfig, load_config
 from tests.deploy import commands as cmd
 from tests.deploy.code_facts import DEPLOY, env_vars_read
 from tests.deploy.conftest import load_yaml
@@ -37,13 +37,48 @@ def _sluice_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_services_and_commands(compose: dict[str, Any]) -> None:
     services = _sluice_services(compose)
-    assert {s["command"][0] for s in services.values()} == set(cmd.SUBCOMMANDS)
+    assert {cmd.role(s["command"]) for s in services.values()} == set(cmd.SUBCOMMANDS)
     for name, svc in services.items():
         cfg = _service_config(svc)
         assert cmd.command_problems(svc["command"], cfg) == [], name
         # A directory mount: a single-file bind mount never shows an edited file.
         target = next(v.split(":")[1] for v in svc["volumes"] if v.split(":")[1] == "/etc/sluice")
         assert PurePosixPath(target) == cmd.config_path(svc["command"]).parent
+
+
+def _by_role(services: dict[str, dict[str, Any]], role: tuple[str, ...]) -> dict[str, Any]:
+    # The first: a second GPU's worker is a copy of the service (docs/deploy.md).
+    return next(s for s in services.values() if cmd.role(s["command"]) == role)
+
+
+def _seconds(duration: str) -> int:
+    """A compose duration of whole seconds or minutes (``90s``, ``2m``)."""
+    units = {"s": 1, "m": 60}
+    return int(duration[:-1]) * units[duration[-1]]
+
+
+def test_bulk_worker_runs_slim_and_drains_its_slice(compose: dict[str, Any]) -> None:
+    services = _sluice_services(compose)
+    bulk, gw = _by_role(services, cmd.BULK_WORKER), _by_role(services, ("gateway",))
+    assert bulk["image"].split(":")[0] == "sluice", "the bulk worker needs no torch"
+    assert bulk["image"] == gw["image"], "the slim image the gateway service builds"
+    cfg = _service_config(bulk)
+    assert cmd.config_path(bulk["command"]) == cmd.config_path(gw["command"])
+    assert bulk["environment"] == gw["environment"]
+    # A burst worker exits once the queue is empty: restart: would loop it.
+    assert "--burst" not in bulk["command"]
+    grace_s = _seconds(bulk["stop_grace_period"])
+    assert grace_s > cfg.bulk.slice_s and grace_s > BulkConfig().slice_s
+    assert "ports" not in bulk
+
+
+def test_slim_services_do_not_inherit_the_gateway_healthcheck(compose: dict[str, Any]) -> None:
+    """The slim image's HEALTHCHECK asks the gateway's port: any other command
+    must bring its own check or turn it off, or it is reported unhealthy forever."""
+    for name, svc in _sluice_services(compose).items():
+        if svc["image"].split(":")[0] == "sluice" and cmd.role(svc["command"]) != ("gateway",):
+            check = svc.get("healthcheck", {})
+            assert check.get("disable") is True or "test" in check, name
 
 
 def test_redis_keeps_jobs(compose: dict[str, Any]) -> None:
@@ -67,27 +102,28 @@ def test_env_vars_are_read_by_the_code(compose: dict[str, Any]) -> None:
 
 def test_ports_gpu_and_drain(compose: dict[str, Any]) -> None:
     services = _sluice_services(compose)
-    gw = next(s for s in services.values() if s["command"][0] == "gateway")
+    gw = _by_role(services, ("gateway",))
     cfg = _service_config(gw)
     published = [p.split(":")[-1] for p in gw["ports"]]
     assert published == [str(cmd.gateway_port(gw["command"], cfg))]
-    worker = next(s for s in services.values() if s["command"][0] == "worker")
+    worker = _by_role(services, ("worker",))
     wcfg = _service_config(worker)
     (device,) = worker["deploy"]["resources"]["reservations"]["devices"]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
     model = wcfg.model(cmd.flag(worker["command"], "--model") or "")
-    grace_s = int(worker["stop_grace_period"].rstrip("s"))
+    grace_s = _seconds(worker["stop_grace_period"])
     assert grace_s >= 2 * model.batching.lease_s
 
 
 def test_prometheus_targets_are_the_configured_ports(compose: dict[str, Any]) -> None:
     services = _sluice_services(compose)
-    expected = {n: cmd.served_port(s["command"], _service_config(s)) for n, s in services.items()}
+    ports = {n: cmd.served_port(s["command"], _service_config(s)) for n, s in services.items()}
+    expected = {n: p for n, p in ports.items() if p is not None}
     prom = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
     targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"]
                for t in sc["targets"]}  # fmt: skip
     assert targets == {f"{n}:{p}" for n, p in expected.items()}
-    auto = next(s for s in services.values() if s["command"][0] == "autoscaler")
+    auto = _by_role(services, ("autoscaler",))
     assert auto["healthcheck"]["test"][-1].endswith(f":{expected['autoscaler']}/metrics")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import tomllib
 from pathlib import Path
@@ -118,6 +119,32 @@ def test_slim_image_has_no_torch() -> None:
     text = "\n".join(a for _, a in instructions(IMAGES["gateway"]))
     assert "torch" not in text and "[worker]" not in text
     assert "--no-deps" in text  # the tokenizer's package only, not its torch dependency
+
+
+def _requirement_name(req: str) -> str:
+    return re.split(r"[\s\[<>=!~;@]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def installed_requirements(path: Path) -> set[str]:
+    """Names of what the image's ``pip install .`` / ``".[extra]"`` brings from pyproject."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    targets = [t for w, a in instructions(path) if w == "RUN" and "pip install" in a
+               for t in shlex.split(a) if t == "." or t.startswith(".[")]  # fmt: skip
+    assert len(targets) == 1, f"{path.name}: expected one install of the project: {targets}"
+    extras = targets[0][2:-1].split(",") if targets[0] != "." else []
+    reqs = list(project["dependencies"])
+    for extra in extras:
+        reqs += project["optional-dependencies"][extra]
+    return {_requirement_name(r) for r in reqs}
+
+
+def test_slim_image_installs_rq_for_the_bulk_worker() -> None:
+    """`sluice bulk worker` runs in the slim image, which installs the project's
+    dependencies (and the extras it names), never the dev extra that has RQ today."""
+    installed = installed_requirements(IMAGES["gateway"])
+    assert {"redis", "typer"} <= installed  # the reader reads
+    assert "rq" in installed, "rq is only in the dev extra: the slim image would lack it"
+    assert "torch" not in installed
 
 
 def test_worker_image_is_cuda_runtime_with_the_worker_extra() -> None:

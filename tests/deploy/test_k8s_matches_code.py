@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice.config import REDIS_URL_ENV, SluiceConfig
+from sluice.config import REDIS_URL_ENV, BulkConfig, SluiceConfig
 from tests.deploy import commands as cmd
 from tests.deploy.code_facts import (
     env_vars_read,
@@ -25,14 +25,18 @@ Obj = dict[str, Any]
 Render = tuple[list[Obj], SluiceConfig]
 
 
+def _image(c: Obj) -> str:
+    """The image's name without registry or tag: ``sluice`` or ``sluice-worker``."""
+    return str(c["image"]).rsplit("/", 1)[-1].split(":")[0]
+
+
 def _sluice_containers(objs: list[Obj]) -> list[tuple[Obj, Obj]]:
-    images = ("sluice", "sluice-worker")
     return [(d, c) for d in find(objs, "Deployment") for c in containers(d)
-            if c["image"].rsplit("/", 1)[-1].split(":")[0] in images]  # fmt: skip
+            if _image(c) in ("sluice", "sluice-worker")]  # fmt: skip
 
 
-def _by_role(objs: list[Obj], role: str) -> list[tuple[Obj, Obj]]:
-    return [(d, c) for d, c in _sluice_containers(objs) if c["args"][0] == role]
+def _by_role(objs: list[Obj], role: tuple[str, ...]) -> list[tuple[Obj, Obj]]:
+    return [(d, c) for d, c in _sluice_containers(objs) if cmd.role(c["args"]) == role]
 
 
 def _pod_annotations(d: dict[str, Any]) -> dict[str, str]:
@@ -52,7 +56,7 @@ def render(request: pytest.FixtureRequest, rendered: dict[str, Any]) -> Render:
 def test_every_sluice_command_is_real(render: Render) -> None:
     objs, cfg = render
     pairs = _sluice_containers(objs)
-    assert {c["args"][0] for _, c in pairs} == set(cmd.SUBCOMMANDS)
+    assert {cmd.role(c["args"]) for _, c in pairs} == set(cmd.SUBCOMMANDS)
     for d, c in pairs:
         assert cmd.command_problems(c["args"], cfg) == [], d["metadata"]["name"]
 
@@ -73,7 +77,7 @@ def test_config_mounted_as_a_directory(render: Render) -> None:
 def test_gateway_port_and_probe_paths(render: Render) -> None:
     objs, cfg = render
     routes = gateway_routes()
-    ((d, c),) = _by_role(objs, "gateway")
+    ((d, c),) = _by_role(objs, ("gateway",))
     port = cmd.gateway_port(c["args"], cfg)
     assert _port(c, "http") == port == int(_pod_annotations(d)["prometheus.io/port"])
     assert _pod_annotations(d)["prometheus.io/path"] in routes
@@ -88,7 +92,7 @@ def test_gateway_port_and_probe_paths(render: Render) -> None:
 
 def test_worker_ports_probes_and_drain(render: Render) -> None:
     objs, cfg = render
-    workers = _by_role(objs, "worker")
+    workers = _by_role(objs, ("worker",))
     assert workers
     for d, c in workers:
         model = cfg.model(cmd.flag(c["args"], "--model") or "")
@@ -133,7 +137,7 @@ def test_autoscaler_role_grants_exactly_what_the_backend_calls(
                for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
     assert granted == set(used)
     binding = one(objs, "RoleBinding", "sluice-autoscaler")
-    ((d, c),) = _by_role(objs, "autoscaler")
+    ((d, c),) = _by_role(objs, ("autoscaler",))
     sa = d["spec"]["template"]["spec"]["serviceAccountName"]
     ns = d["metadata"]["namespace"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]
@@ -146,7 +150,7 @@ def test_autoscaler_role_grants_exactly_what_the_backend_calls(
 
 def test_autoscaler_backend_and_metrics_port(render: Render) -> None:
     objs, cfg = render
-    ((d, c),) = _by_role(objs, "autoscaler")
+    ((d, c),) = _by_role(objs, ("autoscaler",))
     backend = cmd.flag(c["args"], "--backend") or cfg.autoscaler.backend
     keda = bool(find(objs, "ScaledObject"))
     # With KEDA scaling the workers, the Sluice autoscaler must only advise.
@@ -155,6 +159,27 @@ def test_autoscaler_backend_and_metrics_port(render: Render) -> None:
     assert port > 0 and _port(c, "metrics") == port
     assert int(_pod_annotations(d)["prometheus.io/port"]) == port
     assert c["livenessProbe"]["exec"]["command"][-1] == f"http://127.0.0.1:{port}/metrics"
+
+
+def test_bulk_worker_runs_slim_and_drains_its_slice(render: Render) -> None:
+    """The RQ bulk worker: the slim image, the gateway's Redis and config (the
+    gateway enqueues on ``bulk.rq_queue``), and a grace period that holds the
+    coordinator slice its warm shutdown finishes."""
+    objs, cfg = render
+    ((d, c),) = _by_role(objs, cmd.BULK_WORKER)
+    assert _image(c) == "sluice", "the bulk worker needs no torch: the slim image"
+    ((_, gw),) = _by_role(objs, ("gateway",))
+    assert c["envFrom"] == gw["envFrom"]
+    assert cmd.config_path(c["args"]) == cmd.config_path(gw["args"])
+    assert cmd.flag(c["args"], "--redis-url") is None, "the URL is a secret: envFrom only"
+    # A burst worker exits once the queue is empty; the Deployment would restart it forever.
+    assert "--burst" not in c["args"]
+    grace = d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > cfg.bulk.slice_s
+    # An overlay config without a bulk block runs the default slice.
+    assert grace > BulkConfig().slice_s
+    # It serves nothing: a port or a scrape annotation would be a target always down.
+    assert "ports" not in c and "prometheus.io/scrape" not in _pod_annotations(d)
 
 
 def test_env_vars_are_the_ones_the_code_reads(render: Render) -> None:

@@ -1,5 +1,6 @@
 """What the slim image runs works without torch: the gateway app, the autoscaler
-with its Kubernetes backend, and cost estimation from the tokenizer alone.
+with its Kubernetes backend, cost estimation from the tokenizer alone, and
+``sluice bulk worker`` (its command and sluice/bulk).
 
 The image is not built here (no Docker engine); instead a child Python refuses
 to import torch and its friends, as the image cannot, and runs the same code.
@@ -19,7 +20,8 @@ from tests.deploy.code_facts import DEPLOY, ROOT
 
 CONFIG = DEPLOY / "k8s" / "base" / "sluice.yaml"
 
-CHILD = textwrap.dedent(
+# Runs first in each child: torch and its friends cannot be imported, as in the image.
+NO_TORCH = textwrap.dedent(
     """
     import importlib.abc, sys
 
@@ -37,7 +39,11 @@ CHILD = textwrap.dedent(
         raise SystemExit("the torch blocker does not block")
     except ImportError:
         pass
+    """
+)
 
+CHILD = NO_TORCH + textwrap.dedent(
+    """
     from sluice.config import load_config
     from sluice.cost import CostEstimator
     cfg = load_config(sys.argv[1])
@@ -76,3 +82,32 @@ def test_gateway_and_autoscaler_need_no_torch(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok ") and out.stdout.rstrip().endswith("[]")
+
+
+BULK_CHILD = NO_TORCH + textwrap.dedent(
+    """
+    import importlib, pkgutil
+    import typer
+    from sluice.cli import app
+
+    group = typer.main.get_command(app)
+    bulk = getattr(group, "commands", {}).get("bulk")
+    if "worker" not in getattr(bulk, "commands", {}):
+        raise SystemExit("the CLI has no `sluice bulk worker` command")
+    import rq  # noqa: F401
+    import sluice.bulk
+    for info in pkgutil.walk_packages(sluice.bulk.__path__, "sluice.bulk."):
+        importlib.import_module(info.name)
+    print("ok", sorted(k for k in sys.modules if k.startswith("torch")))
+    """
+)
+
+
+def test_bulk_worker_needs_no_torch() -> None:
+    """`sluice bulk worker` runs in the slim image: its command and every module
+    of sluice/bulk import with torch blocked."""
+    out = subprocess.run(
+        [sys.executable, "-c", BULK_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert out.stdout.rstrip() == "ok []"
