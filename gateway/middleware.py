@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.metrics import GatewayMetrics
+from sluice.bulk.lines import MEDIA_TYPES as JSONL_MEDIA_TYPES
 
 BODY_METHODS = ("POST", "PUT", "PATCH")
 KNOWN_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
@@ -48,6 +49,18 @@ def _is_json(content_type: bytes | None) -> bool:
     return mime == b"application/json" or mime.endswith(b"+json")
 
 
+def _is_jsonl(content_type: bytes | None) -> bool:
+    if content_type is None:
+        return False
+    mime = content_type.split(b";", 1)[0].strip().lower().decode("latin-1")
+    return mime in JSONL_MEDIA_TYPES
+
+
+def _is_bulk_upload(path: str) -> bool:
+    parts = path.split("/")  # "", "v1", "models", "<model>", "bulk"
+    return len(parts) == 5 and parts[1:3] == ["v1", "models"] and parts[4] == "bulk"
+
+
 class BodyGuard:
     """413 before reading a body over ``max_bytes``; 415 for a body that is not JSON.
 
@@ -55,26 +68,32 @@ class BodyGuard:
     a chunked body is counted as it arrives and refused as soon as it passes.
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, bulk_max_bytes: int | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # A bulk upload (POST /v1/models/{model}/bulk) is a JSONL file with a limit of
+        # its own; each of its lines is still held to max_bytes when it is fed.
+        self.bulk_max_bytes = bulk_max_bytes or max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
             return await self.app(scope, receive, send)
+        bulk = _is_bulk_upload(scope["path"])
+        limit = self.bulk_max_bytes if bulk else self.max_bytes
         length = _header(scope, b"content-length")
         declared = int(length) if length and length.isdigit() else None
-        if declared is not None and declared > self.max_bytes:
+        if declared is not None and declared > limit:
             return await _send_error(
-                send, 413, "input_too_large",
-                f"request body is over the limit of {self.max_bytes} bytes",
-            )  # fmt: skip
+                send, 413, "input_too_large", f"request body is over the limit of {limit} bytes"
+            )
         # Transfer-Encoding wins over Content-Length (RFC 9112 6.3): with both, the
         # declared length says nothing about what arrives, so count it.
         chunked = _header(scope, b"transfer-encoding") is not None
-        if (declared or chunked) and not _is_json(_header(scope, b"content-type")):
+        ctype = _header(scope, b"content-type")
+        if (declared or chunked) and not (_is_jsonl(ctype) if bulk else _is_json(ctype)):
+            want = "a JSONL file (application/x-ndjson)" if bulk else "application/json"
             return await _send_error(
-                send, 415, "unsupported_media_type", "the request body must be application/json"
+                send, 415, "unsupported_media_type", f"the request body must be {want}"
             )
         if not chunked:  # the HTTP server delivers no more than a declared length
             return await self.app(scope, receive, send)
@@ -85,8 +104,8 @@ class BodyGuard:
             msg = await receive()
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge(self.max_bytes)
+                if seen > limit:
+                    raise BodyTooLarge(limit)
             return msg
 
         await self.app(scope, limited, send)

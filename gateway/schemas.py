@@ -68,12 +68,45 @@ class JobView(BaseModel):
     status: Status
     bucket: str
     cost: int
-    priority: Priority
+    # "bulk": an item a bulk job fed (its own class below low; it cannot be submitted).
+    priority: Literal["high", "normal", "low", "bulk"]
     result: Any = None
     error: ErrorDetail | None = None
     attempts: int
     metadata: dict[str, Any] | None = None
     timings: Timings
+
+
+BulkStateName = Literal["queued", "running", "cancelling", "completed", "cancelled", "failed"]
+
+
+class BulkCounts(BaseModel):
+    total: int = Field(description="Lines in the file.")
+    done: int = Field(description="Lines with an output line (succeeded + failed).")
+    succeeded: int
+    failed: int
+    remaining: int
+    fed: int = Field(description="Lines handed to the model's queues so far.")
+
+
+class BulkView(BaseModel):
+    id: str
+    model: str
+    state: BulkStateName
+    counts: BulkCounts
+    rate_per_s: float | None = Field(description="Lines done per second, last 30 s.")
+    eta_s: float | None = Field(description="Seconds to go at that rate.")
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    error: ErrorDetail | None = None
+    output: str = Field(description="Where the output file is, once the bulk job ends.")
+
+
+class BulkCancelResult(BaseModel):
+    id: str
+    state: Literal["cancelled", "cancelling"]
+    previous_state: BulkStateName
 
 
 class CancelResult(BaseModel):

@@ -11,6 +11,7 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -22,6 +23,9 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
 from sluice import keys
+from sluice.bulk.ops import BulkOps
+from sluice.bulk.ops import scripts as bulk_scripts
+from sluice.bulk.rq_jobs import RqEnqueuer
 from sluice.config import ModelConfig, SluiceConfig
 from sluice.cost import CostEstimator
 from sluice.errors import UnknownModel
@@ -60,6 +64,13 @@ class GatewayState:
             reads=self.redis, timeout_s=self.timeout_s,
         )  # fmt: skip
         self._tasks: list[asyncio.Task[Any]] = []
+        self.queue.register(bulk_scripts())
+        self.bulk = BulkOps(list(models), cfg.bulk.ttl_s)
+        # Queues a bulk job's first coordinator slice on RQ (None with injected clients:
+        # tests; a bulk worker's reaper then starts it).
+        self.bulk_enqueue: Callable[[str], Any] | None = (
+            RqEnqueuer(cfg, url) if redis is None else None
+        )
 
     def model(self, name: str) -> ModelConfig:
         cfg = self.cfg.models.get(name)

@@ -41,6 +41,15 @@ bench_app = typer.Typer(help="Benchmarks: print a table and write JSON.", no_arg
 app.add_typer(bench_app, name="bench")
 
 
+def _add_bulk() -> None:
+    from sluice.bulk.cli import bulk_app
+
+    app.add_typer(bulk_app, name="bulk")
+
+
+_add_bulk()
+
+
 @app.command("redis")
 def redis_cmd(
     port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 0,

@@ -13,11 +13,12 @@ gateway wants one, is ``api_key=`` or the ``SLUICE_API_KEY`` environment variabl
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -26,6 +27,7 @@ import httpx
 from sluice.backoff import Backoff
 
 TERMINAL = frozenset({"succeeded", "failed", "expired", "cancelled"})
+BULK_ENDED = frozenset({"completed", "cancelled", "failed"})
 RETRYABLE = frozenset({429, 503})
 API_KEY_ENV = "SLUICE_API_KEY"
 
@@ -174,6 +176,45 @@ class Client:
 
     def models(self) -> dict[str, Any]:
         return self._request("GET", "/v1/models").json()
+
+    # -- bulk jobs --------------------------------------------------------------
+    def bulk_submit(self, model: str, jsonl: bytes) -> dict[str, Any]:
+        """Upload a JSONL file (one ``{"input": ..., "custom_id": ...}`` a line)."""
+        headers = {"Content-Type": "application/x-ndjson"}
+        return self._request(
+            "POST", f"/v1/models/{model}/bulk", content=jsonl, headers=headers
+        ).json()
+
+    def bulk_get(self, bulk_id: str) -> dict[str, Any]:
+        return self._request("GET", f"/v1/bulk/{bulk_id}").json()
+
+    def bulk_cancel(self, bulk_id: str) -> dict[str, Any]:
+        return self._request("DELETE", f"/v1/bulk/{bulk_id}").json()
+
+    def bulk_output(self, bulk_id: str) -> Iterator[dict[str, Any]]:
+        """The output lines, in input order, once the bulk job has ended."""
+        with self.http.stream("GET", f"/v1/bulk/{bulk_id}/output") as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                raise _error(resp)
+            for line in resp.iter_lines():
+                if line:
+                    yield json.loads(line)
+
+    def bulk_wait(self, bulk_id: str, *, timeout_s: float = 3600.0, poll_s: float = 1.0,
+                  on_progress: Callable[[dict[str, Any]], None] | None = None,
+                  ) -> dict[str, Any]:  # fmt: skip
+        """Poll until the bulk job ends; its final state (TimeoutError past timeout_s)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            view = self.bulk_get(bulk_id)
+            if on_progress is not None:
+                on_progress(view)
+            if view["state"] in BULK_ENDED:
+                return view
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"bulk job {bulk_id} still {view['state']} after {timeout_s}s")
+            time.sleep(poll_s)
 
     def map(
         self, model: str, inputs: Iterable[Any], *, concurrency: int = 16,

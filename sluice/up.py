@@ -88,6 +88,8 @@ class Stack:
         common = ["--config", str(self.config_path)]
         self._spawn("gateway", ["gateway", *common, "--host", host, "--port", str(port)])
         self._spawn("autoscaler", ["autoscaler", *common, "--backend", "local"])
+        for i in range(self.cfg.bulk.rq_workers):  # RQ workers for bulk coordinators
+            self._spawn(f"bulk-worker-{i}", ["bulk", "worker", *common])
         gateway = f"http://{host}:{port}"
         gw = self.cfg.gateway
         admin = f"http://{gw.admin_host}:{gw.admin_port}" if gw.admin_port else ""
@@ -164,6 +166,12 @@ class Stack:
         for child in reversed(self.children):  # the autoscaler first: it drains workers
             if child.alive():
                 child.proc.send_signal(signal.SIGTERM)
+                if child.name.startswith("bulk-worker"):
+                    # A second signal is RQ's cold shutdown: the coordinator slice in hand
+                    # stops now instead of running out its slice_s. That is safe: it
+                    # checkpoints as it goes, and the next start resumes it.
+                    time.sleep(0.2)
+                    child.proc.send_signal(signal.SIGTERM)
                 try:
                     child.proc.wait(drain_timeout_s)
                 except subprocess.TimeoutExpired:

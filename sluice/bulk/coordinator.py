@@ -21,7 +21,7 @@ from sluice.bulk.feeder import build_chunk, outcome_line
 from sluice.bulk.ops import BulkOps, BulkState, scripts
 from sluice.config import SluiceConfig
 from sluice.cost import CostEstimator
-from sluice.errors import QueueFull, RateLimited
+from sluice.errors import JobConflict, JobNotFound, QueueFull, RateLimited
 from sluice.jobs import JobRecord, JobStatus, NewJob
 from sluice.queue import QueueClient
 from sluice.queue.scripts import Call
@@ -63,9 +63,7 @@ class Coordinator:
     def run_slice(self) -> str:
         """``finished`` | ``slice`` (more to do) | ``held`` | ``lost`` | ``ended`` |
         ``missing`` | ``superseded``."""
-        status, _ = self.client.run(
-            self.ops.lease(self.bulk_id, self.token, self.lease_ms, "take", self.slice_id)
-        )
+        status = self._take()
         if status != "ok":
             return status
         deadline = self.clock() + self.cfg.bulk.slice_s
@@ -76,6 +74,18 @@ class Coordinator:
             if self.clock() >= deadline:
                 self.client.run(self.ops.lease(self.bulk_id, self.token, self.lease_ms, "release"))
                 return "slice"
+            self.sleep(self.cfg.bulk.poll_s)
+
+    def _take(self) -> str:
+        """The lease; a slice the bulk job names waits out a dead coordinator's lease
+        (RQ's retry of a killed slice lands here) instead of leaving it to the reaper."""
+        give_up = self.clock() + self.cfg.bulk.lease_s + 2 * self.cfg.bulk.poll_s
+        while True:
+            status, _ = self.client.run(
+                self.ops.lease(self.bulk_id, self.token, self.lease_ms, "take", self.slice_id)
+            )
+            if status != "held" or self.clock() >= give_up:
+                return status
             self.sleep(self.cfg.bulk.poll_s)
 
     def step(self) -> str:
@@ -101,11 +111,15 @@ class Coordinator:
         left = len(self._pending_ids()) if bulk.cursor >= bulk.total else 1
         if bulk.cursor >= bulk.total and left == 0:
             return self._finish("completed")
-        room = min(self.mcfg.bulk_max_queued - pending.queued, self.cfg.bulk.feed_chunk)
+        queued = pending.queued + len(pending.missing)  # those were just submitted again
+        room = min(self.mcfg.bulk_max_queued - queued, self.cfg.bulk.feed_chunk)
+        fed, lines = 0, 0
         if bulk.cursor < bulk.total and room > 0:
-            if self._feed(bulk.cursor, min(room, bulk.total - bulk.cursor)) == "lost":
+            lines = min(room, bulk.total - bulk.cursor)
+            fed = self._feed(bulk.cursor, lines)
+            if fed < 0:
                 return "lost"
-        self._report(bulk, pending)
+        self._report(bulk, pending, queued + fed, bulk.cursor + (lines if fed else 0))
         return "more"
 
     # -- reading ------------------------------------------------------------
@@ -133,22 +147,23 @@ class Coordinator:
         return Pending(ended, missing, queued, queued_cost, running_cost)
 
     # -- feeding --------------------------------------------------------------
-    def _feed(self, cursor: int, n: int) -> str:
+    def _feed(self, cursor: int, n: int) -> int:
+        """Checkpoint and submit lines cursor..cursor+n-1; the jobs queued, -1 if the
+        lease is lost (or the input is gone, which ends the bulk job as failed)."""
         lines = self.client.run(self.ops.input_lines(self.bulk_id, cursor, cursor + n))
         if len(lines) != n:  # the input expired or was removed: nothing left to run
-            self._finish("failed", {"type": "input_missing",
-                                    "message": f"the input has {len(lines)} lines from {cursor}, "
-                                               f"{n} expected"})  # fmt: skip
-            return "lost"
+            why = f"the input has {len(lines)} lines from line {cursor + 1}, {n} expected"
+            self._finish("failed", {"type": "input_missing", "message": why})
+            return -1
         chunk = build_chunk(self.bulk_id, cursor, lines, self.estimator)
         pairs = [(i, j.id) for i, j in zip(chunk.indexes, chunk.jobs, strict=True)]
         reply = self.client.run(self.ops.feed(
             self.bulk_id, self.token, cursor, cursor + n, pairs, chunk.failed, chunk.cost
         ))  # fmt: skip
         if reply != "ok":
-            return "lost" if reply == "lost" else "more"
+            return -1 if reply == "lost" else 0
         self._submit(chunk.jobs)
-        return "more"
+        return len(chunk.jobs)
 
     def _submit_lines(self, indexes: list[int]) -> None:
         """Lines checkpointed whose jobs are not there (a crash between the checkpoint
@@ -176,8 +191,8 @@ class Coordinator:
         for index, job_id in self._pending_ids().items():
             try:
                 self.client.cancel(job_id)
-            except Exception:  # noqa: BLE001 - ended or gone already: nothing to cancel
-                log.debug("bulk %s: line %d not cancelled", self.bulk_id, index + 1)
+            except (JobNotFound, JobConflict):  # ended or gone already: nothing to cancel
+                log.debug("bulk %s: line %d had ended", self.bulk_id, index + 1)
         return self._finish("cancelled")
 
     def _finish(self, state: str, error: dict[str, str] | None = None) -> str:
@@ -185,7 +200,7 @@ class Coordinator:
         log.info("bulk %s: %s (%s)", self.bulk_id, state, status)
         return "finished" if status in ("ok", "refused") else "lost"
 
-    def _report(self, bulk: BulkState, p: Pending) -> None:
+    def _report(self, bulk: BulkState, p: Pending, queued: int, cursor: int) -> None:
         """The autoscaler's bulk signal and the rate shown to clients."""
         now = self.clock()
         self.rates.append((now, bulk.done))
@@ -195,9 +210,11 @@ class Coordinator:
         rate = (bulk.done - d0) / (now - t0) if now - t0 >= 1.0 else 0.0
         # Lines not fed yet are not estimated: assume the mean of those fed so far.
         avg = bulk.fed_cost / bulk.fed_jobs if bulk.fed_jobs else float(self.mcfg.buckets[0])
-        unfed_cost = int((bulk.total - bulk.cursor) * avg)
-        report = {"queued": p.queued, "queued_cost": p.queued_cost,
-                  "backlog_cost": p.queued_cost + p.running_cost + unfed_cost,
+        unfed_cost = int((bulk.total - cursor) * avg)
+        # Jobs fed this poll count as queued at the mean cost (they were not read back).
+        queued_cost = p.queued_cost + int((queued - p.queued) * avg)
+        report = {"queued": queued, "queued_cost": queued_cost,
+                  "backlog_cost": queued_cost + p.running_cost + unfed_cost,
                   "at_ms": int(time.time() * 1000)}  # fmt: skip
         self.client.run(self.ops.report_backlog(self.bulk_id, report))
         self.client.run(self.ops.set_fields(self.bulk_id, rate=round(rate, 3)))

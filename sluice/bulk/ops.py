@@ -240,6 +240,21 @@ class BulkOps:
         cmd = ("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(report))
         return Call(lambda _: None, commands=[cmd])
 
+    def force_fail(self, bulk_id: str, error: dict[str, Any]) -> Call[tuple[str, str]]:
+        """Fail a bulk job whose coordinators keep dying (no lease: the last one lapsed)."""
+        return self.finish(bulk_id, "*", "failed", error)
+
+    def forget(self, model: str, bulk_id: str) -> Call[None]:
+        """Drop an ended (or expired) bulk job from the active set and the backlog."""
+        cmds = [("ZREM", keys.bulk_active_key(model), bulk_id),
+                ("HDEL", keys.bulk_backlog_key(model), bulk_id)]  # fmt: skip
+        return Call(lambda _: None, commands=cmds)
+
+    def touch_active(self, model: str, bulk_id: str, at_ms: int) -> Call[None]:
+        """When the reaper looks at this bulk job next (unless a lease moves it first)."""
+        cmd = ("ZADD", keys.bulk_active_key(model), "XX", at_ms, bulk_id)
+        return Call(lambda _: None, commands=[cmd])
+
     def lapsed(self, model: str, now_ms: int, limit: int = 100) -> Call[list[str]]:
         """Unfinished bulk ids of a model whose coordinator lease has lapsed."""
         cmd = ("ZRANGEBYSCORE", keys.bulk_active_key(model), "-inf", now_ms, "LIMIT", 0, limit)

@@ -253,7 +253,8 @@ def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None
     (a worker that lowered its token budget after an out-of-memory keeps it)."""
     batch = max_batch or cfg.batching.max_batch
     tokens = max_tokens or cfg.batching.max_batch_tokens
-    return [min(batch, cfg.bulk.max_batch or batch), min(tokens, cfg.bulk.max_batch_tokens or tokens)]
+    bulk = cfg.bulk
+    return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
 
 
 def _idem(owner: str, key: str | None) -> str:

@@ -1,0 +1,111 @@
+"""What the bulk routes do: store an upload, queue its coordinator, read, cancel.
+
+The upload is stored as lines (nothing is parsed here: each line is parsed and
+estimated when its coordinator feeds it, and fails alone). Queueing the first
+coordinator slice on RQ is best effort: if it fails, the bulk job is already in
+its model's active set and a ``sluice bulk worker``'s reaper starts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from gateway.state import GatewayState
+from sluice.bulk.lines import custom_id_of, output_line, split_upload
+from sluice.bulk.ops import BulkState, new_bulk_id
+from sluice.errors import InputTooLarge, InvalidInput, SluiceError
+from sluice.redact import redact
+
+log = logging.getLogger("sluice.gateway")
+OUTPUT_CHUNK = 1000  # output lines per Redis round trip while streaming
+
+
+async def read_upload(chunks: AsyncIterator[bytes], limit: int) -> bytes:
+    """The whole body, refused (413) as soon as it passes ``limit``."""
+    parts, seen = [], 0
+    async for part in chunks:
+        seen += len(part)
+        if seen > limit:
+            raise InputTooLarge(
+                f"bulk file is over the limit of {limit} bytes (bulk.max_file_bytes)"
+            )
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def submit(st: GatewayState, model: str, body: bytes, owner: str | None) -> dict[str, Any]:
+    st.model(model)  # 404 for an unknown model before anything is read
+    lines = await asyncio.to_thread(split_upload, body, st.gw.max_body_bytes)
+    if not body.strip():
+        raise InvalidInput("the bulk file is empty: one JSON object a line, each with an 'input'")
+    limit = st.cfg.bulk.max_lines
+    if len(lines) > limit:
+        raise InputTooLarge(
+            f"bulk file has {len(lines)} lines, the limit is {limit} (bulk.max_lines)"
+        )
+    bulk_id = new_bulk_id(model)
+    now_ms = int(time.time() * 1000)
+    grace_ms = int(st.cfg.bulk.lease_s * 1000)
+    await st.call(st.queue.run(st.bulk.create(model, bulk_id, lines, owner, now_ms, grace_ms)))
+    if st.bulk_enqueue is not None:
+        await asyncio.to_thread(_enqueue, st.bulk_enqueue, bulk_id)
+    rec = await get(st, bulk_id, owner)
+    return view(rec)
+
+
+def _enqueue(enqueue: Callable[[str], Any], bulk_id: str) -> None:
+    try:
+        enqueue(bulk_id)
+    except Exception as e:  # noqa: BLE001 - the reaper starts it: accepted is never lost
+        log.warning("bulk %s: could not queue its coordinator on RQ (%s); a bulk worker's "
+                    "reaper will start it", bulk_id, redact(str(e)))  # fmt: skip
+
+
+async def get(st: GatewayState, bulk_id: str, owner: str | None) -> BulkState:
+    return await st.call(st.queue.run(st.bulk.get(bulk_id, owner)))
+
+
+async def cancel(st: GatewayState, bulk_id: str, owner: str | None) -> str:
+    return await st.call(st.queue.run(st.bulk.cancel(bulk_id, owner or "")))
+
+
+def view(b: BulkState) -> dict[str, Any]:
+    """What GET /v1/bulk/{id} answers: state, counts, rate and ETA."""
+    left = b.total - b.done
+    running = b.state in ("running", "queued", "cancelling")
+    eta = round(left / b.rate_per_s, 1) if running and b.rate_per_s > 0 else None
+    return {
+        "id": b.id, "model": b.model, "state": b.state,
+        "counts": {"total": b.total, "done": b.done, "succeeded": b.succeeded,
+                   "failed": b.failed, "remaining": left, "fed": b.cursor},
+        "rate_per_s": b.rate_per_s if running else None, "eta_s": eta,
+        "created_at": b.created_ms / 1000,
+        "started_at": b.started_ms / 1000 if b.started_ms else None,
+        "finished_at": b.finished_ms / 1000 if b.finished_ms else None,
+        "error": b.error, "output": f"/v1/bulk/{b.id}/output",
+    }  # fmt: skip
+
+
+async def output(st: GatewayState, b: BulkState) -> AsyncIterator[bytes]:
+    """The output file, one line per input line in input order; lines a cancelled or
+    failed bulk job never ran say so."""
+    for start in range(0, b.total, OUTPUT_CHUNK):
+        stop = min(b.total, start + OUTPUT_CHUNK)
+        try:
+            outs, ins = await st.call(st.queue.run(st.bulk.output_chunk(b.id, start, stop)))
+        except SluiceError as e:
+            # Headers are sent: a truncated file (no final line) is all that can say so.
+            log.warning("bulk %s: output cut at line %d: %s", b.id, start + 1, e)
+            return
+        lines = []
+        for i, out in enumerate(outs):
+            if out is None:
+                text = ins[i] if i < len(ins) else ""
+                err = {"type": b.state, "message": f"never run: the bulk job was {b.state}"}
+                out = output_line(start + i + 1, custom_id_of(text), b.state, error=err)
+            lines.append(out)
+        yield ("\n".join(lines) + "\n").encode()

@@ -1,0 +1,96 @@
+"""Bulk items (rank 3) in the claim and submit scripts, on a real Redis (ADR 0090)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from sluice import keys
+from sluice.jobs import BULK, NewJob
+from sluice.queue import QueueClient
+from tests.conftest import make_config
+
+pytestmark = pytest.mark.redis
+
+
+def job(bucket: str, priority: str, cost: int = 10, jid: str = "") -> NewJob:
+    return NewJob(input="x", bucket=bucket, cost=cost, priority=priority, id=jid)
+
+
+def client(r: redis.Redis, **overrides: object) -> QueueClient:
+    return QueueClient(r, dict(make_config(**overrides).models))
+
+
+def test_an_old_bulk_head_never_beats_a_fresh_interactive_one(r: redis.Redis) -> None:
+    q = client(r)
+    q.submit("m", [job("512", BULK, 400)])
+    # Make the bulk head look very old: HRRN alone would pick it (and so would the
+    # overdue rule, at 20 x its service time).
+    old_ms = int(time.time() * 1000) - 600_000
+    r.hset(keys.job_key("m", _only_id(r)), "enq", old_ms)
+    q.submit("m", [job("32", "low", 5)])
+    batch = q.claim("m", "w1")
+    assert batch.bucket == "32" and len(batch) == 1
+    batch = q.claim("m", "w1")
+    assert batch.bucket == "512" and len(batch) == 1  # then the bulk item, once alone
+
+
+def _only_id(r: redis.Redis) -> str:
+    (jid,) = r.zrange(keys.queue_key("m", "512"), 0, -1)
+    return str(jid)
+
+
+def test_an_interactive_batch_takes_no_bulk_item(r: redis.Redis) -> None:
+    q = client(r)
+    q.submit("m", [job("32", BULK) for _ in range(5)])
+    q.submit("m", [job("32", "normal") for _ in range(2)])
+    first = q.claim("m", "w1")
+    assert len(first) == 2  # the two interactive jobs, not topped up with bulk items
+    second = q.claim("m", "w1")
+    assert len(second) == 5
+
+
+def test_an_all_bulk_batch_has_the_bulk_limits(r: redis.Redis) -> None:
+    q = client(r, bulk={"max_batch": 3})
+    q.submit("m", [job("32", BULK) for _ in range(7)])
+    assert [len(q.claim("m", "w1")) for _ in range(4)] == [3, 3, 1, 0]
+    # An interactive batch keeps the model's own max_batch (32).
+    q.submit("m", [job("32", "normal") for _ in range(7)])
+    assert len(q.claim("m", "w1")) == 7
+
+
+def test_a_worker_lowered_budget_also_binds_bulk_batches(r: redis.Redis) -> None:
+    q = client(r, bulk={"max_batch": 10})
+    q.submit("m", [job("32", BULK) for _ in range(6)])
+    assert len(q.claim("m", "w1", max_batch=2)) == 2
+
+
+def test_bulk_waits_stay_out_of_the_wait_histogram(r: redis.Redis) -> None:
+    q = client(r)
+    q.submit("m", [job("32", BULK) for _ in range(4)])
+    assert len(q.claim("m", "w1")) == 4
+    assert not r.keys(keys.wait_hist_prefix("m") + "*")
+    q.submit("m", [job("32", "normal")])
+    assert len(q.claim("m", "w1")) == 1
+    (hkey,) = r.keys(keys.wait_hist_prefix("m") + "*")
+    assert r.hget(hkey, "count") == "1"
+
+
+def test_submit_counts_bulk_arrivals_apart(r: redis.Redis) -> None:
+    q = client(r)
+    q.submit("m", [job("32", BULK, 7), job("32", BULK, 5), job("32", "low", 3)])
+    stats = q.stats("m").counters
+    assert stats["arrived_cost"] == 15
+    assert stats["bulk_arrived_cost"] == 12
+    # The same ids again (a coordinator resubmitting after a crash): counted once.
+    ids = [s.id for s in q.submit("m", [job("32", BULK, 7, "m.bulkx-1")])]
+    q.submit("m", [job("32", BULK, 7, ids[0])])
+    assert q.stats("m").counters["bulk_arrived_cost"] == 19
+
+
+def test_a_bulk_item_reads_back_as_bulk(r: redis.Redis) -> None:
+    q = client(r)
+    (sub,) = q.submit("m", [job("32", BULK)])
+    assert q.get(sub.id).priority == "bulk"
