@@ -1,16 +1,24 @@
 """Read one model's queue, latency and worker signals from Redis into an Observation.
 
 Three round trips per model and period: the stats read (counts, cost, counters),
-a pipeline of the queue heads per priority, recent wait histograms and the
-worker registry, then the enqueue times of those heads (the age of the oldest
-job: the wait histogram is written at claim time, so a queue nobody claims from
-would otherwise look healthy). Rates come from the counters' deltas over the
-windows this observer keeps. A failed read returns None: decide() then holds.
+a pipeline of the queue heads per priority, the bulk item counts, recent wait
+histograms, the coordinators' bulk backlog reports and the worker registry, then
+the enqueue times of those heads (the age of the oldest job: the wait histogram is
+written at claim time, so a queue nobody claims from would otherwise look healthy).
+Rates come from the counters' deltas over the windows this observer keeps. A failed
+read returns None: decide() then holds.
+
+Bulk items (rank 3, ADR 0090) are split out here, so the Observation's queued,
+queued_cost and arrival rates are interactive only: bulk_arrived_cost is subtracted
+from arrived_cost before the rates, and each bucket's bulk share of its queued cost
+is estimated from its bulk item count (``_bulk_split``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import statistics
 import time
 from collections import deque
@@ -26,7 +34,7 @@ from sluice import keys, registry
 from sluice.backoff import Reconnect
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import RedisUnavailable
-from sluice.jobs import QueueStats
+from sluice.jobs import BULK_RANK, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
 from sluice.queue.scripts import Call
@@ -35,6 +43,8 @@ from sluice.registry import WorkerInfo
 log = logging.getLogger("sluice.autoscaler")
 PRIO_SCALE = 1e12  # queue score = priority rank * 1e12 + sequence
 LOW_RANK = PRIORITIES.index("low")
+# A coordinator reports every poll; one silent this long is dead (the reaper resumes it).
+BULK_REPORT_MAX_AGE_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +52,15 @@ class Sample:
     t_s: float
     arrived_cost: int
     completed_cost: int
+
+
+@dataclass(frozen=True, slots=True)
+class BulkSignals:
+    """Bulk items in the queues (count, estimated cost) and all unfinished bulk work."""
+
+    queued: int = 0
+    queued_cost: float = 0.0
+    backlog_cost: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +73,38 @@ class Reading:
     oldest_wait_ms: float
     p99_wait_ms: float | None
     workers: list[WorkerInfo]
+    bulk: BulkSignals
+
+
+def _report(raw: Any, now_ms: int) -> tuple[float, float] | None:
+    """(queued_cost, backlog_cost) of one coordinator's report; None if unreadable or
+    older than BULK_REPORT_MAX_AGE_MS by the Redis clock (its coordinator is dead)."""
+    try:
+        d = json.loads(raw)
+        at_ms, queued, backlog = int(d["at_ms"]), float(d["queued_cost"]), float(d["backlog_cost"])
+    except (TypeError, ValueError, KeyError, OverflowError):
+        return None
+    if now_ms - at_ms > BULK_REPORT_MAX_AGE_MS or not math.isfinite(queued + backlog):
+        return None
+    return max(0.0, queued), max(0.0, backlog)
+
+
+def _bulk_split(stats: QueueStats, bulk_counts: list[int], reports: dict[str, Any],
+                now_ms: int) -> BulkSignals:  # fmt: skip
+    """Bulk items per bucket (exact, ZCOUNT of the rank-3 scores) and their cost: the
+    bucket's queued cost times their share of its jobs. Jobs of one bucket are of one
+    size class, and the split is exact for a bucket holding only one kind. The backlog
+    is the live reports' sum plus any queued bulk cost no live report covers (items a
+    dead coordinator left queued are still work)."""
+    queued, cost = 0, 0.0
+    for b, n in zip(stats.buckets, bulk_counts, strict=True):
+        n = min(n, b.queued)  # read a moment after the stats: never more than it held
+        queued += n
+        cost += b.queued_cost * n / b.queued if n else 0.0
+    live = [x for x in (_report(v, now_ms) for v in reports.values()) if x is not None]
+    reported_queued = sum(q for q, _ in live)
+    backlog = sum(bl for _, bl in live) + max(0.0, cost - reported_queued)
+    return BulkSignals(queued, cost, backlog)
 
 
 def _rate(samples: deque[Sample], now: Sample, span_s: float) -> tuple[float, float] | None:
@@ -109,6 +160,8 @@ class Observer:
         for b in names:
             q = keys.queue_key(model, b)
             pipe.zcount(q, "-inf", f"({LOW_RANK * PRIO_SCALE:.0f}")
+            lo, hi = BULK_RANK * PRIO_SCALE, (BULK_RANK + 1) * PRIO_SCALE
+            pipe.zcount(q, f"{lo:.0f}", f"({hi:.0f}")
             for rank in range(len(PRIORITIES)):
                 lo, hi = rank * PRIO_SCALE, (rank + 1) * PRIO_SCALE
                 pipe.zrangebyscore(q, f"{lo:.0f}", f"({hi:.0f}", start=0, num=1)
@@ -116,6 +169,7 @@ class Observer:
         windows = waits.recent_windows(wall)
         for w in windows:
             pipe.hgetall(keys.wait_hist_key(model, w))
+        pipe.hgetall(keys.bulk_backlog_key(model))
         wcall = registry.list_workers_call(model, wall)
         for cmd in wcall.commands:
             pipe.execute_command(*cmd)
@@ -126,19 +180,22 @@ class Observer:
                n_windows: int, wcall: Any) -> Reading:  # fmt: skip
         secs, micros = replies[0]
         server_ms = int(secs) * 1000 + int(micros) // 1000
-        per_bucket = 1 + len(PRIORITIES)
-        non_low, heads = 0, []
+        per_bucket = 2 + len(PRIORITIES)
+        non_low, bulk_counts, heads = 0, [], []
         for i in range(n_buckets):
             chunk = replies[1 + i * per_bucket : 1 + (i + 1) * per_bucket]
             non_low += int(chunk[0])
-            heads += [ids[0] for ids in chunk[1:] if ids]
+            bulk_counts.append(int(chunk[1]))
+            heads += [ids[0] for ids in chunk[2:] if ids]  # ranks 0..2: bulk waits by design
         at = 1 + n_buckets * per_bucket
         counts = waits.merge(replies[at : at + n_windows])
-        workers, stale = wcall.parse(replies[at + n_windows :])
+        bulk = _bulk_split(stats, bulk_counts, replies[at + n_windows], server_ms)
+        workers, stale = wcall.parse(replies[at + n_windows + 1 :])
         if stale:
             self.client.run(Call(lambda r: r, commands=registry.prune(model, stale)))
         oldest = self._oldest_wait_ms(model, heads, server_ms)
-        return Reading(self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers)
+        return Reading(self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers,
+                       bulk)  # fmt: skip
 
     def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
         if not heads:
@@ -150,8 +207,10 @@ class Observer:
         return float(max(0, server_ms - min(enqs))) if enqs else 0.0
 
     def _observe(self, model: str, rd: Reading, current: int) -> Observation:
-        c = rd.stats.counters
-        now = Sample(rd.now_s, c.get("arrived_cost", 0), c.get("completed_cost", 0))
+        c, bulk = rd.stats.counters, rd.bulk
+        # Rates are interactive: bulk arrivals only fill headroom (ADR 0090).
+        arrived = c.get("arrived_cost", 0) - c.get("bulk_arrived_cost", 0)
+        now = Sample(rd.now_s, arrived, c.get("completed_cost", 0))
         samples = self.samples.setdefault(model, deque())
         if samples and (now.arrived_cost < samples[-1].arrived_cost
                         or now.completed_cost < samples[-1].completed_cost):  # fmt: skip
@@ -162,12 +221,16 @@ class Observer:
         while samples and samples[0].t_s < now.t_s - span - 60:
             samples.popleft()
         counts, rate, cold = _worker_signals(rd.workers)
+        queued = max(0, rd.stats.queued - bulk.queued)
+        queued_cost = max(0.0, rd.stats.queued_cost - bulk.queued_cost) if queued else 0.0
         return Observation(
             current=current, ready=counts.get("ready", 0), starting=counts.get("starting", 0),
-            draining=counts.get("draining", 0), queued=rd.stats.queued,
-            queued_cost=float(rd.stats.queued_cost), queued_non_low=rd.queued_non_low,
+            draining=counts.get("draining", 0), queued=queued,
+            queued_cost=queued_cost, queued_non_low=rd.queued_non_low,
             in_flight=rd.stats.in_flight, arrival_rate_cost=long[0] if long else None,
             arrival_rate_cost_recent=short[0] if short else None,
             completion_rate_cost=long[1] if long else None, service_rate=rate,
             p99_wait_ms=rd.p99_wait_ms, oldest_wait_ms=rd.oldest_wait_ms, cold_start_s=cold,
+            bulk_queued=bulk.queued, bulk_queued_cost=bulk.queued_cost,
+            bulk_backlog_cost=bulk.backlog_cost,
         )  # fmt: skip

@@ -4,7 +4,8 @@ No Redis, no clock, no I/O: the control loop and the offline simulator call the
 same :func:`decide`, so a policy replayed against a trace behaves exactly as it
 would in production. The replica arithmetic follows the Kubernetes HPA (ratio,
 tolerance band, scale-down stabilisation window taking the highest recent
-recommendation); the inputs are queue signals, never CPU.
+recommendation); the inputs are queue signals, never CPU. Bulk work (ADR 0090) is
+weighed after the interactive need, in :mod:`autoscaler.bulk_policy`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from autoscaler import bulk_policy
 from sluice.config import AutoscalingConfig, ModelConfig
 
 RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s, the long one)
@@ -23,7 +25,7 @@ MIN_RATE_COVERAGE = 0.5
 REASONS = (
     "missing-metrics", "no-service-rate", "steady", "load", "backlog", "tolerance",
     "slo-breach", "low-priority-cap", "wake", "idle", "min", "max", "stabilizing",
-    "orphaned-jobs",
+    "orphaned-jobs", "bulk", "bulk-wake",
 )  # fmt: skip
 
 
@@ -46,6 +48,11 @@ class Observation:
     p99_wait_ms: float | None = None  # recent queue-wait p99 (recorded at claim)
     oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here
     cold_start_s: float | None = None  # measured spawn-to-ready
+    # Bulk items (rank 3, ADR 0090). The fields above exclude them: queued, queued_cost
+    # and the arrival rates are interactive only (the observer subtracts bulk).
+    bulk_queued: int = 0  # bulk items in the queues now
+    bulk_queued_cost: float = 0.0  # part of the backlog below; shown, not decided on
+    bulk_backlog_cost: float = 0.0  # all unfinished bulk work: queued + not yet fed
 
     @property
     def missing(self) -> bool:
@@ -203,6 +210,32 @@ def _stabilise_down(
     return max(highest, cur - p.scale_down_max_step), reason
 
 
+def _hold_without_rate(p: AutoscalingConfig, obs: Observation, state: PolicyState) -> Decision:
+    """No rate yet (just started): hold, but rise to min_replicas and wake for work."""
+    cur = obs.current
+    if cur < p.min_replicas:
+        return Decision(cur, p.min_replicas, "min", float(cur), state)
+    wake = cur == 0 and (obs.queued or 0) > 0 and p.max_replicas > 0
+    orphans = not wake and _orphaned(obs) and p.max_replicas > 0
+    bulk = not (wake or orphans) and bulk_policy.wakes(p, obs)
+    reason = ("wake" if wake else "orphaned-jobs" if orphans else "bulk-wake" if bulk
+              else "missing-metrics")  # fmt: skip
+    return Decision(cur, 1 if wake or orphans or bulk else cur, reason, float(cur), state)
+
+
+def _hold_without_service_rate(
+    p: AutoscalingConfig, obs: Observation, state: PolicyState
+) -> Decision:
+    """Nothing measured or configured yet: hold, but wake a sleeping model for work."""
+    cur, queued = obs.current, obs.queued or 0
+    orphans = queued == 0 and _orphaned(obs)
+    bulk = queued == 0 and not orphans and bulk_policy.wakes(p, obs)
+    want = 1 if cur == 0 and (queued > 0 or orphans or bulk) else cur
+    why = "orphaned-jobs" if orphans else "bulk-wake" if bulk else "no-service-rate"
+    desired, reason = _bound(p, want, p.min_replicas, why)
+    return Decision(cur, desired, reason, float(want), state)
+
+
 def decide(
     policy: AutoscalingConfig, obs: Observation | None, state: PolicyState, now_s: float
 ) -> Decision:
@@ -211,16 +244,10 @@ def decide(
         cur = obs.current if obs is not None else 0
         return Decision(cur, cur, "missing-metrics", float(cur), state)
     if obs.arrival_rate_cost is None:
-        # No rate yet (just started): hold, but rise to min_replicas and wake for work.
-        cur = obs.current
-        if cur < policy.min_replicas:
-            return Decision(cur, policy.min_replicas, "min", float(cur), state)
-        wake = cur == 0 and (obs.queued or 0) > 0 and policy.max_replicas > 0
-        orphans = not wake and _orphaned(obs) and policy.max_replicas > 0
-        reason = "wake" if wake else "orphaned-jobs" if orphans else "missing-metrics"
-        return Decision(cur, 1 if wake or orphans else cur, reason, float(cur), state)
+        return _hold_without_rate(policy, obs, state)
     p, cur = policy, obs.current
-    active = (obs.queued or 0) > 0 or obs.in_flight > 0 or (obs.arrival_rate_cost or 0) > 0
+    active = ((obs.queued or 0) > 0 or obs.in_flight > 0 or (obs.arrival_rate_cost or 0) > 0
+              or bulk_policy.keeps_active(p, obs))  # fmt: skip
     last_active = now_s if active or state.last_active_s is None else state.last_active_s
     measured = obs.service_rate if obs.service_rate and obs.service_rate > 0 else None
     mu = measured or state.service_rate or p.service_rate_cost_per_s
@@ -231,16 +258,12 @@ def decide(
         started_s=now_s if state.started_s is None else state.started_s,
     )  # fmt: skip
     if mu is None:
-        # Nothing measured or configured yet: hold, but wake a sleeping model for work.
-        orphans = (obs.queued or 0) == 0 and _orphaned(obs)
-        want = 1 if cur == 0 and ((obs.queued or 0) > 0 or orphans) else cur
-        why = "orphaned-jobs" if orphans else "no-service-rate"
-        desired, reason = _bound(p, want, p.min_replicas, why)
-        return Decision(cur, desired, reason, float(want), new_state)
+        return _hold_without_service_rate(p, obs, new_state)
     floor = _floor(p, obs, last_active, now_s)
     if floor == 0 and not active and cur > 0 and p.min_replicas == 0:
         return Decision(cur, 0, "idle", 0.0, replace(new_state, recommendations=()))
     want, needed, reason = _want(p, obs, mu, cold_s)
+    want, needed, reason = bulk_policy.raise_for_bulk(p, obs, mu, want, needed, reason)
     want, reason = _bound(p, want, floor, reason)
     window = p.scale_down_window_s
     recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)

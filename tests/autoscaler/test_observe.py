@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 import redis
 
-from autoscaler.observe import Observer
+from autoscaler.observe import BULK_REPORT_MAX_AGE_MS, Observer
 from autoscaler.policy import PolicyState, decide
 from sluice import keys, registry
 from sluice.jobs import NewJob
@@ -47,7 +48,7 @@ def test_counts_costs_priorities_and_oldest_wait(r: redis.Redis) -> None:
     client = QueueClient(r, dict(cfg.models))
     client.submit("m", _jobs(3, 100) + _jobs(2, 50, "low", "32"))
     # Age the oldest low job by rewriting its enqueue time 4 s into the past.
-    low_head = r.zrange(keys.queue_key("m", "32"), 0, 0)[0]
+    low_head = str(r.zrange(keys.queue_key("m", "32"), 0, 0)[0])
     r.hset(keys.job_key("m", low_head), "enq", int(time.time() * 1000) - 4000)
     _heartbeat(r, service_rate=1234.0)
     obs = Observer(client, dict(cfg.models)).read("m", current=1)
@@ -102,3 +103,66 @@ def test_unreachable_redis_reads_none_and_decide_holds() -> None:
     assert obs is None
     d = decide(cfg.models["m"].autoscaling, obs, PolicyState(), 0.0)
     assert d.reason == "missing-metrics" and d.direction == "none"
+
+
+def _report(queued: int, queued_cost: int, backlog_cost: int, age_ms: int = 0) -> str:
+    at_ms = int(time.time() * 1000) - age_ms
+    return json.dumps({"queued": queued, "queued_cost": queued_cost,
+                       "backlog_cost": backlog_cost, "at_ms": at_ms})  # fmt: skip
+
+
+def test_bulk_items_are_counted_apart(r: redis.Redis) -> None:
+    cfg = make_config()
+    client = QueueClient(r, dict(cfg.models))
+    # Interactive: 3 normal (cost 100, bucket 128) + 2 low (50, bucket 32) = 5 jobs, 400.
+    # Bulk (rank 3): 2 x 100 in bucket 128 beside the normal ones, 4 x 200 in bucket 512.
+    client.submit("m", _jobs(3, 100) + _jobs(2, 50, "low", "32") + _jobs(2, 100, "bulk")
+                  + _jobs(4, 200, "bulk", "512"))  # fmt: skip
+    # The oldest job of all is a bulk one: bulk waits by design, it is no breach.
+    bulk_head = str(r.zrange(keys.queue_key("m", "512"), 0, 0)[0])
+    r.hset(keys.job_key("m", bulk_head), "enq", int(time.time() * 1000) - 60_000)
+    r.hset(keys.bulk_backlog_key("m"), mapping={
+        "b1": _report(6, 1000, 50_000),  # live: 6 queued (all of them) + 49000 unfed
+        "b2": _report(3, 600, 9_000_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000),  # dead
+        "b3": "not json", "b4": json.dumps({"queued": 1}), "b5": "[1, 2]",
+    })  # fmt: skip
+    obs = Observer(client, dict(cfg.models)).read("m", current=1)
+    assert obs is not None
+    assert (obs.queued, obs.queued_cost, obs.queued_non_low) == (5, 400.0, 3)
+    # 512: all bulk, 800; 128: 2 of 5 jobs of cost 500 are bulk, 200.
+    assert (obs.bulk_queued, obs.bulk_queued_cost) == (6, 1000.0)
+    assert obs.bulk_backlog_cost == 50_000.0  # b1 only; b1 covers all the queued bulk cost
+    assert obs.oldest_wait_ms < 1000  # ranks 0..2 only
+
+
+def test_queued_bulk_without_a_live_report_is_backlog(r: redis.Redis) -> None:
+    cfg = make_config(autoscaling={"min_replicas": 0})
+    client = QueueClient(r, dict(cfg.models))
+    client.submit("m", _jobs(4, 200, "bulk", "512"))
+    # Its coordinator died a while ago: its report is stale, its 4 items still queued.
+    r.hset(keys.bulk_backlog_key("m"), "b1",
+           _report(4, 800, 100_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000))  # fmt: skip
+    obs = Observer(client, dict(cfg.models)).read("m", current=0)
+    assert obs is not None
+    assert (obs.queued, obs.queued_cost, obs.bulk_queued) == (0, 0.0, 4)
+    assert obs.bulk_backlog_cost == 800.0
+    # A model at zero wakes for them, even before any rate is known.
+    d = decide(cfg.models["m"].autoscaling, obs, PolicyState(), 0.0)
+    assert (d.desired, d.reason) == (1, "bulk-wake")
+
+
+def test_arrival_rate_excludes_bulk_arrivals(r: redis.Redis) -> None:
+    cfg = make_config(autoscaling={"metrics_window_s": 60})
+    client = QueueClient(r, dict(cfg.models))
+    clock = Clock()
+    ob = Observer(client, dict(cfg.models), wall=clock)
+    assert ob.read("m", 0) is not None
+    # 3000 interactive units and 10000 bulk units arrive over 30 s.
+    client.submit("m", _jobs(10, 300) + _jobs(20, 500, "bulk", "512"))
+    assert client.stats("m").counters["bulk_arrived_cost"] == 10_000
+    clock.t += 30.0
+    obs = ob.read("m", 0)
+    assert obs is not None
+    assert obs.arrival_rate_cost == pytest.approx(100.0)  # 3000 / 30, not 13000 / 30
+    assert (obs.queued, obs.queued_cost, obs.bulk_queued, obs.bulk_queued_cost) == (
+        10, 3000.0, 20, 10_000.0)  # fmt: skip

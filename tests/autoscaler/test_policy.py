@@ -28,7 +28,7 @@ def pol(**kw: Any) -> AutoscalingConfig:
     return AutoscalingConfig(**{**BASE, **kw})
 
 
-def obs(cur: int, lam: float = 0.0, **kw: Any) -> Observation:
+def obs(cur: int, lam: float | None = 0.0, **kw: Any) -> Observation:
     fields: dict[str, Any] = dict(current=cur, ready=cur, arrival_rate_cost=lam,
                                   service_rate=1000.0)  # fmt: skip
     fields.update(kw)
