@@ -79,11 +79,16 @@ def _no_constant(name: str) -> Any:
 
 
 def custom_id_of(text: str) -> str | None:
-    """The line's custom_id if the line parses, else None (for lines never run)."""
-    try:
-        return parse_line(text).custom_id
-    except SluiceError:
+    """The line's custom_id wherever it can be read, even from a line that fails for
+    another reason (no 'input', an input too large), so the error can be matched."""
+    if text.startswith(BAD_LINE):
         return None
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except ValueError:
+        return None
+    cid = value.get("custom_id") if isinstance(value, dict) else None
+    return cid if isinstance(cid, str) and 0 < len(cid) <= MAX_CUSTOM_ID else None
 
 
 def output_line(line_no: int, custom_id: str | None, status: str, result: Any = None,

@@ -13,22 +13,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterator
 
 import httpx
 import psutil
 import pytest
-import yaml
 
 from sluice.client import Client
-from sluice.config import load_config
-from sluice.queue import QueueClient
-from sluice.queue.client import connect
-from sluice.redis_server import free_port
-from sluice.registry import list_workers_call
+from tests.e2e.upstack import Up, launch, shut_down, wait_for
 
 pytestmark = [pytest.mark.slow]
 
@@ -56,32 +48,6 @@ CONFIG = {
 }  # fmt: skip
 
 
-def wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-@dataclass
-class Up:
-    proc: subprocess.Popen[str]
-    gateway: str
-    redis_url: str
-    config_path: Path
-
-    def queue(self) -> QueueClient:
-        return QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
-
-    def workers(self, model: str):  # type: ignore[no-untyped-def]
-        return self.queue().run(list_workers_call(model, time.time()))[0]
-
-    def ready(self, model: str) -> int:
-        return sum(1 for w in self.workers(model) if w.state == "ready")
-
-
 def gateway_sees_ready(gateway: str) -> bool:
     models = httpx.get(f"{gateway}/v1/models", timeout=5).json()["models"]
     return all(m["workers"]["ready"] >= 1 for m in models)
@@ -89,36 +55,12 @@ def gateway_sees_ready(gateway: str) -> bool:
 
 @pytest.fixture(scope="module")
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
-    path = tmp_path_factory.mktemp("up") / "sluice.yaml"
-    path.write_text(yaml.safe_dump(CONFIG))
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "up", "--config", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
-    lines = []
-    assert proc.stdout is not None
-    while True:
-        line = proc.stdout.readline()
-        assert line, "sluice up exited before it was up:\n" + "".join(lines)
-        lines.append(line)
-        if line.strip().startswith("redis "):
-            redis_url = line.split()[1]
-        if line.startswith("Ctrl-C"):
-            break
-    stack = Up(proc, f"http://127.0.0.1:{port}", redis_url, path)
+    stack = launch(CONFIG, tmp_path_factory.mktemp("up"))
     # `sluice up` prints its banner only once the warm models have a ready worker.
     assert stack.ready("minilm") and stack.ready("synthetic")
     assert gateway_sees_ready(stack.gateway)
     yield stack
-    if proc.poll() is None:  # a test failed before the Ctrl-C test stopped it
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    shut_down(stack)
 
 
 def test_banner_gives_a_curl_that_works(up: Up) -> None:

@@ -1,0 +1,148 @@
+"""Bulk jobs end to end: ``sluice up`` (with its RQ bulk worker) and ``sluice bulk``.
+
+A file of thousands of lines finishes with every line, in order; killing the
+coordinator (the RQ work horse running its slice) mid-run loses and duplicates
+nothing; cancel stops feeding.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sluice import keys
+from sluice.client import Client
+from tests.e2e.upstack import Up, launch, shut_down, wait_for
+
+pytestmark = [pytest.mark.slow]
+MODEL = "syn"
+CONFIG = {
+    "models": {
+        MODEL: {
+            "handler": "synthetic", "params": {"base_ms": 3, "per_token_ms": 0.02},
+            "buckets": [16, 64], "cost": {"method": "words"},
+            "batching": {"max_batch": 32, "max_batch_tokens": 2048, "lease_s": 5},
+            "autoscaling": {"min_replicas": 1, "max_replicas": 1},
+        },
+    },
+    # Short leases and slices: a killed coordinator is resumed within seconds, and a
+    # run of thousands of lines goes through several RQ slices.
+    "bulk": {"lease_s": 2, "poll_s": 0.05, "slice_s": 4},
+    "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
+}  # fmt: skip
+BAD = {13: "{not json", 250: '{"custom_id": "no-input"}', 999: "",
+       1500: json.dumps({"input": " ".join(["w"] * 100), "custom_id": "too-big"})}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    stack = launch(CONFIG, tmp_path_factory.mktemp("bulk"))
+    yield stack
+    shut_down(stack)
+
+
+def bulk_file(path: Path, n: int) -> list[str | None]:
+    """n lines, a few bad; returns each line's custom_id (None where the line is bad)."""
+    ids: list[str | None] = []
+    with path.open("w") as f:
+        for i in range(n):
+            if i in BAD:
+                f.write(BAD[i] + "\n")
+                ids.append("too-big" if i == 1500 else "no-input" if i == 250 else None)
+            else:
+                f.write(json.dumps({"input": " ".join(["w"] * (1 + i % 40)), "custom_id": f"c{i}"}) + "\n")  # noqa: E501
+                ids.append(f"c{i}")
+    return ids
+
+
+def sluice(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sluice", *args], capture_output=True,
+                          text=True, timeout=timeout_s)  # fmt: skip
+
+
+def check_output(lines: list[dict[str, object]], ids: list[str | None]) -> None:
+    assert [o["line"] for o in lines] == list(range(1, len(ids) + 1))
+    assert [o["custom_id"] for o in lines] == ids
+    failed = {o["line"] for o in lines if o["status"] != "succeeded"}
+    assert failed == {i + 1 for i in BAD if i < len(ids)}
+    for i, o in enumerate(lines):
+        if o["status"] == "succeeded":
+            assert o["result"] == {"tokens": 1 + i % 40}, o
+
+
+def coordinator_horse(up: Up) -> psutil.Process | None:
+    """The RQ work horse running a coordinator slice (a child of the bulk worker)."""
+    for p in psutil.Process(up.proc.pid).children(recursive=True):
+        try:
+            cmd = " ".join(p.cmdline())
+            if "bulk" in cmd and "worker" in cmd and p.children():
+                return p.children()[0]
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_thousands_of_lines_every_line_in_order(up: Up, tmp_path: Path) -> None:
+    ids = bulk_file(tmp_path / "in.jsonl", 5000)
+    out = tmp_path / "out.jsonl"
+    run = sluice("bulk", "submit", str(tmp_path / "in.jsonl"), "--model", MODEL,
+                 "--url", up.gateway, "-o", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    final = json.loads(run.stdout.strip().splitlines()[-1])
+    assert final["state"] == "completed"
+    assert final["counts"] == {"total": 5000, "done": 5000, "succeeded": 4996, "failed": 4,
+                               "remaining": 0, "fed": 5000}  # fmt: skip
+    check_output([json.loads(x) for x in out.read_text().splitlines()], ids)
+
+
+def test_killing_the_coordinator_loses_and_duplicates_nothing(up: Up, tmp_path: Path) -> None:
+    ids = bulk_file(tmp_path / "in.jsonl", 4000)
+    q = up.queue()
+    before = q.stats(MODEL).counters.get("succeeded", 0)
+    with Client(up.gateway) as c:
+        view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
+        wait_for(lambda: c.bulk_get(view["id"])["counts"]["done"] >= 800, 60, "800 lines done")
+        horse = coordinator_horse(up)
+        assert horse is not None, "no coordinator slice is running"
+        done_at_kill = c.bulk_get(view["id"])["counts"]["done"]
+        os.kill(horse.pid, signal.SIGKILL)
+        final = c.bulk_wait(view["id"], timeout_s=180, poll_s=0.5)
+        lines = list(c.bulk_output(view["id"]))
+    assert done_at_kill < 4000, "the kill must land mid-run"
+    assert final["state"] == "completed" and final["counts"]["done"] == 4000
+    check_output(lines, ids)
+    # Each good line ran exactly once: the resumed coordinator resubmitted nothing
+    # that had already run (its job ids are stable), and lost nothing.
+    assert q.stats(MODEL).counters["succeeded"] - before == 3996
+
+
+def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
+    bulk_file(tmp_path / "in.jsonl", 30000)
+    r = up.queue().redis
+    with Client(up.gateway) as c:
+        view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
+        wait_for(lambda: c.bulk_get(view["id"])["counts"]["done"] >= 200, 60, "200 lines done")
+        cancel = sluice("bulk", "cancel", view["id"], "--url", up.gateway)
+        assert cancel.returncode == 0, cancel.stderr
+        assert json.loads(cancel.stdout)["previous_state"] == "running"
+        final = c.bulk_wait(view["id"], timeout_s=30, poll_s=0.2)
+        assert final["state"] == "cancelled"
+        time.sleep(1.0)
+        later = c.bulk_get(view["id"])
+        lines = list(c.bulk_output(view["id"]))
+    assert later["counts"]["fed"] == final["counts"]["fed"] < 30000  # feeding stopped
+    bulk_queued = sum(r.zcount(keys.queue_key(MODEL, b), 3e12, "+inf") for b in ("16", "64"))
+    assert bulk_queued == 0  # its queued items were cancelled, not left to run
+    assert len(lines) == 30000
+    statuses = {o["status"] for o in lines}
+    assert statuses <= {"succeeded", "failed", "cancelled"} and "cancelled" in statuses
+    assert sum(o["status"] == "succeeded" for o in lines) == later["counts"]["succeeded"]

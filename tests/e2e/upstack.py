@@ -1,0 +1,82 @@
+"""A real ``sluice up`` for end-to-end tests: start it, read its banner, stop it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sluice.config import load_config
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import free_port
+from sluice.registry import list_workers_call
+
+
+def wait_for(cond: Callable[[], object], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+@dataclass
+class Up:
+    proc: subprocess.Popen[str]
+    gateway: str
+    redis_url: str
+    config_path: Path
+
+    def queue(self) -> QueueClient:
+        return QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
+
+    def workers(self, model: str):  # type: ignore[no-untyped-def]
+        return self.queue().run(list_workers_call(model, time.time()))[0]
+
+    def ready(self, model: str) -> int:
+        return sum(1 for w in self.workers(model) if w.state == "ready")
+
+
+def launch(config: dict[str, Any], directory: Path) -> Up:
+    """``sluice up`` on a free port; returns once it has printed its banner."""
+    path = directory / "sluice.yaml"
+    path.write_text(yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "up", "--config", str(path), "--port", str(port)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=os.environ | {"HF_HUB_OFFLINE": "1"},
+    )  # fmt: skip
+    lines = []
+    assert proc.stdout is not None
+    redis_url = ""
+    while True:
+        line = proc.stdout.readline()
+        assert line, "sluice up exited before it was up:\n" + "".join(lines)
+        lines.append(line)
+        if line.strip().startswith("redis "):
+            redis_url = line.split()[1]
+        if line.startswith("Ctrl-C"):
+            break
+    return Up(proc, f"http://127.0.0.1:{port}", redis_url, path)
+
+
+def shut_down(up: Up) -> None:
+    """Ctrl-C, if a test has not stopped it already."""
+    if up.proc.poll() is None:
+        up.proc.send_signal(signal.SIGINT)
+        try:
+            up.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            up.proc.kill()
+            up.proc.wait()
