@@ -83,9 +83,15 @@ def test_redis_url_precedence() -> None:
 
 
 def test_docs_config_mentions_every_core_field() -> None:
-    from sluice.config import BatchingConfig, CostConfig, QueueConfig
+    from sluice.config import (
+        BatchingConfig,
+        BulkConfig,
+        CostConfig,
+        ModelBulkConfig,
+        QueueConfig,
+    )
 
     doc = (ROOT / "docs" / "config.md").read_text()
-    for section in (QueueConfig, BatchingConfig, CostConfig):
+    for section in (QueueConfig, BatchingConfig, CostConfig, BulkConfig, ModelBulkConfig):
         for field in section.model_fields:
             assert f"`{field}`" in doc, f"docs/config.md does not document {field}"
