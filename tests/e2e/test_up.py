@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import psutil
@@ -133,6 +134,20 @@ def test_submit_and_status_commands(up: Up) -> None:
     assert one.returncode == 0 and "succeeded" in one.stdout
 
 
+def test_bulk_file_on_the_bundled_model(up: Up, tmp_path: Path) -> None:
+    texts = [f"sentence number {i} about queues" for i in range(40)]
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"input": t, "custom_id": str(i)}) + "\n"
+                           for i, t in enumerate(texts)))  # fmt: skip
+    out = tmp_path / "out.jsonl"
+    run = sluice("bulk", "submit", str(src), "--model", "minilm", "--url", up.gateway,
+                 "-o", str(out))  # fmt: skip
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [o["custom_id"] for o in lines] == [str(i) for i in range(40)]
+    assert all(len(o["result"]["embedding"]) == 384 for o in lines)
+
+
 def test_ctrl_c_drains_and_leaves_no_process(up: Up) -> None:
     tree = psutil.Process(up.proc.pid).children(recursive=True)
     assert len(tree) >= 4  # redis, gateway, autoscaler and its workers
@@ -140,3 +155,4 @@ def test_ctrl_c_drains_and_leaves_no_process(up: Up) -> None:
     assert up.proc.wait(90) == 0
     gone, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
+
