@@ -16,9 +16,7 @@ is estimated from its bulk item count (``_bulk_split``).
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import statistics
 import time
 from collections import deque
@@ -32,6 +30,7 @@ from autoscaler import waits
 from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
 from sluice import keys, registry
 from sluice.backoff import Reconnect
+from sluice.bulk.ops import parse_report
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import BULK_RANK, QueueStats
@@ -44,7 +43,6 @@ log = logging.getLogger("sluice.autoscaler")
 PRIO_SCALE = 1e12  # queue score = priority rank * 1e12 + sequence
 LOW_RANK = PRIORITIES.index("low")
 # A coordinator reports every poll; one silent this long is dead (the reaper resumes it).
-BULK_REPORT_MAX_AGE_MS = 60_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +74,6 @@ class Reading:
     bulk: BulkSignals
 
 
-def _report(raw: Any, now_ms: int) -> tuple[float, float] | None:
-    """(queued_cost, backlog_cost) of one coordinator's report; None if unreadable or
-    older than BULK_REPORT_MAX_AGE_MS by the Redis clock (its coordinator is dead)."""
-    try:
-        d = json.loads(raw)
-        at_ms, queued, backlog = int(d["at_ms"]), float(d["queued_cost"]), float(d["backlog_cost"])
-    except (TypeError, ValueError, KeyError, OverflowError):
-        return None
-    if now_ms - at_ms > BULK_REPORT_MAX_AGE_MS or not math.isfinite(queued + backlog):
-        return None
-    return max(0.0, queued), max(0.0, backlog)
-
-
 def _bulk_split(stats: QueueStats, bulk_counts: list[int], reports: dict[str, Any],
                 now_ms: int) -> BulkSignals:  # fmt: skip
     """Bulk items per bucket (exact, ZCOUNT of the rank-3 scores) and their cost: the
@@ -101,7 +86,7 @@ def _bulk_split(stats: QueueStats, bulk_counts: list[int], reports: dict[str, An
         n = min(n, b.queued)  # read a moment after the stats: never more than it held
         queued += n
         cost += b.queued_cost * n / b.queued if n else 0.0
-    live = [x for x in (_report(v, now_ms) for v in reports.values()) if x is not None]
+    live = [x for x in (parse_report(v, now_ms) for v in reports.values()) if x is not None]
     reported_queued = sum(q for q, _ in live)
     backlog = sum(bl for _, bl in live) + max(0.0, cost - reported_queued)
     return BulkSignals(queued, cost, backlog)

@@ -51,6 +51,7 @@ async def submit(st: GatewayState, model: str, body: bytes, owner: str | None) -
     now_ms = int(time.time() * 1000)
     grace_ms = int(st.cfg.bulk.lease_s * 1000)
     await st.call(st.queue.run(st.bulk.create(model, bulk_id, lines, owner, now_ms, grace_ms)))
+    st.metrics.bulk_submitted.labels(model).inc()
     if st.bulk_enqueue is not None:
         await asyncio.to_thread(_enqueue, st.bulk_enqueue, bulk_id)
     rec = await get(st, bulk_id, owner)

@@ -64,6 +64,19 @@ class GatewayMetrics:
             "From a completion notification reaching the gateway to its long-poll answer",
             buckets=WAKE_BUCKETS, registry=r,
         )  # fmt: skip
+        self.bulk_submitted = Counter(
+            "sluice_bulk_jobs_submitted_total", "Bulk files accepted", ["model"], registry=r
+        )
+        self.bulk_running = Gauge(
+            "sluice_bulk_jobs_running",
+            "Bulk jobs whose coordinator reported within a minute (snapshot)",
+            ["model"], registry=r,
+        )  # fmt: skip
+        self.bulk_backlog = Gauge(
+            "sluice_bulk_backlog_cost",
+            "Unfinished bulk work in cost units, queued and not yet fed (snapshot)",
+            ["model"], registry=r,
+        )  # fmt: skip
         self._submitted: dict[tuple[str, str, str], Counter] = {}
         self.waiters = Gauge(
             "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r
@@ -84,6 +97,11 @@ class GatewayMetrics:
         for state, n in workers_by_state(workers).items():
             self.workers.labels(stats.model, state).set(n)
         self.drain_rate.labels(stats.model).set(drain_rate)
+
+    def set_bulk(self, model: str, reports: list[tuple[float, float]]) -> None:
+        """The coordinators' live reports, (queued_cost, backlog_cost) each."""
+        self.bulk_running.labels(model).set(len(reports))
+        self.bulk_backlog.labels(model).set(sum(backlog for _, backlog in reports))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -19,7 +19,9 @@ from redis.exceptions import RedisError
 from gateway.admission import Load, drain_rate
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, raise_if_cancelling, run_reads
+from sluice import keys
 from sluice.backoff import Reconnect
+from sluice.bulk.ops import parse_report
 from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
@@ -62,6 +64,10 @@ def _smoothed_rate(prev: ModelSnapshot | None, stats: QueueStats, now_s: float) 
     return RATE_SMOOTHING * sample + (1 - RATE_SMOOTHING) * prev.completion_rate
 
 
+def _bulk_reports(model: str) -> Call[dict[str, str]]:
+    return Call(lambda r: dict(r[0]), commands=[("HGETALL", keys.bulk_backlog_key(model))])
+
+
 class Snapshots:
     def __init__(
         self, r: aioredis.Redis, models: dict[str, ModelConfig], metrics: GatewayMetrics,
@@ -84,11 +90,13 @@ class Snapshots:
         now = time.time() if now_s is None else now_s
         calls: list[Call[Any]] = []
         for name in self.models:
-            calls += [self.ops.stats(name), list_workers_call(name, now)]
+            calls += [self.ops.stats(name), list_workers_call(name, now), _bulk_reports(name)]
         replies = await self.call(run_reads(self.redis, calls))
         fresh, lapsed = {}, []
         for i, name in enumerate(self.models):
-            stats, (workers, stale) = replies[2 * i], replies[2 * i + 1]
+            stats, (workers, stale), bulk = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
+            live = [x for x in (parse_report(v, int(now * 1000)) for v in bulk.values()) if x]
+            self.metrics.set_bulk(name, live)
             lapsed += prune(name, stale)
             rate = _smoothed_rate(self.current.get(name), stats, now)
             snap = fresh[name] = ModelSnapshot(stats, workers, now, rate)

@@ -9,6 +9,8 @@ pipelined commands) with a parser; ``QueueClient.run`` executes it after
 from __future__ import annotations
 
 import json
+import math
+import re
 import secrets
 import time
 from collections.abc import Sequence
@@ -19,12 +21,14 @@ from typing import Any
 
 from sluice import keys
 from sluice.errors import JobConflict, JobNotFound
-from sluice.jobs import model_of
 from sluice.queue.scripts import Call, common_source
 
 SCRIPT_NAMES = ("lease", "feed", "gather", "finish", "cancel")
+# A coordinator reports every poll; a report this old is a dead coordinator's.
+BULK_REPORT_MAX_AGE_MS = 60_000
 ENDED = frozenset({"completed", "cancelled", "failed"})
 PUSH_CHUNK = 1000  # lines per RPUSH
+BULK_TOKEN_RE = re.compile(r"bulk[0-9a-f]{1,64}")  # what follows "<model>." in a bulk id
 
 
 @cache
@@ -48,6 +52,20 @@ def item_job_id(bulk_id: str, index: int) -> str:
     """A line's job id, the same every time it is fed: resubmitting it after a crash
     finds the job already there (the submit script's retry rule) instead of a second one."""
     return f"{bulk_id}-{index}"
+
+
+def parse_report(raw: Any, now_ms: int) -> tuple[float, float] | None:
+    """(queued_cost, backlog_cost) of one coordinator's report; None if unreadable or
+    older than BULK_REPORT_MAX_AGE_MS by the Redis clock (its coordinator is dead)."""
+    try:
+        d = json.loads(raw)
+        at_ms, queued, backlog = int(d["at_ms"]), float(d["queued_cost"]), float(d["backlog_cost"])
+    except (TypeError, ValueError, KeyError, OverflowError):
+        return None
+    if now_ms - at_ms > BULK_REPORT_MAX_AGE_MS or not math.isfinite(queued + backlog):
+        return None
+    return max(0.0, queued), max(0.0, backlog)
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,8 +130,11 @@ class BulkOps:
         self.ttl_s = ttl_s
 
     def model_of(self, bulk_id: str) -> str:
-        model = model_of(bulk_id)
-        if model is None or model not in self.models or ".bulk" not in bulk_id:
+        """The model of an id shaped as :func:`new_bulk_id` makes them; anything else is
+        not found. An id is part of its keys' names: ``<id>:in`` would name a bulk
+        job's input list and ``<id>:out`` its output hash."""
+        model, _, token = bulk_id.partition(".")
+        if model not in self.models or not BULK_TOKEN_RE.fullmatch(token):
             raise JobNotFound(f"bulk job {bulk_id!r} not found")
         return model
 

@@ -8,9 +8,10 @@ import time
 import pytest
 import redis
 
-from autoscaler.observe import BULK_REPORT_MAX_AGE_MS, Observer
+from autoscaler.observe import Observer
 from autoscaler.policy import PolicyState, decide
 from sluice import keys, registry
+from sluice.bulk.ops import BULK_REPORT_MAX_AGE_MS
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
