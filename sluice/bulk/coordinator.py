@@ -188,6 +188,11 @@ class Coordinator:
 
     # -- ending and reporting -------------------------------------------------------
     def _cancel(self) -> str:
+        """Keep what has ended (its output is real), cancel the rest, end the bulk job."""
+        pending = self._read_pending()
+        if pending.ended:
+            if self.client.run(self.ops.gather(self.bulk_id, self.token, pending.ended)) is None:
+                return "lost"
         for index, job_id in self._pending_ids().items():
             try:
                 self.client.cancel(job_id)

@@ -165,7 +165,11 @@ def test_cancel_stops_feeding_and_marks_the_rest(
     for _ in range(3):
         c.step()
         work(q, max_batches=1)
+    # One batch ends between the cancel and the coordinator's next poll: its lines
+    # keep their results (they are not marked cancelled).
     assert q.run(ops.cancel(bulk_id)) == "running"
+    late = work(q, max_batches=1)
+    assert late > 0
     assert q.run(ops.get(bulk_id)).state == "cancelling"
     fed = q.run(ops.get(bulk_id)).cursor
     assert c.step() == "finished"
@@ -173,6 +177,9 @@ def test_cancel_stops_feeding_and_marks_the_rest(
     assert state.state == "cancelled" and state.cursor == fed < 50
     assert bulk_queued(r) == 0  # its queued items were cancelled
     assert work(q) == 0
+    done = output(r, bulk_id, 50)
+    assert state.succeeded == len(done) == 4 * 3 + late  # 3 batches of 4, then the late one
+    assert all(o["status"] == "succeeded" for o in done)
 
 
 def test_cancel_before_any_coordinator_ends_it_at_once(q: QueueClient, cfg: SluiceConfig) -> None:
