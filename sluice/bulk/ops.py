@@ -33,8 +33,8 @@ BULK_TOKEN_RE = re.compile(r"bulk[0-9a-f]{1,64}")  # what follows "<model>." in 
 
 @cache
 def _sources() -> dict[str, str]:
-    common = common_source()
     lua = resources.files("sluice.bulk") / "lua"
+    common = common_source() + "\n" + (lua / "_bulk.lua").read_text()
     return {f"bulk_{n}": common + "\n" + (lua / f"{n}.lua").read_text() for n in SCRIPT_NAMES}
 
 

@@ -17,12 +17,5 @@ if state == 'running' then
   redis.call('HSET', bulk, 'state', 'cancelling')
   return {'ok', state}
 end
-local now = now_ms()
-redis.call('HSET', bulk, 'state', 'cancelled', 'finished', int(now), 'token', '')
-redis.call('ZREM', KEYS[2], ARGV[3])
-redis.call('HDEL', KEYS[3], ARGV[3])
-local ttl = tonumber(ARGV[2])
-for k = 1, 6 do
-  if k == 1 or k > 3 then redis.call('EXPIRE', KEYS[k], ttl) end
-end
+end_bulk(KEYS, 'cancelled', ARGV[3], ARGV[2])
 return {'ok', state}

@@ -15,13 +15,6 @@ end
 if ARGV[1] ~= '*' and holder ~= ARGV[1] then
   return {'lost', state}
 end
-local now = now_ms()
-redis.call('HSET', bulk, 'state', ARGV[2], 'finished', int(now), 'token', '')
+end_bulk(KEYS, ARGV[2], ARGV[4], ARGV[3])
 if ARGV[5] ~= '' then redis.call('HSET', bulk, 'error', ARGV[5]) end
-redis.call('ZREM', KEYS[2], ARGV[4])
-redis.call('HDEL', KEYS[3], ARGV[4])
-local ttl = tonumber(ARGV[3])
-for k = 1, 6 do
-  if k == 1 or k > 3 then redis.call('EXPIRE', KEYS[k], ttl) end
-end
 return {'ok', state}
