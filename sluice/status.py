@@ -48,6 +48,32 @@ def workers_table(q: QueueClient, cfg: SluiceConfig) -> Table:
     return table
 
 
+def bulk_table(q: QueueClient, cfg: SluiceConfig) -> Table | None:
+    """Unfinished bulk jobs (None when there are none)."""
+    from sluice.bulk.ops import BulkOps, scripts
+    from sluice.errors import JobNotFound
+
+    ops = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
+    q.register(scripts())
+    rows = []
+    for name in cfg.models:
+        for bulk_id in q.run(ops.lapsed(name, 2**62, limit=50)):  # every active one
+            try:
+                b = q.run(ops.get(bulk_id))
+            except JobNotFound:
+                continue
+            rows.append((name, b.id, b.state, f"{b.done}/{b.total}", str(b.failed),
+                         f"{b.rate_per_s:.1f}", str(b.slices)))  # fmt: skip
+    if not rows:
+        return None
+    table = Table(title="Bulk jobs", title_justify="left")
+    for col in ("model", "bulk job", "state", "done", "failed", "lines/s", "slices"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
 def job_table(rec: JobRecord) -> Table:
     table = Table(title=f"Job {rec.id}", title_justify="left", show_header=False)
     table.add_column("field")
@@ -72,3 +98,6 @@ def print_status(q: QueueClient, cfg: SluiceConfig, job_id: str | None) -> None:
         return
     console.print(queues_table(q, cfg))
     console.print(workers_table(q, cfg))
+    bulk = bulk_table(q, cfg)
+    if bulk is not None:
+        console.print(bulk)

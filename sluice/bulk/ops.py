@@ -277,6 +277,7 @@ class BulkOps:
         return Call(lambda _: None, commands=[cmd])
 
     def lapsed(self, model: str, now_ms: int, limit: int = 100) -> Call[list[str]]:
-        """Unfinished bulk ids of a model whose coordinator lease has lapsed."""
+        """Unfinished bulk ids of a model whose coordinator lease lapsed by ``now_ms``
+        (a ``now_ms`` far ahead lists every unfinished one)."""
         cmd = ("ZRANGEBYSCORE", keys.bulk_active_key(model), "-inf", now_ms, "LIMIT", 0, limit)
         return Call(lambda r: list(r[0]), commands=[cmd])

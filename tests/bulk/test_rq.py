@@ -98,3 +98,18 @@ def test_a_slice_without_a_bound_worker_says_how_to_run_one() -> None:
     rq_jobs._BOUND = None
     with pytest.raises(RuntimeError, match="sluice bulk worker"):
         rq_jobs.run_slice("m.bulk1")
+
+
+def test_sluice_status_lists_unfinished_bulk_jobs(q: QueueClient, cfg: SluiceConfig) -> None:
+    from rich.console import Console
+
+    from sluice.status import bulk_table
+
+    assert bulk_table(q, cfg) is None
+    bulk_id = upload(q, cfg, ["{bad", "{bad"])
+    table = bulk_table(q, cfg)
+    assert table is not None
+    console = Console(width=200, record=True)
+    console.print(table)
+    text = console.export_text()
+    assert bulk_id in text and "queued" in text and "0/2" in text
