@@ -106,7 +106,7 @@ async def output(st: GatewayState, b: BulkState) -> AsyncIterator[bytes]:
         for i, out in enumerate(outs):
             if out is None:
                 text = ins[i] if i < len(ins) else ""
-                err = {"type": b.state, "message": f"never run: the bulk job was {b.state}"}
+                err = {"type": b.state, "message": f"not run to the end: bulk job {b.state}"}
                 out = output_line(start + i + 1, custom_id_of(text), b.state, error=err)
             lines.append(out)
         yield ("\n".join(lines) + "\n").encode()

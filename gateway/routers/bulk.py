@@ -11,6 +11,7 @@ from gateway import bulk_service
 from gateway.deps import Caller, State
 from gateway.responses import Json
 from gateway.schemas import BulkCancelResult, BulkView, errors
+from sluice.bulk.lines import MEDIA_TYPES
 from sluice.errors import JobConflict
 
 router = APIRouter(prefix="/v1", tags=["bulk"])
@@ -21,7 +22,10 @@ UPLOAD_DOC = {
         "required": True,
         "description": "JSONL: one JSON object a line, `{\"input\": ..., \"custom_id\": \"...\"}`"
                        " (custom_id optional). A bad line fails alone, in the output.",
-        "content": {"application/x-ndjson": {"schema": {"type": "string", "format": "binary"}}},
+        # Every media type the upload accepts (x-ndjson first): a client or fuzzer that
+        # cannot send one of them (schemathesis has no x-ndjson) can send another.
+        "content": {t: {"schema": {"type": "string", "format": "binary"}}
+                    for t in sorted(MEDIA_TYPES, key=lambda t: (t != "application/x-ndjson", t))},
     },
 }  # fmt: skip
 
@@ -42,7 +46,7 @@ async def submit_bulk(model: ModelName, request: Request, st: State, key: Caller
 
 @router.get(
     "/bulk/{bulk_id}", response_class=Json,
-    responses={200: {"model": BulkView}, **errors(401, 404, 503)},
+    responses={200: {"model": BulkView}, **errors(401, 404, 422, 503)},
 )  # fmt: skip
 async def get_bulk(bulk_id: BulkId, st: State, key: Caller) -> Json:
     """State, counts done / failed / total, rate and ETA."""
@@ -55,7 +59,7 @@ async def get_bulk(bulk_id: BulkId, st: State, key: Caller) -> Json:
     responses={
         200: {"content": {"application/x-ndjson": {}},
               "description": "One line per input line, in input order."},
-        **errors(401, 404, 409, 503),
+        **errors(401, 404, 409, 422, 503),
     },
 )  # fmt: skip
 async def get_bulk_output(bulk_id: BulkId, st: State, key: Caller) -> StreamingResponse:
@@ -76,11 +80,11 @@ async def get_bulk_output(bulk_id: BulkId, st: State, key: Caller) -> StreamingR
 
 @router.delete(
     "/bulk/{bulk_id}", response_model=None,
-    responses={200: {"model": BulkCancelResult}, **errors(401, 404, 409, 503)},
+    responses={200: {"model": BulkCancelResult}, **errors(401, 404, 409, 422, 503)},
 )  # fmt: skip
 async def cancel_bulk(bulk_id: BulkId, st: State, key: Caller) -> dict[str, Any]:
-    """Stop feeding: queued lines are cancelled, running ones finish and are kept;
-    409 if it had ended."""
+    """Stop feeding: lines that have ended keep their output, the rest (queued or
+    running) are cancelled; 409 if it had ended."""
     previous = await bulk_service.cancel(st, bulk_id, key.name if key else None)
     state = "cancelling" if previous in ("running", "cancelling") else "cancelled"
     return {"id": bulk_id, "state": state, "previous_state": previous}

@@ -95,7 +95,7 @@ def output_cmd(bulk_id: str, output: Annotated[Path | None, typer.Option("--outp
 @bulk_app.command("cancel")
 def cancel_cmd(bulk_id: str, url: UrlOpt = None, config: ConfigOpt = None,
                api_key: ApiKeyOpt = None) -> None:  # fmt: skip
-    """Stop feeding a bulk job; lines already running finish."""
+    """Stop feeding a bulk job; lines that have ended keep their output, the rest are cancelled."""
     from sluice.client import Client, SluiceClientError
 
     with Client(_gateway_url(url, config), api_key=api_key) as c:
