@@ -29,6 +29,13 @@ class JobStatus(StrEnum):
 # while an interactive job heads a served queue, never batched with one (ADR 0090).
 BULK = "bulk"
 BULK_RANK = len(PRIORITIES)
+# Bulk ids are "<model>.bulk<hex>" and their items' job ids "<bulk id>-<line>"; an
+# interactive job's token is hex only, so it can never hold this mark.
+BULK_ID_MARK = ".bulk"
+
+
+def is_bulk_item(job_id: str) -> bool:
+    return BULK_ID_MARK in job_id
 
 
 def priority_rank(priority: str) -> int:
@@ -104,6 +111,11 @@ class Batch:
 
     def __len__(self) -> int:
         return len(self.jobs)
+
+    @property
+    def bulk(self) -> bool:
+        """A batch of bulk items (the claim script never mixes them with other jobs)."""
+        return bool(self.jobs) and is_bulk_item(self.jobs[0].id)
 
     @property
     def cost(self) -> int:

@@ -247,8 +247,12 @@ class Worker:
                         return EXIT_OK
                     self._wait_for_work()
                     continue
-                if self._pool is not None and not self._stopping():
-                    pending = self._pool.submit(self._fetch)
+                if self._pool is not None and not self._stopping() and not fetched.batch.bulk:
+                    # Prefetch only beside an interactive batch, and never a bulk one: a
+                    # held bulk batch (or a job held behind one) would make interactive
+                    # jobs wait out two bulk batches instead of going to the next free
+                    # worker (ADR 0090).
+                    pending = self._pool.submit(self._fetch, False)
                 self._process(fetched)
                 if self.streak.count and not self.streak.tripped:
                     held, pending = pending, None
@@ -275,14 +279,15 @@ class Worker:
             log.warning("prefetch failed: %s", e)
             return None
 
-    def _fetch(self) -> _Fetched | None:
-        """Claim one batch and collate it (in the prefetch thread when overlapping)."""
+    def _fetch(self, bulk: bool = True) -> _Fetched | None:
+        """Claim one batch and collate it (in the prefetch thread when overlapping;
+        a prefetch takes no bulk items)."""
         if self._stopping():
             return None
         try:
             batch = self.client.claim(
-                self.model, self.id, buckets=self.buckets,
-                max_batch_tokens=self.budget.current, service_ms=self.bucket_ms.ms or None,
+                self.model, self.id, buckets=self.buckets, max_batch_tokens=self.budget.current,
+                service_ms=self.bucket_ms.ms or None, bulk=bulk,
             )  # fmt: skip
         except (RedisUnavailable, RedisError) as e:
             self._stop.wait(self.redis_retry.failed(e))

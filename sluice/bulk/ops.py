@@ -21,6 +21,7 @@ from typing import Any
 
 from sluice import keys
 from sluice.errors import JobConflict, JobNotFound
+from sluice.jobs import BULK_ID_MARK
 from sluice.queue.scripts import Call, common_source
 
 SCRIPT_NAMES = ("lease", "feed", "gather", "finish", "cancel")
@@ -45,7 +46,7 @@ def scripts() -> dict[str, str]:
 
 def new_bulk_id(model: str) -> str:
     """``<model>.bulk<time-ordered token>``: the model is found from the id, as for jobs."""
-    return f"{model}.bulk{int(time.time() * 1000):011x}{secrets.token_hex(6)}"
+    return f"{model}{BULK_ID_MARK}{int(time.time() * 1000):011x}{secrets.token_hex(6)}"
 
 
 def item_job_id(bulk_id: str, index: int) -> str:

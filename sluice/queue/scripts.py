@@ -115,7 +115,9 @@ class QueueOps:
         max_batch: int | None = None,
         max_batch_tokens: int | None = None,
         service_ms: dict[str, float] | None = None,
+        bulk: bool = True,
     ) -> Call[Batch]:
+        """``bulk=False``: never a batch of bulk items (a worker's prefetch, ADR 0090)."""
         cfg = self.model(model)
         b = cfg.batching
         served = list(buckets) if buckets else cfg.bucket_names
@@ -125,7 +127,8 @@ class QueueOps:
             max_batch_tokens or b.max_batch_tokens, _ms(b.lease_s), b.max_attempts,
             RECLAIM_LIMIT, cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s,
             *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
-            keys.wake_prefix(model), *_bulk_limits(cfg, max_batch, max_batch_tokens),
+            keys.wake_prefix(model),
+            *(_bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)),
         ]  # fmt: skip
         for name in served:
             est = (service_ms or {}).get(name)

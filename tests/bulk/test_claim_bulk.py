@@ -94,3 +94,15 @@ def test_a_bulk_item_reads_back_as_bulk(r: redis.Redis) -> None:
     q = client(r)
     (sub,) = q.submit("m", [job("32", BULK)])
     assert q.get(sub.id).priority == "bulk"
+
+
+def test_a_prefetch_claim_takes_no_bulk_batch(r: redis.Redis) -> None:
+    q = client(r)
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(3)])  # item ids
+    assert len(q.claim("m", "w1", bulk=False)) == 0
+    assert r.zcard(keys.queue_key("m", "32")) == 3  # left for a worker that is free
+    q.submit("m", [job("32", "normal")])
+    interactive = q.claim("m", "w1", bulk=False)
+    assert len(interactive) == 1 and not interactive.bulk
+    batch = q.claim("m", "w1")
+    assert len(batch) == 3 and batch.bulk

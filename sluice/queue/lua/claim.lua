@@ -8,7 +8,8 @@
 -- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
 -- ARGV[13..15] priority weights (high, normal, low)   ARGV[16] overdue factor
 -- ARGV[17] wake list prefix
--- ARGV[18] max batch of bulk items   ARGV[19] max batch cost of bulk items
+-- ARGV[18] max batch of bulk items (0 = take none: a worker's prefetch)
+-- ARGV[19] max batch cost of bulk items
 -- ARGV[20..] per served queue: bucket name, expected service ms (same order as KEYS[5..])
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
 --   (same hash tag).
@@ -76,7 +77,7 @@ for k = Q1, #KEYS do
   end
 end
 if oldest > 0 then best = oldest end
-local bulk_batch = best == 0 and bulk_best > 0
+local bulk_batch = best == 0 and bulk_best > 0 and tonumber(ARGV[18]) > 0
 if bulk_batch then
   best, max_batch, max_cost = bulk_best, tonumber(ARGV[18]), tonumber(ARGV[19])
 end
