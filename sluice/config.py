@@ -135,6 +135,10 @@ class ModelBulkConfig(_Strict):
     # batches free a worker sooner for an interactive job that arrives meanwhile.
     max_batch: int | None = Field(None, gt=0, le=4096)
     max_batch_tokens: int | None = Field(None, gt=0)
+    # Live workers kept free of bulk batches: a worker claims bulk items only while
+    # at least this many others hold none, so an interactive job that arrives has a
+    # worker about to be free. 0: bulk may occupy every worker between interactive jobs.
+    reserve_workers: int = Field(0, ge=0)
 
 
 class ModelConfig(_Strict):

@@ -183,3 +183,9 @@ def bulk_backlog_key(model: str) -> str:
     """Hash of bulk id -> JSON {queued, queued_cost, backlog_cost, at_ms}, written by
     each coordinator as it runs: the autoscaler's bulk signal (ADR 0090)."""
     return f"{_tag(model)}bulk:backlog"
+
+
+def bulk_holders_key(model: str) -> str:
+    """Zset of worker ids running a bulk batch, scored by its lease expiry (ms): how
+    many workers bulk holds, for ``bulk.reserve_workers`` (ADR 0090)."""
+    return f"{_tag(model)}bulk:holders"

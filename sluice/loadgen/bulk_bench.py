@@ -26,6 +26,7 @@ import random
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -37,6 +38,7 @@ from sluice import keys
 from sluice.client import Client
 from sluice.config import parse_config
 from sluice.errors import ConfigError, SluiceError
+from sluice.jobs import BULK_RANK
 from sluice.loadgen.driver import LoadSpec
 from sluice.loadgen.stack import Stack
 from sluice.loadgen.stack_bench import phase
@@ -46,6 +48,7 @@ from sluice.queue.client import connect
 
 TARGET_P99_RATIO = 1.10
 TARGET_IDLE_SHARE = 0.70
+SIDES = ("without", "with")
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,34 @@ def check_output(rows: list[dict[str, Any]], counts: dict[str, Any]) -> dict[str
             "in_order": in_order, "custom_ids_match": ids_match, "ok": ok}  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """An interactive job that succeeded: its batch ((claim ms, completion ms, run_ms)
+    as its hash stores them, the same for every job of one batch) and its run time."""
+
+    batch: tuple[str, str, str]
+    run_ms: float
+
+
+def batch_check(jobs: list[Ran], max_batch: int, base_ms: float,
+                per_item_ms: float) -> dict[str, Any]:  # fmt: skip
+    """Interactive batches as they ran: how large, and how many held more items than
+    their interactive jobs (the synthetic run time tells the true size). ADR 0090:
+    an interactive batch never includes a bulk item, so that count must be 0."""
+    sizes = Counter(j.batch for j in jobs)
+    run_ms = {j.batch: j.run_ms for j in jobs}
+    others = [round((run_ms[k] - base_ms) / per_item_ms) - n for k, n in sizes.items()]
+    return {"batches": len(sizes),
+            "mean_size": round(len(jobs) / len(sizes), 2) if sizes else None,
+            "over_limit": sum(1 for n in sizes.values() if n > max_batch),
+            "with_other_items": sum(1 for x in others if x >= 1),
+            "max_other_items": max(others, default=0)}  # fmt: skip
+
+
+def _breaks(c: dict[str, Any]) -> int:
+    return int(c["over_limit"] + c["with_other_items"])
+
+
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """One variant's A/B rounds: medians of each side and of the paired ratios.
 
@@ -198,6 +229,9 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "without_hold_mean_ms": median(side("without", "hold_mean_ms")),
         "with_hold_mean_ms": median(side("with", "hold_mean_ms")),
         "outputs_ok": all(r["with"]["bulk"].get("output", {}).get("ok", True) for r in rounds),
+        "batch_without": median([r["without"]["batches"]["mean_size"] for r in rounds]),
+        "batch_with": median([r["with"]["batches"]["mean_size"] for r in rounds]),
+        "batch_rule_breaks": sum(_breaks(r[k]["batches"]) for r in rounds for k in SIDES),
     }  # fmt: skip
     return out | {"met": verdict(out["p99_ratio"], out["idle_share"])}
 
@@ -246,6 +280,21 @@ class _Bench:
         infos = (json.loads(v) for v in raw.values())
         return {i["id"]: (float(i["heartbeat_at"]), int(i["batches"]), int(i["jobs"]))
                 for i in infos}  # fmt: skip
+
+    def ran(self, model: str, since_ms: int, until_ms: int) -> list[Ran]:
+        """Interactive jobs of model that succeeded, claimed in [since_ms, until_ms]
+        (Redis clock). Succeeded bulk items are gone: gathering deletes them."""
+        fields = ("status", "prio", "start", "fin", "run_ms")
+        names = list(self.queue.redis.scan_iter(match=keys.job_prefix(model) + "*", count=1000))
+        pipe = self.queue.redis.pipeline(transaction=False)
+        for name in names:
+            pipe.hmget(name, *fields)
+        out = []
+        for status, prio, start, fin, run_ms in pipe.execute():
+            if (status == "succeeded" and int(prio) < BULK_RANK
+                    and since_ms <= int(start) <= until_ms):  # fmt: skip
+                out.append(Ran((start, fin, run_ms), float(run_ms)))
+        return out
 
     def busy(self, before: dict[str, Any], after: dict[str, Any]) -> float | None:
         return busy_fraction(before, after, self.p.base_ms, self.p.per_token_ms * self.p.words)
@@ -330,9 +379,12 @@ def _interactive(b: _Bench, v: Variant, spec: LoadSpec, bulk_id: str | None,
         return {"done": done, "workers": b.counters(v.model)}
 
     probe = _Probe(read, (spec.warmup_s, spec.duration_s or 0.0))
+    since_ms = int(time.time() * 1000)
     thread = probe.start()
     res = _brief(phase(b.st, spec))
     thread.join()
+    ran = b.ran(v.model, since_ms, int(time.time() * 1000))
+    res["batches"] = batch_check(ran, b.p.max_batch, b.p.base_ms, b.p.per_token_ms * b.p.words)
     s0, s1 = probe.samples
     res["busy_fraction"] = b.busy(s0["workers"], s1["workers"])
     if bulk_id:

@@ -129,13 +129,15 @@ class QueueOps:
             *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
             keys.wake_prefix(model),
             *(_bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)),
+            cfg.bulk.reserve_workers, 0,
         ]  # fmt: skip
         for name in served:
             est = (service_ms or {}).get(name)
             if est is None:
                 est = b.service_ms_base + b.service_ms_per_cost * int(name)
             args += [name, max(est, 0.001)]
-        ks = self._ks(model) + [keys.queue_key(model, name) for name in served]
+        ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
+        ks += [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
             jobs = [_claimed(reply[i : i + 5]) for i in range(4, len(reply), 5)]
@@ -161,11 +163,13 @@ class QueueOps:
         ]  # fmt: skip
         for o in outcomes:
             args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]
-        return Call(lambda r: (int(r[0]), int(r[1])), "complete", self._ks(model), args)
+        ks = [*self._ks(model), keys.bulk_holders_key(model)]
+        return Call(lambda r: (int(r[0]), int(r[1])), "complete", ks, args)
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
         args = [keys.job_prefix(model), worker_id, _ms(self.model(model).batching.lease_s)]
-        return Call(list, "renew", [keys.inflight_key(model)], [*args, *job_ids])
+        ks = [keys.inflight_key(model), keys.bulk_holders_key(model)]
+        return Call(list, "renew", ks, [*args, *job_ids])
 
     def reclaim(self, model: str, limit: int = RECLAIM_LIMIT) -> Call[int]:
         cfg = self.model(model)

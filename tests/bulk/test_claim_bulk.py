@@ -106,3 +106,40 @@ def test_a_prefetch_claim_takes_no_bulk_batch(r: redis.Redis) -> None:
     assert len(interactive) == 1 and not interactive.bulk
     batch = q.claim("m", "w1")
     assert len(batch) == 3 and batch.bulk
+
+
+def register(r: redis.Redis, *worker_ids: str) -> None:
+    from sluice import registry
+
+    now = time.time()
+    for wid in worker_ids:
+        info = registry.WorkerInfo(id=wid, model="m", host="h", pid=1, device="cpu",
+                                   buckets=[], state="ready", started_at=now)  # fmt: skip
+        for cmd in registry.heartbeat(info, 30, now):
+            r.execute_command(*cmd)
+
+
+def test_reserve_workers_keeps_a_worker_free_of_bulk(r: redis.Redis) -> None:
+    q = client(r, bulk={"reserve_workers": 1, "max_batch": 2})
+    register(r, "w1", "w2", "w3")
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(10)])
+    assert len(q.claim("m", "w1")) == 2
+    assert len(q.claim("m", "w2")) == 2  # 3 live, 2 holders: w3 is still free
+    assert len(q.claim("m", "w3")) == 0  # it would leave no free worker
+    q.submit("m", [job("32", "normal")])
+    assert len(q.claim("m", "w3")) == 1  # interactive work is never held back
+    batch = q.claim("m", "w1")  # w1 still holds its bulk batch: one more is no new holder
+    assert len(batch) == 2
+    # w2 finishes its batch: w3 may now take bulk items.
+    q.complete("m", [], "w2")
+    assert len(q.claim("m", "w3")) == 2
+
+
+def test_a_dead_holder_stops_counting_when_its_lease_lapses(r: redis.Redis) -> None:
+    q = client(r, bulk={"reserve_workers": 1}, batching={"lease_s": 0.2})
+    register(r, "w1", "w2")
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(3)])
+    assert len(q.claim("m", "w1", max_batch=1)) == 1  # then w1 dies holding it
+    assert len(q.claim("m", "w2", max_batch=1)) == 0
+    time.sleep(0.25)
+    assert len(q.claim("m", "w2", max_batch=1)) == 1

@@ -1,7 +1,9 @@
 -- claim: reclaim expired leases, pick a bucket, lease up to max_batch jobs from it.
 -- KEYS[1] in-flight zset (score = lease expiry ms)   KEYS[2] stats hash
 -- KEYS[3] dead-letter list                            KEYS[4] per-owner unfinished-job counts
--- KEYS[5..] queue keys served
+-- KEYS[5] workers running a bulk batch (zset, lease expiry ms)
+-- KEYS[6] live workers (zset, heartbeat expiry s)
+-- KEYS[7..] queue keys served
 -- ARGV[1] job key prefix   ARGV[2] queue key prefix   ARGV[3] wait-histogram prefix
 -- ARGV[4] done channel     ARGV[5] worker id          ARGV[6] max batch
 -- ARGV[7] max batch cost   ARGV[8] lease ms           ARGV[9] max attempts
@@ -10,7 +12,9 @@
 -- ARGV[17] wake list prefix
 -- ARGV[18] max batch of bulk items (0 = take none: a worker's prefetch)
 -- ARGV[19] max batch cost of bulk items
--- ARGV[20..] per served queue: bucket name, expected service ms (same order as KEYS[5..])
+-- ARGV[20] live workers kept free of bulk batches (bulk.reserve_workers)
+-- ARGV[21] unused
+-- ARGV[22..] per served queue: bucket name, expected service ms (same order as KEYS[7..])
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
 --   (same hash tag).
 -- Bulk items (priority rank 3, ADR 0090) always yield: a bucket whose head is a
@@ -42,7 +46,8 @@ local function malformed(f)
 end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local Q1 = 5  -- KEYS index of the first queue
+local holders, live_workers = KEYS[5], KEYS[6]
+local Q1 = 7  -- KEYS index of the first queue
 local jprefix, qprefix, hprefix, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local worker, max_batch, max_cost = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local lease_ms, max_attempts = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -56,7 +61,7 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK = 3
-local P1 = 20  -- ARGV index of the first served queue's bucket name
+local P1 = 22  -- ARGV index of the first served queue's bucket name
 local overdue_factor = tonumber(ARGV[16])
 local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
 local bulk_best, bulk_enq = 0, now + 1
@@ -77,7 +82,20 @@ for k = Q1, #KEYS do
   end
 end
 if oldest > 0 then best = oldest end
-local bulk_batch = best == 0 and bulk_best > 0 and tonumber(ARGV[18]) > 0
+-- Bulk only while enough live workers hold no bulk batch (counting this one as a
+-- holder): an interactive job that arrives then finds one about to be free.
+-- Reads only: a write before the first memory-taking one would let the whole
+-- script run past maxmemory (Redis checks OOM until a script has written).
+local function bulk_room()
+  local reserve = tonumber(ARGV[20])
+  if reserve <= 0 then return true end
+  local held = redis.call('ZCOUNT', holders, '(' .. now, '+inf')
+  local mine = tonumber(redis.call('ZSCORE', holders, worker) or '0')
+  if mine > now then held = held - 1 end
+  local live = redis.call('ZCOUNT', live_workers, now / 1000, '+inf')
+  return live - held - 1 >= reserve
+end
+local bulk_batch = best == 0 and bulk_best > 0 and tonumber(ARGV[18]) > 0 and bulk_room()
 if bulk_batch then
   best, max_batch, max_cost = bulk_best, tonumber(ARGV[18]), tonumber(ARGV[19])
 end
@@ -152,6 +170,10 @@ while not full do
 end
 
 if #lease > 0 then call_chunked('ZADD', inflight, lease, 1000) end
+if bulk_batch and taken > 0 then
+  redis.call('ZADD', holders, now + lease_ms, worker)
+  redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)  -- holders that died
+end
 if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
 if taken > 0 and not bulk_batch then

@@ -1,6 +1,6 @@
 -- complete: record the outcome of every job of a batch in one round trip.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
--- KEYS[4] per-owner unfinished-job counts
+-- KEYS[4] per-owner unfinished-job counts   KEYS[5] workers running a bulk batch
 -- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
 -- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
 -- ARGV[7] reporting worker id ('' = any)   ARGV[8] wake list prefix
@@ -93,4 +93,7 @@ if #done_ids > 0 then
   redis.call('EXPIRE', hkey, 3600)
 end
 publish_ended(channel, ended)
+-- The reporting worker's batch is over: it holds no bulk batch now (last: a write
+-- before the first memory-taking one would let this script run past maxmemory).
+if reporter ~= '' and KEYS[5] then redis.call('ZREM', KEYS[5], reporter) end
 return {accepted, stale}

@@ -1,5 +1,5 @@
 -- renew: extend the leases this worker still holds.
--- KEYS[1] in-flight zset
+-- KEYS[1] in-flight zset   KEYS[2] workers running a bulk batch (its entry follows)
 -- ARGV[1] job key prefix   ARGV[2] worker id   ARGV[3] lease ms   ARGV[4..] job ids
 -- Derived keys: ARGV[1]..id (same hash tag).
 -- A lease is renewed only while the job is running under this worker; returns the
@@ -16,4 +16,5 @@ for i = 4, #ARGV do
     table.insert(lost, id)
   end
 end
+if KEYS[2] then redis.call('ZADD', KEYS[2], 'XX', expiry, worker) end
 return lost
