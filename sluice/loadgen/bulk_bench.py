@@ -53,28 +53,43 @@ SIDES = ("without", "with")
 
 @dataclass(frozen=True)
 class Variant:
-    """A bulk setting under test: ``models.<m>.bulk.max_batch`` and worker prefetch."""
+    """A bulk setting under test: ``models.<m>.bulk.max_batch``, worker prefetch and
+    ``models.<m>.bulk.reserve_workers``."""
 
     bulk_max_batch: int
     overlap: bool = True
+    reserve: int = 0
 
     @property
     def model(self) -> str:
-        return f"bulk{self.bulk_max_batch}"
+        # Prefetch is a worker flag, not config: variants differing only in it share a model.
+        return f"bulk{self.bulk_max_batch}" + (f"r{self.reserve}" if self.reserve else "")
 
     @property
     def name(self) -> str:
-        return f"bulk.max_batch {self.bulk_max_batch}" + ("" if self.overlap else ", no prefetch")
+        return (f"bulk.max_batch {self.bulk_max_batch}" + ("" if self.overlap else ", no prefetch")
+                + (f", reserve {self.reserve}" if self.reserve else ""))  # fmt: skip
 
 
 def parse_variants(spec: str) -> tuple[Variant, ...]:
-    """``"8,2,8:no-overlap"``: bulk.max_batch values, each optionally ``:no-overlap``."""
+    """``"8,2,8:no-overlap,8:reserve2"``: bulk.max_batch values, each optionally with
+    ``:no-overlap`` and/or ``:reserveN`` (bulk.reserve_workers)."""
     out = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
-        size, _, flag = part.partition(":")
-        if flag not in ("", "no-overlap") or not size.isdigit() or int(size) < 1:
-            raise ConfigError(f"variants {spec!r}: expected N or N:no-overlap, got {part!r}")
-        out.append(Variant(int(size), overlap=flag != "no-overlap"))
+        size, *flags = part.split(":")
+        overlap, reserve = True, 0
+        for flag in flags:
+            if flag == "no-overlap":
+                overlap = False
+            elif flag.startswith("reserve") and flag[7:].isdigit():
+                reserve = int(flag[7:])
+            else:
+                size = ""
+        if not size.isdigit() or int(size) < 1:
+            raise ConfigError(
+                f"variants {spec!r}: expected N[:no-overlap][:reserveK], got {part!r}"
+            )
+        out.append(Variant(int(size), overlap=overlap, reserve=reserve))
     if not out:
         raise ConfigError("variants: at least one is needed")
     return tuple(out)
@@ -239,7 +254,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 # -- the stack ------------------------------------------------------------------------
 def bulk_config(p: BulkParams) -> dict[str, Any]:
     def model(v: Variant) -> dict[str, Any]:
-        bulk: dict[str, Any] = {"max_batch": v.bulk_max_batch}
+        bulk: dict[str, Any] = {"max_batch": v.bulk_max_batch, "reserve_workers": v.reserve}
         if p.bulk_max_queued is not None:
             bulk["max_queued"] = p.bulk_max_queued
         return {
