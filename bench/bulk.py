@@ -6,7 +6,8 @@
                                [--max-queued N] [--json bench/results/bulk.json]
 
 A variant is a ``bulk.max_batch`` value, optionally ``:no-overlap`` (workers
-without prefetch): ``--variants 8,2,1,8:no-overlap``. Logic in
+without prefetch) and ``:reserveN`` (``bulk.reserve_workers``):
+``--variants 8,2,1,8:no-overlap,8:reserve1``. Logic in
 sluice/loadgen/bulk_bench.py; about 3.5 minutes with the defaults.
 """
 
@@ -75,8 +76,9 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         console.print(
             f"  {v['name']}: p99 per round {per}; claim-to-start mean "
             f"{_n(s['without_hold_mean_ms'])} / {_n(s['with_hold_mean_ms'])} ms; interactive "
-            f"batch mean {_n(s['batch_without'], 2)} / {_n(s['batch_with'], 2)}; batches with "
-            f"a bulk item or over max_batch: {s['batch_rule_breaks']}; bulk outputs complete: "
+            f"batch mean {_n(s['batch_without'], 2)} / {_n(s['batch_with'], 2)}; batches that "
+            f"look mixed or too large (heuristic, A and B): {s['batch_rule_breaks']}; bulk "
+            "outputs complete: "
             f"{s['outputs_ok']}"
         )
 
@@ -85,7 +87,7 @@ def main() -> None:
     d = BulkParams()
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--variants", default="8,2:no-overlap",
-                    help="bulk.max_batch values[:no-overlap]")  # fmt: skip
+                    help="bulk.max_batch values[:no-overlap][:reserveN]")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=d.rounds, help="A/B pairs per variant")
     ap.add_argument("--duration-s", type=float, default=d.duration_s, help="s per phase")
     ap.add_argument("--warmup-s", type=float, default=d.warmup_s)

@@ -238,6 +238,10 @@ class Worker:
                     return self._quarantine(held)
                 if pending is not None:
                     fetched, pending = self._result(pending), None
+                    if fetched is None:
+                        # The prefetch takes no bulk items: found nothing else, claim
+                        # again at once, bulk allowed, instead of idling on the wake list.
+                        fetched = self._fetch()
                 elif self._stopping():
                     return EXIT_OK
                 else:

@@ -7,10 +7,11 @@ workers, one ``sluice bulk worker``; no autoscaler, so capacity is constant):
 
 1. capacity: closed-loop interactive throughput with full batches, beside the
    nominal figure the synthetic parameters give;
-2. per variant (``bulk.max_batch``, worker prefetch on or off, each a model of
-   its own in one config): the bulk job alone (its ceiling), then ``rounds``
-   pairs of the same seeded Poisson load at ``utilisation`` x capacity, without
-   (A) and with (B) a bulk job started before the phase and cancelled after it.
+2. per variant (``bulk.max_batch``, worker prefetch on or off,
+   ``bulk.reserve_workers``; each a model of its own in one config): the bulk
+   job alone (its ceiling), then ``rounds`` pairs of the same seeded Poisson
+   load at ``utilisation`` x capacity, without (A) and with (B) a bulk job
+   started before the phase and cancelled after it.
 
 Bulk items are the interactive inputs' size (``words`` words, one bucket), so
 capacity, interactive jobs and bulk lines share one unit: jobs/s. Idle capacity
@@ -111,8 +112,8 @@ class BulkParams:
     capacity_s: float = 8.0
     bulk_alone_s: float = 6.0
     rounds: int = 2
-    # The defaults (prefetch on, bulk batches as large as interactive ones) and the
-    # setting docs/benchmarks/bulk.md recommends when interactive p99 matters.
+    # The defaults (prefetch on, bulk batches as large as interactive ones) and
+    # docs/benchmarks/bulk.md's balanced setting (no prefetch, bulk batches of 2).
     variants: tuple[Variant, ...] = (Variant(8), Variant(2, overlap=False))
     seed: int = 100
 

@@ -143,3 +143,14 @@ def test_a_dead_holder_stops_counting_when_its_lease_lapses(r: redis.Redis) -> N
     assert len(q.claim("m", "w2", max_batch=1)) == 0
     time.sleep(0.25)
     assert len(q.claim("m", "w2", max_batch=1)) == 1
+
+
+def test_a_claim_that_holds_bulk_back_keeps_the_wake_tokens(r: redis.Redis) -> None:
+    q = client(r)
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(2)])
+    assert r.llen(keys.wake_key("m", "32")) == 2
+    assert len(q.claim("m", "w1", bulk=False)) == 0
+    assert r.llen(keys.wake_key("m", "32")) == 2  # another worker may take them
+    assert len(q.claim("m", "w2")) == 2
+    assert len(q.claim("m", "w2")) == 0
+    assert r.llen(keys.wake_key("m", "32")) == 0  # empty now: the stale tokens go

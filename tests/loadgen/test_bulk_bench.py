@@ -103,8 +103,9 @@ def test_parse_variants() -> None:
     assert parse_variants("8, 2,1:no-overlap") == (
         Variant(8), Variant(2), Variant(1, overlap=False)
     )
-    assert Variant(1, overlap=False).model == "bulk1"
-    for bad in ("", "0", "x", "8:fast"):
+    assert parse_variants("2:no-overlap:reserve1") == (Variant(2, overlap=False, reserve=1),)
+    assert Variant(1, overlap=False).model == "bulk1" and Variant(8, reserve=2).model == "bulk8r2"
+    for bad in ("", "0", "x", "8:fast", "8:reserve"):
         with pytest.raises(ConfigError):
             parse_variants(bad)
 

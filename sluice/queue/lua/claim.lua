@@ -100,7 +100,11 @@ if bulk_batch then
   best, max_batch, max_cost = bulk_best, tonumber(ARGV[18]), tonumber(ARGV[19])
 end
 if best == 0 then
-  for k = Q1, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[P1 + (k - Q1) * 2]) end
+  -- Stale tokens go only when the queues are truly empty: bulk items held back (a
+  -- prefetch, or no room under reserve_workers) are still work for another worker.
+  if bulk_best == 0 then
+    for k = Q1, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[P1 + (k - Q1) * 2]) end
+  end
   publish_ended(channel, ended)
   return {'', now, 0, n_reclaimed}
 end
