@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,17 +64,33 @@ def check_done(stack: Stack, cfg: dict[str, Any], url: str, bulk_id: str) -> Non
     assert stack.queue(cfg).stats(MODEL).counters["succeeded"] == LINES
 
 
-def test_a_bulk_worker_killed_outright_is_resumed_by_another(
-    stack_factory: Any, tmp_path: Path
-) -> None:
+@dataclass
+class Running:
+    stack: Stack
+    cfg: dict[str, Any]
+    path: Path
+    url: str
+    bulk_workers: list[Proc]
+    bulk_id: str
+
+
+def start(stack_factory: Any, bulk_workers: int) -> Running:
+    """A gateway, a model worker and bulk workers; a bulk job 200 lines in."""
     stack: Stack = stack_factory()
     cfg = bulk_config()
     path = stack.write_config(cfg)
     _, url = stack.spawn_gateway(path)
     stack.spawn_worker(path)
-    first = spawn_bulk_worker(stack, path)
+    workers = [spawn_bulk_worker(stack, path) for _ in range(bulk_workers)]
     bulk_id = upload(url)
     wait_for(lambda: progress(url, bulk_id)["counts"]["done"] >= 200, 60, "200 lines done")
+    return Running(stack, cfg, path, url, workers, bulk_id)
+
+
+def test_a_bulk_worker_killed_outright_is_resumed_by_another(stack_factory: Any) -> None:
+    run = start(stack_factory, 1)
+    stack, cfg, path, url, bulk_id = run.stack, run.cfg, run.path, run.url, run.bulk_id
+    first = run.bulk_workers[0]
     horse = horse_of(first)
     assert horse is not None
     horse.kill()  # the whole pod at once: the RQ worker and its work horse
@@ -86,16 +103,10 @@ def test_a_bulk_worker_killed_outright_is_resumed_by_another(
 
 
 def test_a_hung_coordinator_is_superseded_and_changes_nothing_when_it_wakes(
-    stack_factory: Any, tmp_path: Path
+    stack_factory: Any,
 ) -> None:
-    stack: Stack = stack_factory()
-    cfg = bulk_config()
-    path = stack.write_config(cfg)
-    _, url = stack.spawn_gateway(path)
-    stack.spawn_worker(path)
-    workers = [spawn_bulk_worker(stack, path), spawn_bulk_worker(stack, path)]
-    bulk_id = upload(url)
-    wait_for(lambda: progress(url, bulk_id)["counts"]["done"] >= 200, 60, "200 lines done")
+    run = start(stack_factory, 2)
+    stack, cfg, url, bulk_id, workers = run.stack, run.cfg, run.url, run.bulk_id, run.bulk_workers
     busy = wait_for(lambda: next((w for w in workers if horse_of(w)), None), 10, "a slice")
     horse = horse_of(busy)
     assert horse is not None
