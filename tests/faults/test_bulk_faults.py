@@ -18,7 +18,7 @@ from sluice.client import Client
 from tests.faults.conftest import MODEL, SLUICE, Proc, Stack, fault_config, wait_for
 
 pytestmark = [pytest.mark.slow]
-LINES = 1500
+LINES = 8000  # several seconds of work at ~1,000 lines/s: the faults land mid-run
 
 
 def bulk_config() -> dict[str, Any]:
