@@ -97,7 +97,8 @@ async def output(st: GatewayState, b: BulkState) -> AsyncIterator[bytes]:
     for start in range(0, b.total, OUTPUT_CHUNK):
         stop = min(b.total, start + OUTPUT_CHUNK)
         try:
-            outs, ins = await st.call(st.queue.run(st.bulk.output_chunk(b.id, start, stop)))
+            chunk = st.bulk.output_chunk(b.id, start, stop, with_input=b.state != "completed")
+            outs, ins = await st.call(st.queue.run(chunk))
         except SluiceError as e:
             # Headers are sent: a truncated file (no final line) is all that can say so.
             log.warning("bulk %s: output cut at line %d: %s", b.id, start + 1, e)

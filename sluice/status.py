@@ -57,7 +57,7 @@ def bulk_table(q: QueueClient, cfg: SluiceConfig) -> Table | None:
     q.register(scripts())
     rows = []
     for name in cfg.models:
-        for bulk_id in q.run(ops.lapsed(name, 2**62, limit=50)):  # every active one
+        for bulk_id in q.run(ops.active(name, limit=50)):
             try:
                 b = q.run(ops.get(bulk_id))
             except JobNotFound:

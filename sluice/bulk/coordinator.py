@@ -35,6 +35,7 @@ RATE_WINDOW_S = 30.0
 class Pending:
     """The lines fed and not yet gathered, as their jobs are now."""
 
+    ids: dict[int, str]  # line index -> job id, as read
     ended: list[tuple[int, str, str, bool]]  # index, job id, output line, succeeded
     missing: list[int]  # checkpointed, but the job is not there: submit again
     queued: int
@@ -108,7 +109,7 @@ class Coordinator:
         bulk = self.client.run(self.ops.get(self.bulk_id))
         if pending.ended and bulk.resumes:
             self.client.run(self.ops.set_fields(self.bulk_id, resumes=0))  # progress made
-        left = len(self._pending_ids()) if bulk.cursor >= bulk.total else 1
+        left = len(pending.ids) - len(pending.ended)  # gathered: no longer pending
         if bulk.cursor >= bulk.total and left == 0:
             return self._finish("completed")
         queued = pending.queued + len(pending.missing)  # those were just submitted again
@@ -123,11 +124,8 @@ class Coordinator:
         return "more"
 
     # -- reading ------------------------------------------------------------
-    def _pending_ids(self) -> dict[int, str]:
-        return self.client.run(self.ops.pending(self.bulk_id))
-
     def _read_pending(self) -> Pending:
-        ids = self._pending_ids()
+        ids = self.client.run(self.ops.pending(self.bulk_id))
         order = sorted(ids)
         cmds = [("HMGET", keys.job_key(self.model, ids[i]), *JOB_FIELDS) for i in order]
         rows = self.client.run(Call(list, commands=cmds)) if cmds else []
@@ -144,7 +142,7 @@ class Coordinator:
             else:
                 line, ok = outcome_line(index, rec)
                 ended.append((index, ids[index], line, ok))
-        return Pending(ended, missing, queued, queued_cost, running_cost)
+        return Pending(ids, ended, missing, queued, queued_cost, running_cost)
 
     # -- feeding --------------------------------------------------------------
     def _feed(self, cursor: int, n: int) -> int:
@@ -168,11 +166,9 @@ class Coordinator:
     def _submit_lines(self, indexes: list[int]) -> None:
         """Lines checkpointed whose jobs are not there (a crash between the checkpoint
         and the submit, or a submit refused for a full queue): the same ids again."""
-        for start, stop in _runs(indexes):
+        for start, stop in _runs(indexes):  # every line of a run is a missing one
             lines = self.client.run(self.ops.input_lines(self.bulk_id, start, stop))
-            chunk = build_chunk(self.bulk_id, start, lines, self.estimator)
-            wanted = set(indexes)
-            self._submit([j for i, j in zip(chunk.indexes, chunk.jobs, strict=True) if i in wanted])
+            self._submit(build_chunk(self.bulk_id, start, lines, self.estimator).jobs)
 
     def _submit(self, jobs: list[NewJob]) -> None:
         if not jobs:
@@ -193,7 +189,10 @@ class Coordinator:
         if pending.ended:
             if self.client.run(self.ops.gather(self.bulk_id, self.token, pending.ended)) is None:
                 return "lost"
-        for index, job_id in self._pending_ids().items():
+        gathered = {index for index, *_ in pending.ended}
+        for index, job_id in pending.ids.items():
+            if index in gathered:
+                continue
             try:
                 self.client.cancel(job_id)
             except (JobNotFound, JobConflict):  # ended or gone already: nothing to cancel
@@ -221,8 +220,7 @@ class Coordinator:
         report = {"queued": queued, "queued_cost": queued_cost,
                   "backlog_cost": queued_cost + p.running_cost + unfed_cost,
                   "at_ms": int(time.time() * 1000)}  # fmt: skip
-        self.client.run(self.ops.report_backlog(self.bulk_id, report))
-        self.client.run(self.ops.set_fields(self.bulk_id, rate=round(rate, 3)))
+        self.client.run(self.ops.report(self.bulk_id, report, round(rate, 3)))
 
 
 def _runs(indexes: list[int]) -> list[tuple[int, int]]:

@@ -248,19 +248,26 @@ class BulkOps:
         ik = keys.bulk_input_key(self.model_of(bulk_id), bulk_id)
         return Call(lambda r: list(r[0]), commands=[("LRANGE", ik, start, stop - 1)])
 
-    def output_chunk(self, bulk_id: str, start: int, stop: int) -> Call[tuple[list[str | None], list[str]]]:  # noqa: E501
-        """Output lines start..stop-1 (None where absent) and the input lines beside them."""
+    def output_chunk(
+        self, bulk_id: str, start: int, stop: int, with_input: bool = True
+    ) -> Call[tuple[list[str | None], list[str]]]:
+        """Output lines start..stop-1 (None where absent) and, ``with_input``, the input
+        lines beside them (a completed bulk job has every output line: none needed)."""
         model = self.model_of(bulk_id)
         cmds: list[tuple[Any, ...]] = [
-            ("HMGET", keys.bulk_output_key(model, bulk_id), *range(start, stop)),
-            ("LRANGE", keys.bulk_input_key(model, bulk_id), start, stop - 1),
+            ("HMGET", keys.bulk_output_key(model, bulk_id), *range(start, stop))
         ]
-        return Call(lambda r: (list(r[0]), list(r[1])), commands=cmds)
+        if with_input:
+            cmds.append(("LRANGE", keys.bulk_input_key(model, bulk_id), start, stop - 1))
+        return Call(lambda r: (list(r[0]), list(r[1]) if with_input else []), commands=cmds)
 
-    def report_backlog(self, bulk_id: str, report: dict[str, int]) -> Call[None]:
+    def report(self, bulk_id: str, backlog: dict[str, int], rate_per_s: float) -> Call[None]:
+        """A coordinator's poll, in one round trip: its backlog for the autoscaler and
+        its rate for clients."""
         model = self.model_of(bulk_id)
-        cmd = ("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(report))
-        return Call(lambda _: None, commands=[cmd])
+        cmds = [("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(backlog)),
+                ("HSET", keys.bulk_key(model, bulk_id), "rate", rate_per_s)]  # fmt: skip
+        return Call(lambda _: None, commands=cmds)
 
     def force_fail(self, bulk_id: str, error: dict[str, Any]) -> Call[tuple[str, str]]:
         """Fail a bulk job whose coordinators keep dying (no lease: the last one lapsed)."""
@@ -277,8 +284,12 @@ class BulkOps:
         cmd = ("ZADD", keys.bulk_active_key(model), "XX", at_ms, bulk_id)
         return Call(lambda _: None, commands=[cmd])
 
+    def active(self, model: str, limit: int = 100) -> Call[list[str]]:
+        """A model's unfinished bulk ids."""
+        cmd = ("ZRANGE", keys.bulk_active_key(model), 0, limit - 1)
+        return Call(lambda r: list(r[0]), commands=[cmd])
+
     def lapsed(self, model: str, now_ms: int, limit: int = 100) -> Call[list[str]]:
-        """Unfinished bulk ids of a model whose coordinator lease lapsed by ``now_ms``
-        (a ``now_ms`` far ahead lists every unfinished one)."""
+        """Unfinished bulk ids of a model whose coordinator lease lapsed by ``now_ms``."""
         cmd = ("ZRANGEBYSCORE", keys.bulk_active_key(model), "-inf", now_ms, "LIMIT", 0, limit)
         return Call(lambda r: list(r[0]), commands=[cmd])
