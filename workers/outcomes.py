@@ -45,7 +45,11 @@ def send_outcomes(
         try:
             # As the holder: a retry/fail/release after our lease lapsed and
             # another worker took the job is counted stale, not applied.
-            client.complete(model, outcomes, worker_id=worker_id)
+            _, stale = client.complete(model, outcomes, worker_id=worker_id)
+            if stale:
+                # The renewal may not have seen it (the batch ended first): say it here.
+                log.warning("%d outcome(s) stale, not applied: the lease was lost and the "
+                            "job ran elsewhere or ended", stale)  # fmt: skip
             return True
         except (TypeError, ValueError) as e:
             error, outcomes = e, [serialisable(o) for o in outcomes]  # then again
