@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 
 from sluice.cli_common import (
+    EXIT_CONFIG,
     EXIT_UNAVAILABLE,
     ApiKeyOpt,
     ConfigOpt,
@@ -61,14 +62,18 @@ def redis_cmd(
     ] = "everysec",
 ) -> None:
     """Run a private redis-server on loopback; prints its redis:// URL first."""
+    from sluice.errors import RedisBinaryNotFound
     from sluice.redis_server import start_redis
 
+    # Handlers first: a supervisor may send SIGTERM as soon as it reads the URL.
+    stop = stop_event_on_signals()
     try:
         server = start_redis(data_dir=data_dir, port=port or None, appendfsync=appendfsync)
+    except RedisBinaryNotFound as e:
+        fail(str(e), EXIT_CONFIG)
     except SluiceError as e:
         fail(str(e))
     print(server.url, flush=True)
-    stop = stop_event_on_signals()
     try:
         while not stop.wait(0.5):
             if server.proc is not None and server.proc.poll() is not None:

