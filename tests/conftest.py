@@ -30,6 +30,21 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporter.write_line(line)
 
 
+# Tiers whose tests start redis-server processes of their own (through the CLI,
+# `sluice up` or RedisServer) rather than through the redis_server fixture.
+_OWN_SERVER_TIERS = ("bulk", "cli", "e2e", "faults", "redis", "workers")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that runs on a real redis-server ``redis``, so that
+    ``make test-redis62`` can run them all again on another Redis version."""
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        tier = Path(str(item.path)).resolve().relative_to(tests_dir).parts[0]
+        if tier in _OWN_SERVER_TIERS or "redis_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.redis)
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     server = start_redis()
