@@ -33,14 +33,14 @@ from sluice.backoff import Reconnect
 from sluice.bulk.ops import parse_report
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import RedisUnavailable
-from sluice.jobs import BULK_RANK, QueueStats
+from sluice.jobs import BULK_RANK, PRIORITY_SCORE_SCALE, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
 from sluice.queue.scripts import Call
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
-PRIO_SCALE = 1e12  # queue score = priority rank * 1e12 + sequence
+PRIO_SCALE = float(PRIORITY_SCORE_SCALE)  # queue score = priority rank * 1e12 + sequence
 LOW_RANK = PRIORITIES.index("low")
 # A coordinator reports every poll; one silent this long is dead (the reaper resumes it).
 

@@ -25,6 +25,7 @@ from sluice.errors import (
     JobNotFound,
     NotReady,
     Overloaded,
+    PriorityNotAllowed,
     QueueFull,
     RateLimited,
     RedisUnavailable,
@@ -39,6 +40,7 @@ log = logging.getLogger("sluice.gateway")
 HTTP_STATUS: dict[type[SluiceError], int] = {
     Unauthorized: 401,
     Forbidden: 403,
+    PriorityNotAllowed: 403,
     RateLimited: 429,
     InvalidInput: 422,
     UnknownModel: 404,

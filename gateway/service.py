@@ -26,6 +26,7 @@ from sluice.errors import (
     InputTooLarge,
     InvalidInput,
     JobNotFound,
+    PriorityNotAllowed,
     QueueFull,
     RateLimited,
     SluiceError,
@@ -51,6 +52,12 @@ def _check_spec(cfg: ModelConfig, spec: Spec) -> None:
         raise InvalidInput(
             f"deadline_ms: {spec.deadline_ms} is over this model's max_deadline_ms "
             f"({cfg.queue.max_deadline_ms})"
+        )
+    owner = spec.owner
+    if owner is not None and not owner.allows(spec.priority):
+        raise PriorityNotAllowed(
+            f"priority {spec.priority!r} is above this API key's max_priority "
+            f"({owner.max_priority!r}); ask for {owner.max_priority!r} or lower"
         )
     key = spec.idempotency_key
     if key is not None and not (0 < len(key) <= MAX_IDEMPOTENCY_KEY and key.isprintable()):

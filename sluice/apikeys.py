@@ -96,7 +96,7 @@ def _owner(entry: ApiKeyConfig, auth: AuthConfig) -> Owner:
     rate = entry.rate_limit_per_s or auth.default_rate_limit_per_s or 0.0
     burst = entry.burst or auth.default_burst or max(1, int(rate + 0.999))
     cap = entry.max_queued_jobs or auth.default_max_queued_jobs or 0
-    return Owner(entry.name, cap, rate, burst if rate else 0)
+    return Owner(entry.name, cap, rate, burst if rate else 0, entry.max_priority)
 
 
 def _refuse_shared_hashes(entries: list[ApiKeyConfig]) -> None:

@@ -53,6 +53,9 @@ class QueueConfig(_Strict):
     priority_weights: dict[str, float] = Field(
         default_factory=lambda: {"high": 4.0, "normal": 2.0, "low": 1.0}
     )
+    # Aging across priorities (docs/adr/0100): a normal or low job that has waited
+    # this long behind higher-priority work in its bucket goes next, oldest first.
+    max_priority_wait_s: float = Field(5.0, gt=0)
 
     @field_validator("priority_weights")
     @classmethod
@@ -299,6 +302,15 @@ class ApiKeyConfig(_Strict):
     rate_limit_per_s: float | None = Field(None, gt=0)
     burst: int | None = Field(None, gt=0)
     max_queued_jobs: int | None = Field(None, gt=0)
+    # The highest priority this key may ask for (None = any); bulk is always allowed.
+    max_priority: str | None = None
+
+    @field_validator("max_priority")
+    @classmethod
+    def _max_priority(cls, v: str | None) -> str | None:
+        if v is not None and v not in PRIORITIES:
+            raise ValueError(f"max_priority {v!r} is not a priority; use one of {list(PRIORITIES)}")
+        return v
 
     @field_validator("name")
     @classmethod

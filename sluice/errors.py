@@ -63,6 +63,12 @@ class Forbidden(SluiceError):
     type = "forbidden"
 
 
+class PriorityNotAllowed(Forbidden):
+    """A valid API key asking for a priority above its ``max_priority`` (HTTP 403)."""
+
+    type = "priority_not_allowed"
+
+
 class RateLimited(SluiceError):
     """Admission refused: the API key is over its rate limit (``retry_after_s`` set)."""
 

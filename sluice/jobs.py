@@ -29,6 +29,9 @@ class JobStatus(StrEnum):
 # while an interactive job heads a served queue, never batched with one (ADR 0090).
 BULK = "bulk"
 BULK_RANK = len(PRIORITIES)
+# A queue entry's score: priority rank x this + the model's arrival sequence. The Lua
+# scripts write the same literal (1e12); tests/unit/test_score_scale.py ties them.
+PRIORITY_SCORE_SCALE = 10**12
 # Bulk ids are "<model>.bulk<hex>" and their items' job ids "<bulk id>-<line>"; an
 # interactive job's token is hex only, so it can never hold this mark.
 BULK_ID_MARK = ".bulk"
@@ -82,6 +85,13 @@ class Owner:
     max_unfinished: int = 0
     rate_per_s: float = 0.0
     burst: int = 0
+    max_priority: str | None = None  # the highest priority it may ask for (None = any)
+
+    def allows(self, priority: str) -> bool:
+        """Whether this key may submit at ``priority`` (bulk, below low, always)."""
+        if self.max_priority is None or priority == BULK:
+            return True
+        return priority_rank(priority) >= priority_rank(self.max_priority)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,11 @@ class Batch:
     @property
     def cost(self) -> int:
         return sum(j.cost for j in self.jobs)
+
+    @property
+    def padded_cost(self) -> int:
+        """What the device computes on (inputs x the widest), what the budget counts."""
+        return len(self.jobs) * max((j.cost for j in self.jobs), default=0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,15 +76,17 @@ def grouped_batches(cfg: SluiceConfig, model: str, texts: list[str]) -> list[lis
         e = est.estimate(t)
         by_bucket.setdefault(e.bucket, []).append((t, e.cost))
     batches: list[list[str]] = []
-    for items in by_bucket.values():
+    for bucket, items in by_bucket.items():
+        # Padded tokens (len x widest), the budget floored to the bucket (claim.lua).
+        budget = max(1, b.max_batch_tokens // int(bucket)) * int(bucket)
         cur: list[str] = []
-        cost = 0
+        widest = 0
         for text, c in items:
-            if cur and (len(cur) >= b.max_batch or cost + c > b.max_batch_tokens):
+            if cur and (len(cur) >= b.max_batch or (len(cur) + 1) * max(widest, c) > budget):
                 batches.append(cur)
-                cur, cost = [], 0
+                cur, widest = [], 0
             cur.append(text)
-            cost += c
+            widest = max(widest, c)
         if cur:
             batches.append(cur)
     return batches

@@ -354,7 +354,7 @@ class Worker:
         self.metrics.count_jobs(kinds)
         if result.oom_splits:
             self.metrics.oom_total.labels(self.model).inc(result.oom_splits)
-            self.budget.on_oom(batch.cost)
+            self.budget.on_oom(batch.padded_cost)
         elif not result.failed:
             self.budget.on_success()
         if not result.failed and result.succeeded:

@@ -30,7 +30,7 @@ JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_
 
 @router.post(
     "/models/{model}/jobs", status_code=202, response_class=Json,
-    responses={202: {"model": JobAccepted}, **errors(401, 404, 413, 415, 422, 429, 503)},
+    responses={202: {"model": JobAccepted}, **errors(401, 403, 404, 413, 415, 422, 429, 503)},
     openapi_extra=IDEMPOTENCY_DOC,
 )  # fmt: skip
 async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Json:
@@ -51,7 +51,7 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Js
 
 @router.post(
     "/models/{model}/jobs/batch", status_code=202, response_model=None,
-    responses={202: {"model": BatchAccepted}, **errors(401, 404, 413, 415, 422, 429, 503)},
+    responses={202: {"model": BatchAccepted}, **errors(401, 403, 404, 413, 415, 422, 429, 503)},
 )  # fmt: skip
 async def submit_batch(
     model: ModelName, body: BatchRequest, st: State, response: Response, key: Caller,

@@ -62,7 +62,7 @@ async def list_models(st: State) -> dict[str, Any]:
 @router.post(
     "/models/{model}/predict", response_class=Json,
     responses={200: {"model": JobView}, 202: {"model": JobView},
-               **errors(401, 404, 413, 415, 422, 429, 503)},
+               **errors(401, 403, 404, 413, 415, 422, 429, 503)},
 )  # fmt: skip
 async def predict(
     model: ModelName, body: JobRequest, st: State, key: Caller,

@@ -129,7 +129,7 @@ class QueueOps:
             *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
             keys.wake_prefix(model),
             *(_bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)),
-            cfg.bulk.reserve_workers, 0,
+            cfg.bulk.reserve_workers, _ms(cfg.queue.max_priority_wait_s),
         ]  # fmt: skip
         for name in served:
             est = (service_ms or {}).get(name)

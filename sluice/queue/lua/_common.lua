@@ -39,14 +39,40 @@ local function release_owner(owners, owner)
   end
 end
 
+-- The dead-letter list holds the newest DEAD_CAP ids, newest first. A record
+-- lives exactly as long as its id is listed: an id pushed off the end takes its
+-- record (and the input it kept) with it, and ids whose record expired
+-- (dead_letter_ttl_s) are dropped from the tail, so LLEN counts records that exist.
+local DEAD_CAP = 10000
+
+-- Drop up to `limit` ids from the list's tail (the oldest) whose record is gone.
+-- Records expire in the order they failed, so the expired ones are a suffix.
+local function drop_expired_dead(dead, jprefix, limit)
+  for _ = 1, limit do
+    local id = redis.call('LINDEX', dead, -1)
+    if not id or redis.call('EXISTS', jprefix .. id) == 1 then return end
+    redis.call('RPOP', dead)
+  end
+end
+
+local function push_dead(dead, jprefix, id)
+  redis.call('LPUSH', dead, id)
+  for _, old in ipairs(redis.call('LRANGE', dead, DEAD_CAP, -1)) do
+    if redis.call('HGET', jprefix .. old, 'status') == 'failed' then
+      redis.call('UNLINK', jprefix .. old)
+    end
+  end
+  redis.call('LTRIM', dead, 0, DEAD_CAP - 1)
+  drop_expired_dead(dead, jprefix, 16)
+end
+
 -- Terminal failure: keep the error, remember the job in the dead-letter list.
 local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
   release_owner(owners, redis.call('HGET', jk, 'owner'))
   redis.call('HSET', jk, 'status', 'failed', 'error', err, 'fin', int(now))
   redis.call('HDEL', jk, 'worker')
-  redis.call('LPUSH', dead, id)
-  redis.call('LTRIM', dead, 0, 9999)
   redis.call('EXPIRE', jk, dead_ttl_s)
+  push_dead(dead, string.sub(jk, 1, #jk - #id), id)
   redis.call('HINCRBY', stats, 'failed', 1)
 end
 

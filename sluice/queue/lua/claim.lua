@@ -13,7 +13,7 @@
 -- ARGV[18] max batch of bulk items (0 = take none: a worker's prefetch)
 -- ARGV[19] max batch cost of bulk items
 -- ARGV[20] live workers kept free of bulk batches (bulk.reserve_workers)
--- ARGV[21] unused
+-- ARGV[21] max priority wait ms (queue.max_priority_wait_s; 0 = strict priority)
 -- ARGV[22..] per served queue: bucket name, expected service ms (same order as KEYS[7..])
 -- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
 --   (same hash tag).
@@ -28,6 +28,12 @@
 -- weight[prio] * (wait + service) / service. A head that has waited more than
 -- overdue factor x its service time is overdue, and overdue heads go first, oldest
 -- first: under sustained overload HRRN alone would let short jobs starve long ones.
+-- Priority aging (docs/adr/0100): inside a bucket, jobs go high, normal, low, then
+-- arrival order, except that a normal or low job that has waited more than
+-- max_priority_wait goes first, oldest first, and counts as an overdue head in the
+-- bucket choice. Bulk items are never aged: they only fill headroom (ADR 0090).
+-- Token budget (ARGV[7], ARGV[19]): padded tokens, batch size x the widest job's
+-- cost, floored to a whole number of the bucket's bound (its warm-up shape).
 -- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
 -- A queued job whose hash lacks a field the protocol needs (or holds garbage in
 -- a number) is failed at once as 'malformed_job' instead of breaking every claim.
@@ -60,9 +66,72 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
                                     reclaim_limit, max_attempts, dead_ttl, ended, nil, owners)
 
 -- Highest response ratio next among the heads of the served queues.
-local BULK = 3
+local BULK, LOW = 3, 2
 local P1 = 22  -- ARGV index of the first served queue's bucket name
-local overdue_factor = tonumber(ARGV[16])
+local overdue_factor, prio_wait = tonumber(ARGV[16]), tonumber(ARGV[21])
+
+-- A class's jobs in arrival order: scores [rank * 1e12, (rank + 1) * 1e12).
+local function class_range(queue, rank, limit)
+  return redis.call('ZRANGEBYSCORE', queue, int(rank * 1e12), '(' .. int((rank + 1) * 1e12),
+                    'LIMIT', 0, limit)
+end
+
+-- An unreadable enq reads as 0 (overdue): the scan then drops the record.
+local function enq_of(id)
+  return tonumber(redis.call('HGET', jprefix .. id, 'enq')) or 0
+end
+
+-- The oldest enq among normal and low jobs (ranks below the head's, never bulk)
+-- that have waited past max_priority_wait behind higher-priority work, or nil.
+-- One O(log n) ZRANGEBYSCORE per class: each class is in arrival order.
+local function prio_overdue_enq(queue, head_prio)
+  local oldest_enq = nil
+  if prio_wait <= 0 then return nil end
+  for rank = head_prio + 1, LOW do
+    local ids = class_range(queue, rank, 1)
+    if #ids > 0 then
+      local enq = enq_of(ids[1])
+      if now - enq > prio_wait and (not oldest_enq or enq < oldest_enq) then oldest_enq = enq end
+    end
+  end
+  return oldest_enq
+end
+
+-- Up to `limit` overdue jobs per class (normal, low), oldest first, higher class first
+-- on a tie: {enq, rank, place, id}.
+local function prio_overdue_ids(queue, limit)
+  local found = {}
+  if prio_wait <= 0 then return found end
+  for rank = 1, LOW do
+    for place, id in ipairs(class_range(queue, rank, limit)) do
+      local enq = enq_of(id)
+      if now - enq <= prio_wait then break end
+      table.insert(found, {enq, rank, place, id})
+    end
+  end
+  table.sort(found, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    if a[2] ~= b[2] then return a[2] < b[2] end
+    return a[3] < b[3]
+  end)
+  return found
+end
+
+-- Set a bucket's cost counters to what its queue holds now (after a malformed
+-- record, whose share of them is unknown). O(queue length): malformed records only.
+local function recount_cost(stats_key, queue, bucket, jp)
+  local total = 0
+  local ids = redis.call('ZRANGE', queue, 0, -1)
+  for _, id in ipairs(ids) do
+    total = total + (tonumber(redis.call('HGET', jp .. id, 'cost')) or 0)
+  end
+  local counted = tonumber(redis.call('HGET', stats_key, 'cost:' .. bucket) or '0') or 0
+  if counted ~= total then
+    redis.call('HSET', stats_key, 'cost:' .. bucket, int(total))
+    redis.call('HINCRBY', stats_key, 'queued_cost', int(total - counted))
+  end
+end
+
 local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
 local bulk_best, bulk_enq = 0, now + 1
 for k = Q1, #KEYS do
@@ -78,6 +147,10 @@ for k = Q1, #KEYS do
       local ratio = (weights[prio + 1] or 1) * (wait + service) / service
       if ratio > best_ratio then best, best_ratio = k, ratio end
       if wait > overdue_factor * service and enq < oldest_enq then oldest, oldest_enq = k, enq end
+      -- A normal or low job waiting past max_priority_wait behind this head makes
+      -- its bucket overdue too, as old as that job.
+      local pe = prio < LOW and prio_overdue_enq(KEYS[k], prio)
+      if pe and pe < oldest_enq then oldest, oldest_enq = k, pe end
     end
   end
 end
@@ -110,65 +183,93 @@ if best == 0 then
 end
 
 local queue, bucket = KEYS[best], ARGV[P1 + (best - Q1) * 2]
+-- The budget counts padded tokens (inputs x the widest input's cost), floored to a
+-- whole number of the bucket's bound: exactly the largest shape a worker warms up
+-- for this bucket (workers/handlers/base.py warmup_shapes).
+local bound = tonumber(bucket)
+if bound and bound > 0 then max_cost = math.max(1, math.floor(max_cost / bound)) * bound end
 local out = {bucket, now, 0, n_reclaimed}
-local taken, cost_sum, n_expired, scanned = 0, 0, 0, 0
+local taken, widest, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
 local bounds = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+local rem, lease, dropped, recount = {}, {}, 0, false
+
+local function lease_job(id, jk, f, cost)
+  local att = (tonumber(f[4]) or 0) + 1
+  table.insert(rem, id)
+  dropped = dropped + cost
+  redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
+  table.insert(lease, now + lease_ms); table.insert(lease, id)
+  if not bulk_batch then
+    local wait = now - tonumber(f[5])
+    local slot = #bounds + 1
+    for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
+    wait_hist[slot] = (wait_hist[slot] or 0) + 1
+  end
+  for _, v in ipairs({id, f[6], f[2], int(att), f[5]}) do table.insert(out, v) end
+  taken, widest = taken + 1, math.max(widest, cost)
+end
+
+-- Leaves a job that ended in the queue (stale, malformed, past its deadline).
+-- Returns false when the job does not fit this batch: it stays in its place.
+local function consider(id)
+  local jk = jprefix .. id
+  local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input', 'owner',
+                       'bucket', 'score')
+  local bad = f[1] == 'queued' and malformed(f)
+  local cost, dl = tonumber(f[2]) or 0, tonumber(f[3] or '0') or 0
+  if f[1] ~= 'queued' then
+    table.insert(rem, id)  -- a stale entry: the job hash is gone or moved on
+  elseif bad then
+    -- Written by something other than submit.lua: failed here, alone, without an
+    -- attempt (a requeue would need these fields, and it would fail again). What
+    -- submit counted for it is unknown (its cost may be garbage): recount the bucket.
+    table.insert(rem, id)
+    recount = true
+    local err = cjson.encode({type = 'malformed_job',
+                              message = 'job record unusable: ' .. bad})
+    dead_letter(jk, id, stats, dead, err, now, dead_ttl, owners)
+    table.insert(ended, id)
+  elseif dl > 0 and dl < now then
+    table.insert(rem, id)
+    dropped = dropped + cost
+    release_owner(owners, f[7])
+    redis.call('HSET', jk, 'status', 'expired', 'fin', int(now))
+    redis.call('EXPIRE', jk, result_ttl)
+    n_expired = n_expired + 1
+    table.insert(ended, id)
+  elseif taken > 0 and (taken + 1) * math.max(widest, cost) > max_cost then
+    return false  -- over budget (padded): it stays at the front for the next batch
+  elseif not bulk_batch and math.floor(tonumber(f[9]) / 1e12) >= BULK then
+    return false  -- bulk items follow every interactive one: none joins this batch
+  else
+    lease_job(id, jk, f, cost)
+    return taken < max_batch
+  end
+  return true
+end
+
+-- Removed before the next ZRANGE, which reads from the front again.
+local function flush_rem()
+  if #rem > 0 then call_chunked('ZREM', queue, rem, 1000); rem = {} end
+end
+
+-- Jobs past max_priority_wait go first, oldest first, then the queue's front.
 local full = false
-local rem, lease, dropped = {}, {}, 0
+if not bulk_batch then
+  for _, c in ipairs(prio_overdue_ids(queue, max_batch + 7)) do
+    scanned = scanned + 1
+    if not consider(c[4]) then full = true; break end
+  end
+  flush_rem()
+end
 while not full do
   local ids = redis.call('ZRANGE', queue, 0, max_batch - taken + 7)
   if #ids == 0 then break end
   for _, id in ipairs(ids) do
-    local jk = jprefix .. id
-    local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input', 'owner',
-                         'bucket', 'score')
-    local bad = f[1] == 'queued' and malformed(f)
-    local cost, dl = tonumber(f[2]) or 0, tonumber(f[3] or '0') or 0
-    if f[1] ~= 'queued' then
-      table.insert(rem, id)  -- a stale entry: the job hash is gone or moved on
-    elseif bad then
-      -- Written by something other than submit.lua: failed here, alone, without an
-      -- attempt (a requeue would need these fields, and it would fail again).
-      table.insert(rem, id)
-      dropped = dropped + cost
-      local err = cjson.encode({type = 'malformed_job',
-                                message = 'job record unusable: ' .. bad})
-      dead_letter(jk, id, stats, dead, err, now, dead_ttl, owners)
-      table.insert(ended, id)
-    elseif dl > 0 and dl < now then
-      table.insert(rem, id)
-      dropped = dropped + cost
-      release_owner(owners, f[7])
-      redis.call('HSET', jk, 'status', 'expired', 'fin', int(now))
-      redis.call('EXPIRE', jk, result_ttl)
-      n_expired = n_expired + 1
-      table.insert(ended, id)
-    elseif taken > 0 and cost_sum + cost > max_cost then
-      full = true  -- over budget: it stays at the front for the next batch
-      break
-    elseif not bulk_batch and math.floor(tonumber(f[9]) / 1e12) >= BULK then
-      full = true  -- bulk items follow every interactive one: none joins this batch
-      break
-    else
-      local att = (tonumber(f[4]) or 0) + 1
-      table.insert(rem, id)
-      dropped = dropped + cost
-      redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
-      table.insert(lease, now + lease_ms); table.insert(lease, id)
-      if not bulk_batch then
-        local wait = now - tonumber(f[5])
-        local slot = #bounds + 1
-        for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
-        wait_hist[slot] = (wait_hist[slot] or 0) + 1
-      end
-      for _, v in ipairs({id, f[6], f[2], int(att), f[5]}) do table.insert(out, v) end
-      taken, cost_sum = taken + 1, cost_sum + cost
-      if taken >= max_batch then full = true; break end
-    end
+    if not consider(id) then full = true; break end
   end
-  -- Removed before the next ZRANGE, which reads from the front again.
-  if #rem > 0 then call_chunked('ZREM', queue, rem, 1000); rem = {} end
+  flush_rem()
   scanned = scanned + #ids
   if scanned > 10 * max_batch + 1000 then break end
 end
@@ -179,6 +280,7 @@ if bulk_batch and taken > 0 then
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)  -- holders that died
 end
 if dropped > 0 then drop_cost(stats, bucket, dropped) end
+if recount then recount_cost(stats, queue, bucket, jprefix) end
 if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
 if taken > 0 and not bulk_batch then
   local hkey = hprefix .. int(math.floor(now / 10000) * 10)
