@@ -101,3 +101,13 @@ class HeldTensorHandler(TinyHandler):
 
     def free_memory(self) -> None:
         self.alive_at_free.append(self._alive())
+
+
+class NoHalfKernelsHandler(TinyHandler):
+    """A device without float16 kernels, as CPUs were in older torch: the dtype probe
+    fails the way torch did then."""
+
+    def probe_dtype(self, dtype: torch.dtype) -> None:
+        if dtype == torch.float16:
+            raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'")
+        super().probe_dtype(dtype)
