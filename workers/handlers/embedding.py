@@ -65,7 +65,9 @@ class EmbeddingHandler(TorchHandler):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path, local_files_only=local)
         self.model = AutoModel.from_pretrained(self.model_path, local_files_only=local)
-        self.model.to(self.device).eval()
+        # Weights in params.dtype: a half type halves their memory. LayerNorm and
+        # softmax stay in that dtype too; torch accumulates them in fp32 inside.
+        self.model.to(device=self.device, dtype=self.dtype).eval()
         limit = int(getattr(self.model.config, "max_position_embeddings", 512))
         self.max_len = max_seq_length(self.model_path, self.params, limit)
 
@@ -93,10 +95,10 @@ class EmbeddingHandler(TorchHandler):
 
     def forward(self, batch: Collated) -> Any:
         data = {k: v.to(self.device, non_blocking=True) for k, v in batch.data.items()}
-        hidden = self.model(**data).last_hidden_state
-        mask = data["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+        hidden = self.model(**data).last_hidden_state.float()  # pool and normalise in fp32
+        mask = data["attention_mask"].unsqueeze(-1).float()
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled.float(), p=2, dim=1)
+        return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
     def postprocess(self, output: Any, batch: Collated) -> list[Any]:
         return [{"embedding": row} for row in output.cpu().tolist()]

@@ -23,7 +23,7 @@ def word_ids(text: str, vocab: int) -> list[int]:
 
 
 class TinyHandler(TorchHandler):
-    """Params: ``dim`` (16), ``out`` (8), ``vocab`` (1000), ``seed`` (0)."""
+    """Params: ``dim`` (16), ``out`` (8), ``vocab`` (1000), ``seed`` (0), ``dtype``."""
 
     def __init__(self, ctx: HandlerContext) -> None:
         super().__init__(ctx)
@@ -34,9 +34,11 @@ class TinyHandler(TorchHandler):
 
     def load(self) -> None:
         gen = torch.Generator().manual_seed(self.seed)
-        self.embed = torch.randn(self.vocab, self.dim, generator=gen).to(self.device)
-        self.embed[0] = 0.0
-        self.proj = (torch.randn(self.dim, self.out, generator=gen) / self.dim**0.5).to(self.device)
+        embed = torch.randn(self.vocab, self.dim, generator=gen)
+        embed[0] = 0.0
+        proj = torch.randn(self.dim, self.out, generator=gen) / self.dim**0.5
+        self.embed = embed.to(self.device, self.dtype)  # params.dtype, like a real model
+        self.proj = proj.to(self.device, self.dtype)
 
     def warmup(self, shapes: list[Shape]) -> None:
         for s in shapes:
@@ -57,8 +59,8 @@ class TinyHandler(TorchHandler):
     def forward(self, batch: Collated) -> Any:
         ids = batch.data.to(self.device)
         mask = (ids > 0).unsqueeze(-1).float()
-        pooled = (self.embed[ids] * mask).sum(1) / mask.sum(1).clamp(min=1.0)
-        return torch.tanh(pooled @ self.proj)
+        pooled = (self.embed[ids].float() * mask).sum(1) / mask.sum(1).clamp(min=1.0)  # fp32
+        return torch.tanh(pooled.to(self.proj.dtype) @ self.proj)
 
     def postprocess(self, output: Any, batch: Collated) -> list[Any]:
         return [{"vector": [round(v, 6) for v in row]} for row in output.float().cpu().tolist()]

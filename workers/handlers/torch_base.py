@@ -1,4 +1,4 @@
-"""Shared base of torch handlers: device, inference mode, autocast, OOM cleanup."""
+"""Shared base of torch handlers: device, weight dtype, inference mode, OOM cleanup."""
 
 from __future__ import annotations
 
@@ -7,17 +7,21 @@ from typing import Any
 
 import torch
 
+from sluice.errors import ConfigError
 from workers.handlers.base import Collated, Handler, HandlerContext
 
-DTYPES = {"float16": torch.float16, "fp16": torch.float16, "bfloat16": torch.bfloat16,
-          "bf16": torch.bfloat16}  # fmt: skip
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16,
+          "fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}  # fmt: skip
 
 
 class TorchHandler(Handler):
-    """Runs ``forward`` under ``torch.inference_mode()``, autocast on CUDA if asked.
+    """Runs ``forward`` under ``torch.inference_mode()``, with weights in ``self.dtype``.
 
-    Params: ``dtype`` (``float16`` / ``bfloat16``: autocast on CUDA; ignored on
-    CPU), ``num_threads`` (torch intra-op threads on CPU; default torch's own).
+    Params: ``dtype`` (``float32``, the default, ``float16`` or ``bfloat16``: the
+    handler holds its weights in it, so a half type halves weight memory; on CUDA
+    the forward also runs under autocast to it), ``num_threads`` (torch intra-op
+    threads on CPU; default torch's own). A dtype the device cannot run is refused
+    here, at start, with a ``ConfigError`` naming the setting.
     """
 
     uses_torch = True
@@ -28,14 +32,49 @@ class TorchHandler(Handler):
         threads = int(self.params.get("num_threads", 0) or 0)
         if threads > 0 and self.device.type == "cpu":
             torch.set_num_threads(threads)
-        dtype = self.params.get("dtype")
-        if dtype is not None and dtype not in DTYPES:
-            raise ValueError(f"params.dtype {dtype!r}: use one of {sorted(DTYPES)}")
-        self.autocast_dtype = DTYPES.get(dtype) if dtype else None
+        self.dtype = self._checked_dtype(self.params.get("dtype"))
+
+    def _checked_dtype(self, name: Any) -> torch.dtype:
+        setting = f"models.{self.ctx.model}.params.dtype"
+        if name is None:
+            return torch.float32
+        if name not in DTYPES:
+            raise ConfigError(f"{setting} {name!r}: use one of {', '.join(DTYPES)}")
+        dtype = DTYPES[name]
+        problem = self.dtype_problem(dtype)
+        if problem is not None:
+            raise ConfigError(f"{setting} {name!r} on {self.device}: {problem}; use float32")
+        return dtype
+
+    def dtype_problem(self, dtype: torch.dtype) -> str | None:
+        """Why this handler's device cannot run ``dtype`` (None if it can).
+
+        Cheap: on CUDA, bfloat16 needs compute capability 8.0 or newer (older GPUs
+        only emulate it, slowly); everywhere, a few ops of a transformer layer run
+        once on a tiny tensor, which fails fast where a kernel is missing (float16
+        on CPU in older torch: "not implemented for 'Half'").
+        """
+        if dtype == torch.float32:
+            return None
+        if self.device.type == "cuda" and dtype == torch.bfloat16 and not _native_bf16(self.device):
+            name = torch.cuda.get_device_name(self.device)
+            return f"{name} has no native bfloat16 (needs compute capability 8.0+)"
+        try:
+            self.probe_dtype(dtype)
+        except RuntimeError as e:
+            return f"the device cannot run it ({str(e).splitlines()[0][:200]})"
+        return None
+
+    def probe_dtype(self, dtype: torch.dtype) -> None:
+        """Run, once and tiny, the ops a transformer layer needs in ``dtype``."""
+        x = torch.ones(2, 8, device=self.device, dtype=dtype)
+        y = torch.nn.functional.linear(x, torch.ones(8, 8, device=self.device, dtype=dtype))
+        y = torch.nn.functional.layer_norm(y, (8,))
+        torch.nn.functional.gelu(torch.softmax(y, dim=-1))
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
-        if self.autocast_dtype is not None and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=self.autocast_dtype)
+        if self.dtype != torch.float32 and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=self.dtype)
         return contextlib.nullcontext()
 
     def infer(self, batch: Collated) -> Any:
@@ -48,3 +87,9 @@ class TorchHandler(Handler):
     def free_memory(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _native_bf16(device: torch.device) -> bool:
+    # What torch.cuda.is_bf16_supported(including_emulation=False) checks (torch 2.4+),
+    # without the emulation fallback older torch reports as support.
+    return bool(torch.version.hip) or torch.cuda.get_device_capability(device) >= (8, 0)
