@@ -155,7 +155,7 @@ class Observer:
         for w in windows:
             pipe.hgetall(keys.wait_hist_key(model, w))
         pipe.hgetall(keys.bulk_backlog_key(model))
-        wcall = registry.list_workers_call(model, wall)
+        wcall = registry.list_workers_call(model)
         for cmd in wcall.commands:
             pipe.execute_command(*cmd)
         replies = pipe.execute()

@@ -63,7 +63,7 @@ def seed(r: redis.Redis, cfg: SluiceConfig, n_workers: int) -> None:
                               pid=1000 + i, device=f"cuda:{i % 8}", buckets=["32", "128", "512"],
                               state="ready", started_at=now, heartbeat_at=now,
                               service_rate=1000.0, batch_size=16)  # fmt: skip
-            for cmd in registry.heartbeat(info, 600, now):
+            for cmd in registry.heartbeat(info, 600):
                 pipe.execute_command(*cmd)
         for log in range(50):
             pipe.lpush(keys.decisions_key(name), json.dumps({"at_ms": log, "current": 2,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Annotated
 
@@ -82,7 +83,10 @@ def _serve_with_admin(
     assert gw.admin_port is not None
     both = servers(app_from_env(), host or gw.host, port or gw.port, gw.admin_host,
                    gw.admin_port, log_level)  # fmt: skip
-    uvloop.run(serve_both(both))
+    # serve_both re-raises the signal it stopped for, like uvicorn.run: SIGINT's is
+    # a KeyboardInterrupt, which uvicorn.run swallows too.
+    with contextlib.suppress(KeyboardInterrupt):
+        uvloop.run(serve_both(both))
 
 
 def keys_new_cmd(

@@ -90,7 +90,7 @@ class Snapshots:
         now = time.time() if now_s is None else now_s
         calls: list[Call[Any]] = []
         for name in self.models:
-            calls += [self.ops.stats(name), list_workers_call(name, now), _bulk_reports(name)]
+            calls += [self.ops.stats(name), list_workers_call(name), _bulk_reports(name)]
         replies = await self.call(run_reads(self.redis, calls))
         fresh, lapsed = {}, []
         for i, name in enumerate(self.models):

@@ -116,7 +116,7 @@ def worker_key(model: str, worker_id: str) -> str:
 
 
 def workers_key(model: str) -> str:
-    """Zset of live worker ids scored by heartbeat expiry (epoch seconds)."""
+    """Zset of live worker ids scored by heartbeat expiry (epoch seconds, Redis server clock)."""
     return f"{_tag(model)}workers"
 
 

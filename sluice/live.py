@@ -47,7 +47,7 @@ def _recent_hists(model: str, now_s: float, span_s: float = 60) -> Call[list[dic
 
 def read_line(q: QueueClient, model: str, now_s: float) -> ModelLine:
     stats = q.stats(model)
-    live, _ = q.run(list_workers_call(model, now_s))
+    live, _ = q.run(list_workers_call(model))
     hists = q.run(_recent_hists(model, now_s))
     done = stats.counters.get("succeeded", 0) + stats.counters.get("failed", 0)
     return ModelLine(model, workers_by_state(live), stats.queued, done, p99_from_hist(hists))

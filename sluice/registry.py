@@ -3,12 +3,17 @@
 A worker writes its :class:`WorkerInfo` into a hash with a TTL and keeps its id in
 the model's worker set scored by heartbeat expiry; readers list live workers in
 one round trip. The gateway, the autoscaler and ``sluice status`` all read this.
+
+Expiry is on the Redis server's clock (``TIME``), for writers and readers alike:
+a worker or reader whose own clock is skewed still agrees on who is live.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from sluice import keys
@@ -47,18 +52,32 @@ class WorkerInfo:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
-def heartbeat(info: WorkerInfo, ttl_s: float, now_s: float) -> list[tuple[Any, ...]]:
+@cache
+def lua(name: str) -> str:
+    """A registry script (``sluice/lua/<name>.lua``) without its comment lines.
+
+    Sent with EVAL (ADR 0111): the scripts join pipelines of plain commands (the
+    worker's heartbeat and control poll, the readers' shared reads) that must stay
+    one round trip; redis-py's pipelined scripts add a SCRIPT EXISTS round trip to
+    every execute, and EVALSHA a NOSCRIPT retry after every Redis restart.
+    """
+    text = (resources.files("sluice") / "lua" / f"{name}.lua").read_text()
+    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+
+
+def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
     """Commands (pipeline them) that publish one heartbeat.
 
     The worker's own key expires with the TTL (liveness); the model's info hash and
-    expiry zset let readers list every live worker in one round trip.
+    expiry zset, scored by the Redis server's clock (``heartbeat.lua``), let readers
+    list every live worker in one round trip.
     """
     ttl_ms = max(1, int(ttl_s * 1000))
     raw = info.to_json()
+    zset, hash_ = keys.workers_key(info.model), keys.workers_info_key(info.model)
     return [
         ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
-        ("HSET", keys.workers_info_key(info.model), info.id, raw),
-        ("ZADD", keys.workers_key(info.model), now_s + ttl_s, info.id),
+        ("EVAL", lua("heartbeat"), 2, zset, hash_, info.id, raw, ttl_ms),
         ("SADD", keys.models_key(), info.model),
     ]
 
@@ -71,38 +90,55 @@ def deregister(model: str, worker_id: str) -> list[tuple[Any, ...]]:
     ]
 
 
-def list_workers_call(model: str, now_s: float) -> Call[tuple[list[WorkerInfo], list[str]]]:
-    """Live workers of a model and the ids whose heartbeat lapsed (one round trip).
+def server_time_s(reply: Any) -> float:
+    """``TIME``'s reply (seconds, microseconds) as epoch seconds."""
+    secs, micros = reply
+    return int(secs) + int(micros) / 1e6
+
+
+def split_live(
+    expiry_s: dict[str, float], infos: dict[str, str], now_s: float
+) -> tuple[list[WorkerInfo], list[str]]:
+    """Workers whose heartbeat expires after ``now_s`` (by start time), and the ids
+    that lapsed (or have only one of score and info)."""
+    live, stale = [], []
+    for wid, raw in infos.items():
+        if expiry_s.get(wid, 0.0) > now_s:
+            live.append(WorkerInfo.from_json(raw))
+        else:
+            stale.append(wid)
+    stale += [wid for wid, exp in expiry_s.items() if exp <= now_s and wid not in infos]
+    return sorted(live, key=lambda w: w.started_at), stale
+
+
+def list_workers_call(model: str) -> Call[tuple[list[WorkerInfo], list[str]]]:
+    """Live workers of a model and the ids whose heartbeat lapsed, by the Redis
+    server's clock (one round trip).
 
     Pass the lapsed ids to :func:`prune` to forget workers that died without
     deregistering.
     """
     cmds: list[tuple[Any, ...]] = [
+        ("TIME",),
         ("ZRANGE", keys.workers_key(model), 0, -1, "WITHSCORES"),
         ("HGETALL", keys.workers_info_key(model)),
     ]
 
     def parse(replies: list[Any]) -> tuple[list[WorkerInfo], list[str]]:
-        expiry = {wid: float(score) for wid, score in replies[0]}
-        live, stale = [], []
-        for wid, raw in replies[1].items():
-            if expiry.get(wid, 0.0) > now_s:
-                live.append(WorkerInfo.from_json(raw))
-            else:
-                stale.append(wid)
-        stale += [wid for wid, exp in expiry.items() if exp <= now_s and wid not in replies[1]]
-        return sorted(live, key=lambda w: w.started_at), stale
+        expiry = {wid: float(score) for wid, score in replies[1]}
+        return split_live(expiry, replies[2], server_time_s(replies[0]))
 
     return Call(parse, commands=cmds)
 
 
 def prune(model: str, stale_ids: list[str]) -> list[tuple[Any, ...]]:
+    """Commands (pipeline them) that forget the ids :func:`list_workers_call` read as
+    lapsed, each only if it is still lapsed when they run (``prune_workers.lua``): a
+    heartbeat that landed in between keeps its worker."""
     if not stale_ids:
         return []
-    return [
-        ("HDEL", keys.workers_info_key(model), *stale_ids),
-        ("ZREM", keys.workers_key(model), *stale_ids),
-    ]
+    zset, hash_ = keys.workers_key(model), keys.workers_info_key(model)
+    return [("EVAL", lua("prune_workers"), 2, zset, hash_, *stale_ids)]
 
 
 def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:

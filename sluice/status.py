@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 from rich.console import Console
 from rich.table import Table
@@ -37,9 +36,8 @@ def workers_table(q: QueueClient, cfg: SluiceConfig) -> Table:
     table = Table(title="Workers", title_justify="left")
     for col in ("model", "worker", "state", "device", "buckets", "jobs", "cost/s", "busy"):
         table.add_column(col)
-    now = time.time()
     for name in cfg.models:
-        live, _stale = q.run(list_workers_call(name, now))
+        live, _stale = q.run(list_workers_call(name))
         for w in live:
             table.add_row(
                 name, w.id, w.state, w.device, ",".join(w.buckets), str(w.jobs),

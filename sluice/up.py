@@ -98,7 +98,7 @@ class Stack:
         return StackUrls(gateway, self.redis_url, self.log_dir, admin)
 
     def _ready_workers(self, client: QueueClient, model: str) -> int:
-        live, _ = client.run(list_workers_call(model, time.time()))
+        live, _ = client.run(list_workers_call(model))
         return sum(1 for w in live if w.state == "ready")
 
     def _wait_workers(self, timeout_s: float = 300.0) -> None:

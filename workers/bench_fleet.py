@@ -54,7 +54,7 @@ def _rss_mb(pid: int) -> float:
 def _wait_ready(qc: QueueClient, n: int, timeout_s: float) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        live, _ = qc.run(registry.list_workers_call(MODEL, time.time()))
+        live, _ = qc.run(registry.list_workers_call(MODEL))
         if sum(1 for w in live if w.state == "ready") >= n:
             return time.monotonic() - t0
         time.sleep(0.05)

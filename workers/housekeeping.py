@@ -117,7 +117,7 @@ class Housekeeper:
         now = self.wall()
         info = self.status.update(heartbeat_at=now)
         pipe = self.client.redis.pipeline(transaction=False)
-        for cmd in registry.heartbeat(info, self.ttl_s, now):
+        for cmd in registry.heartbeat(info, self.ttl_s):
             pipe.execute_command(*cmd)
         pipe.execute_command(*registry.poll_control(info.model, info.id))
         replies = pipe.execute(raise_on_error=False)

@@ -46,7 +46,7 @@ def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]
     """One model's reads as one Call (its commands join the shared pipeline)."""
     parts: list[tuple[str, Call[Any]]] = [
         ("stats", ops.stats(model)),
-        ("workers", list_workers_call(model, now_s)),
+        ("workers", list_workers_call(model)),
     ]
     windows = recent_windows(now_s, LATENCY_SPAN_S)
     parts += [

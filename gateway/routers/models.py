@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -47,10 +46,9 @@ def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]
 )
 async def list_models(st: State) -> dict[str, Any]:
     """Every model with its buckets, queue depth and cost per bucket, and workers by state."""
-    now = time.time()
     calls: list[Any] = []
     for name in st.cfg.models:
-        calls += [st.queue.ops.stats(name), list_workers_call(name, now)]
+        calls += [st.queue.ops.stats(name), list_workers_call(name)]
     replies = await st.call(run_reads(st.redis, calls))
     models = [
         _model_info(st, name, replies[2 * i], replies[2 * i + 1][0])

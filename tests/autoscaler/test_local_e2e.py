@@ -79,7 +79,7 @@ def running(config_path: Path, redis_url: str, tmp_path: Path) -> Iterator[
 def _ready(client: QueueClient) -> int:
     from sluice import registry
 
-    live, _ = client.run(registry.list_workers_call("m", time.time()))
+    live, _ = client.run(registry.list_workers_call("m"))
     return sum(1 for w in live if w.state == "ready")
 
 

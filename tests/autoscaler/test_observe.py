@@ -39,7 +39,7 @@ def _heartbeat(r: redis.Redis, **kw: object) -> None:
                          "started_at": time.time() - 12, "ready_at": time.time() - 2,
                          **kw})  # type: ignore[arg-type]  # fmt: skip
     pipe = r.pipeline(transaction=False)
-    for cmd in registry.heartbeat(info, 10.0, time.time()):
+    for cmd in registry.heartbeat(info, 10.0):
         pipe.execute_command(*cmd)
     pipe.execute()
 

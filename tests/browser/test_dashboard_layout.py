@@ -34,7 +34,7 @@ def _heartbeats(r: redis.Redis, model: str, n: int) -> None:
                           host=f"gpu-node-{i // 8:02d}", pid=4000 + i, device=f"cuda:{i % 8}",
                           buckets=["32", "128"], state=state, started_at=now - i,
                           heartbeat_at=now, service_rate=900.0 + i, batch_size=i % 32)  # fmt: skip
-        for cmd in registry.heartbeat(info, 120, now):
+        for cmd in registry.heartbeat(info, 120):
             pipe.execute_command(*cmd)
     pipe.execute()
 

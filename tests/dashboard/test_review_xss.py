@@ -35,7 +35,7 @@ def _hostile_data(r: redis.Redis) -> None:
                       buckets=["32"], state="ready", started_at=now, heartbeat_at=now,
                       service_rate=1.0, batch_size=1)  # fmt: skip
     pipe = r.pipeline(transaction=False)
-    for cmd in registry.heartbeat(info, 120, now):
+    for cmd in registry.heartbeat(info, 120):
         pipe.execute_command(*cmd)
     pipe.execute()
     q = QueueClient(r, dict(parse_config(CONFIG).models))

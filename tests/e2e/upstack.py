@@ -41,7 +41,7 @@ class Up:
         return QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
 
     def workers(self, model: str):  # type: ignore[no-untyped-def]
-        return self.queue().run(list_workers_call(model, time.time()))[0]
+        return self.queue().run(list_workers_call(model))[0]
 
     def ready(self, model: str) -> int:
         return sum(1 for w in self.workers(model) if w.state == "ready")

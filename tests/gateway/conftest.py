@@ -55,7 +55,7 @@ class Harness:
             state=state, started_at=now, heartbeat_at=now, service_rate=rate,
         )  # fmt: skip
         pipe = self.redis.pipeline(transaction=False)
-        for cmd in registry.heartbeat(info, 30, now):
+        for cmd in registry.heartbeat(info, 30):
             pipe.execute_command(*cmd)
         await pipe.execute()
 

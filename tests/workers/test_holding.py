@@ -36,7 +36,7 @@ def idle_worker(r: redis.Redis, cfg: SluiceConfig, overlap: bool = False) -> Wor
 
 
 def workers_of(qc: QueueClient) -> list[registry.WorkerInfo]:
-    return qc.run(registry.list_workers_call(MODEL, time.time()))[0]
+    return qc.run(registry.list_workers_call(MODEL))[0]
 
 
 @contextmanager

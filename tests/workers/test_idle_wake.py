@@ -26,7 +26,7 @@ def fast_config():  # type: ignore[no-untyped-def]
 
 
 def ready(qc: QueueClient) -> bool:
-    ws = qc.run(registry.list_workers_call(MODEL, time.time()))[0]
+    ws = qc.run(registry.list_workers_call(MODEL))[0]
     return any(w.state == "ready" for w in ws)
 
 

@@ -25,7 +25,7 @@ def client(r: redis.Redis, cfg: object) -> QueueClient:
 
 
 def workers(qc: QueueClient) -> list[registry.WorkerInfo]:
-    return qc.run(registry.list_workers_call(MODEL, time.time()))[0]
+    return qc.run(registry.list_workers_call(MODEL))[0]
 
 
 @pytest.mark.parametrize("overlap", [True, False])

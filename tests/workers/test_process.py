@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -62,7 +61,7 @@ def test_sigterm_finishes_held_jobs_deregisters_and_exits_0(
     stats = qc.stats(MODEL)
     assert stats.in_flight == 0  # everything it held was completed, not abandoned
     assert stats.counters["succeeded"] >= 2 and stats.counters.get("retried", 0) == 0
-    assert qc.run(registry.list_workers_call(MODEL, time.time()))[0] == []
+    assert qc.run(registry.list_workers_call(MODEL))[0] == []
 
 
 def test_sigkill_mid_batch_loses_no_job(
@@ -97,7 +96,7 @@ def test_metrics_endpoint_counts_jobs(
     submit(qc, cfg, ["a b c"] * 6)
     proc = spawn(cfg, "--metrics-port", "0")
     wait_for(lambda: qc.stats(MODEL).counters.get("succeeded") == 6)
-    live = wait_for(lambda: qc.run(registry.list_workers_call(MODEL, time.time()))[0])
+    live = wait_for(lambda: qc.run(registry.list_workers_call(MODEL))[0])
     port = live[0].metrics_port
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert 'sluice_worker_jobs_total{model="m",status="succeeded"} 6.0' in text

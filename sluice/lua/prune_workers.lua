@@ -1,0 +1,19 @@
+-- Forget workers whose heartbeat lapsed. Each id is checked again here, by the
+-- Redis server's clock, at prune time: one that heartbeated after a reader saw
+-- it lapsed (the read and the prune are separate round trips) is kept.
+-- KEYS[1] the model's live workers (zset: id -> heartbeat expiry, epoch s, server clock)
+-- KEYS[2] the model's worker info (hash: id -> WorkerInfo JSON)
+-- ARGV[1..] ids a reader saw lapsed
+-- Returns how many were forgotten.
+local t = redis.call('TIME')
+local now_s = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local forgotten = 0
+for i = 1, #ARGV do
+  local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
+  if expiry == nil or expiry <= now_s then
+    redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    forgotten = forgotten + 1
+  end
+end
+return forgotten
