@@ -21,6 +21,8 @@ from sluice.keys import MODEL_NAME_RE
 PRIORITIES: tuple[str, ...] = ("high", "normal", "low")
 CONFIG_ENV = "SLUICE_CONFIG"
 REDIS_URL_ENV = "SLUICE_REDIS_URL"
+# A worker's own pod name, set from metadata.name by the downward API (docs/adr/0115).
+POD_NAME_ENV = "SLUICE_POD_NAME"
 
 
 def _known_priorities(by_priority: dict[str, float]) -> None:

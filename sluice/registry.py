@@ -41,6 +41,7 @@ class WorkerInfo:
     service_rate: float = 0.0  # cost units per second while busy, measured
     metrics_port: int = 0
     batch_size: int = 0  # jobs in the worker's latest batch (the dashboard shows it)
+    pod_name: str = ""  # its Kubernetes pod (SLUICE_POD_NAME, downward API); "" elsewhere
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from redis.exceptions import RedisError
 
 from sluice.backoff import Backoff, Reconnect
-from sluice.config import ModelConfig, SluiceConfig
+from sluice.config import POD_NAME_ENV, ModelConfig, SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Batch, Outcome
 from sluice.queue import QueueClient
@@ -106,7 +106,7 @@ class Worker:
         self.status = WorkerStatus(WorkerInfo(
             id=opts.worker_id or new_worker_id(), model=self.model, host=socket.gethostname(),
             pid=os.getpid(), device=opts.device, buckets=self.buckets, state="starting",
-            started_at=wall(),
+            started_at=wall(), pod_name=os.environ.get(POD_NAME_ENV, ""),
         ))  # fmt: skip
         self.housekeeper = Housekeeper(
             client, self.status, heartbeat_s=wc.heartbeat_s, ttl_s=wc.heartbeat_ttl_s,

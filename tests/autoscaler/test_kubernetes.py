@@ -1,124 +1,129 @@
-"""The kubernetes backend against a local stub of the API endpoints it calls."""
+"""The kubernetes backend against a strict stub of the API endpoints it calls
+(tests/autoscaler/k8s_stub.py: 401 without the token, 415 for a wrong patch
+type, 409 for a stale resourceVersion). No real API server runs here."""
 
 from __future__ import annotations
 
 import json
-import threading
+import logging
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autoscaler.backends.kubernetes import DELETION_COST, BackendError, KubernetesBackend
-from sluice.config import parse_config
+from autoscaler.backends.kubernetes import (
+    DELETION_COST,
+    MERGE_PATCH,
+    SCALE_ATTEMPTS,
+    BackendError,
+    ConflictError,
+    KubernetesBackend,
+)
+from sluice.config import SluiceConfig, parse_config
 from sluice.registry import WorkerInfo
+from tests.autoscaler.k8s_stub import (
+    DEPLOYMENT,
+    JSON_PATCH,
+    NAMESPACE,
+    PODS,
+    SCALE,
+    TOKEN,
+    StubApi,
+    serve,
+)
 
-SCALE = "/apis/apps/v1/namespaces/serving/deployments/minilm-workers/scale"
-PODS = "/api/v1/namespaces/serving/pods"
-
-
-class StubApi:
-    """Deployment scale + pods, and a log of every request (method, path, body)."""
-
-    def __init__(self) -> None:
-        self.replicas = 3
-        self.pods: dict[str, dict[str, str]] = {"pod-a": {}, "pod-b": {}, "pod-c": {}}
-        self.requests: list[tuple[str, str, Any]] = []
-        self.fail_scale = False
-
-    def scale_doc(self) -> dict[str, Any]:
-        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {"name": "minilm-workers", "namespace": "serving"},
-                "spec": {"replicas": self.replicas},
-                "status": {"replicas": self.replicas, "selector": "app=minilm"}}  # fmt: skip
-
-    def pod_doc(self, name: str) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": "serving",
-                             "annotations": dict(self.pods[name])}}  # fmt: skip
-
-
-def _handler(api: StubApi) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            return None
-
-        def _reply(self, code: int, doc: dict[str, Any]) -> None:
-            raw = json.dumps(doc).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
-
-        def do_GET(self) -> None:  # noqa: N802
-            path, _, query = self.path.partition("?")
-            api.requests.append(("GET", path, query))
-            if path == SCALE:
-                return self._reply(200, api.scale_doc())
-            if path == PODS:
-                items = [api.pod_doc(n) for n in api.pods]
-                return self._reply(200, {"apiVersion": "v1", "kind": "PodList",
-                                         "metadata": {}, "items": items})  # fmt: skip
-            return self._reply(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
-
-        def do_PATCH(self) -> None:  # noqa: N802
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            api.requests.append(("PATCH", self.path, body))
-            if self.path == SCALE:
-                if api.fail_scale:
-                    return self._reply(403, {"kind": "Status", "code": 403,
-                                             "reason": "Forbidden"})  # fmt: skip
-                api.replicas = body["spec"]["replicas"]
-                return self._reply(200, api.scale_doc())
-            name = self.path.rsplit("/", 1)[-1]
-            api.pods[name].update(body["metadata"]["annotations"])
-            return self._reply(200, api.pod_doc(name))
-
-    return Handler
+Stub = tuple[StubApi, str]
 
 
 @pytest.fixture
-def stub() -> Iterator[tuple[StubApi, str]]:
+def stub() -> Iterator[Stub]:
     api = StubApi()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(api))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield api, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serve(api) as url:
+        yield api, url
 
 
-def _backend(url: str) -> KubernetesBackend:
+def _cfg() -> SluiceConfig:
+    return parse_config({
+        "models": {"minilm": {"handler": "synthetic",
+                              "autoscaling": {"deployment": DEPLOYMENT}}},
+        "autoscaler": {"backend": "kubernetes", "namespace": NAMESPACE},
+    })  # fmt: skip
+
+
+def _backend(url: str, token: str | None = TOKEN) -> KubernetesBackend:
     from kubernetes import client
 
     conf = client.Configuration()
     conf.host = url
-    cfg = parse_config({
-        "models": {"minilm": {"handler": "synthetic",
-                              "autoscaling": {"deployment": "minilm-workers"}}},
-        "autoscaler": {"backend": "kubernetes", "namespace": "serving"},
-    })  # fmt: skip
-    return KubernetesBackend(cfg, client.ApiClient(conf))
+    if token is not None:
+        conf.api_key = {"BearerToken": token}
+        conf.api_key_prefix = {"BearerToken": "Bearer"}
+    return KubernetesBackend(_cfg(), client.ApiClient(conf))
 
 
-def _worker(host: str, state: str = "ready", busy: bool = False, jobs: int = 0) -> WorkerInfo:
-    return WorkerInfo(id=host, model="minilm", host=host, pid=1, device="cpu", buckets=["32"],
-                      state=state, started_at=0.0, busy=busy, jobs=jobs)  # fmt: skip
+def _worker(name: str, state: str = "ready", busy: bool = False, jobs: int = 0,
+            host: str | None = None, pod: str | None = None) -> WorkerInfo:  # fmt: skip
+    return WorkerInfo(id=name, model="minilm", host=host or name, pid=1, device="cpu",
+                      buckets=["32"], state=state, started_at=0.0, busy=busy, jobs=jobs,
+                      pod_name=name if pod is None else pod)  # fmt: skip
 
 
-def test_reads_replicas_and_scales_up_without_touching_pods(stub: tuple[StubApi, str]) -> None:
+def _raw(url: str, method: str, path: str, body: Any = None, ctype: str = MERGE_PATCH,
+         token: str | None = TOKEN) -> int:  # fmt: skip
+    headers = {"Content-Type": ctype}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as e:
+        return int(e.code)
+
+
+# -- the stub refuses what a real API server refuses -----------------------------
+def test_stub_refuses_bad_requests(stub: Stub) -> None:
+    api, url = stub
+    replicas = {"spec": {"replicas": 4}}
+    assert _raw(url, "GET", SCALE, token=None) == 401
+    assert _raw(url, "GET", SCALE, token="wrong") == 401
+    assert _raw(url, "PATCH", SCALE, replicas, token=None) == 401
+    assert _raw(url, "PATCH", SCALE, replicas, ctype="application/json") == 415
+    assert _raw(url, "PATCH", SCALE, replicas, ctype="application/apply-patch+yaml") == 415
+    # The client's default for a dict body: a JSON patch must be a list of operations.
+    assert _raw(url, "PATCH", SCALE, replicas, ctype=JSON_PATCH) == 400
+    stale = {"metadata": {"resourceVersion": str(api.version - 1)}, **replicas}
+    assert _raw(url, "PATCH", SCALE, stale) == 409
+    assert api.replicas == 3, "a refused request changed the object"
+    fresh = {"metadata": {"resourceVersion": str(api.version)}, **replicas}
+    assert _raw(url, "PATCH", SCALE, fresh) == 200 and api.replicas == 4
+    op = [{"op": "add", "path": f"/metadata/annotations/{DELETION_COST.replace('/', '~1')}",
+           "value": "5"}]  # fmt: skip
+    assert _raw(url, "PATCH", f"{PODS}/pod-a", op, ctype=JSON_PATCH) == 200
+    assert api.pods["pod-a"] == {DELETION_COST: "5"}
+
+
+# -- the backend against it ------------------------------------------------------
+def test_scales_up_with_a_token_and_a_merge_patch(stub: Stub) -> None:
     api, url = stub
     be = _backend(url)
     assert be.current("minilm") == 3
     be.scale("minilm", 5, [])
     assert api.replicas == 5
-    assert ("PATCH", SCALE, {"spec": {"replicas": 5}}) in api.requests
-    assert not any(m == "PATCH" and p.startswith(PODS) for m, p, _ in api.requests)
+    (patch,) = api.patches(SCALE)
+    assert (patch.status, patch.content_type) == (200, MERGE_PATCH)
+    assert patch.body["spec"] == {"replicas": 5}
+    # Conditional on the scale it read.
+    assert patch.body["metadata"]["resourceVersion"] == "100"
+    assert all(q.authorization == f"Bearer {TOKEN}" for q in api.requests)
+    assert len(api.patches()) == 1  # no pod is annotated on the way up
 
 
-def test_scale_down_marks_idle_pods_cheaper_than_busy_ones(stub: tuple[StubApi, str]) -> None:
+def test_scale_down_marks_idle_pods_cheaper_than_busy_ones(stub: Stub) -> None:
     api, url = stub
     be = _backend(url)
     workers = [_worker("pod-a", busy=True, jobs=50), _worker("pod-b", jobs=7)]  # pod-c: none
@@ -127,18 +132,81 @@ def test_scale_down_marks_idle_pods_cheaper_than_busy_ones(stub: tuple[StubApi, 
     costs = {n: int(a[DELETION_COST]) for n, a in api.pods.items()}
     # No heartbeat (pod-c) goes first, then the idle one, the busy one last.
     assert costs["pod-c"] < costs["pod-b"] < costs["pod-a"]
-    pod_list = [q for m, p, q in api.requests if m == "GET" and p == PODS]
+    pod_list = [q.query for q in api.requests if q.method == "GET" and q.path == PODS]
     assert pod_list and "labelSelector=app%3Dminilm" in pod_list[0]  # the scale's selector
+    assert {(q.status, q.content_type) for q in api.patches()} == {(200, MERGE_PATCH)}
     # The annotations went in before the replica count dropped.
-    order = [(m, p) for m, p, _ in api.requests if m == "PATCH"]
-    assert order[-1] == ("PATCH", SCALE) and all(p != SCALE for _, p in order[:-1])
+    order = [q.path for q in api.patches()]
+    assert order[-1] == SCALE and SCALE not in order[:-1]
     # Unchanged costs are not patched again.
     n_patches = len(order)
     be.scale("minilm", 0, workers)
-    assert len([1 for m, _, _ in api.requests if m == "PATCH"]) == n_patches + 1
+    assert len(api.patches()) == n_patches + 1
 
 
-def test_api_errors_become_backend_errors(stub: tuple[StubApi, str]) -> None:
+@pytest.mark.parametrize("case", ["host_network", "long_pod_names"])
+def test_pods_are_found_by_the_name_the_worker_publishes(stub: Stub, case: str) -> None:
+    """hostNetwork: every worker's host name is the node's. A pod name over 63
+    characters: the host name is cut to 63. Either way only the pod name matches."""
+    api, url = stub
+    if case == "host_network":
+        names = ["sluice-worker-minilm-5d8f7-aaaaa", "sluice-worker-minilm-5d8f7-bbbbb",
+                 "sluice-worker-minilm-5d8f7-ccccc"]  # fmt: skip
+        hosts = ["gke-gpu-pool-node-1"] * 3
+    else:
+        stem = "sluice-worker-minilm-from-a-deployment-with-a-long-name-6c9f7b".ljust(64, "x")
+        names = [f"{stem}-{s}" for s in ("aaaaa", "bbbbb", "ccccc")]
+        hosts = [n[:63] for n in names]  # what the kubelet sets as the host name
+        assert all(len(n) == 70 for n in names) and len(set(hosts)) == 1
+    api.pods = {n: {} for n in names}
+    busy, idle, starting = (
+        _worker(names[0], busy=True, jobs=50, host=hosts[0]),
+        _worker(names[1], jobs=7, host=hosts[1]),
+        _worker(names[2], state="starting", host=hosts[2]),
+    )
+    _backend(url).scale("minilm", 1, [busy, idle, starting])
+    costs = {n: int(api.pods[n][DELETION_COST]) for n in names}
+    assert costs == {names[0]: 100_000, names[1]: 7, names[2]: -100}
+
+
+def test_workers_without_a_pod_name_fall_back_to_the_host_name_and_say_so(
+    stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
+    api, url = stub
+    be = _backend(url)
+    workers = [_worker("pod-a", busy=True, pod=""), _worker("pod-b", jobs=3)]
+    with caplog.at_level(logging.WARNING, "sluice.autoscaler"):
+        be.mark_deletion_costs("minilm", workers)
+        be.mark_deletion_costs("minilm", workers)
+    assert api.pods["pod-a"][DELETION_COST] == "100000"  # matched by host name
+    assert api.pods["pod-b"][DELETION_COST] == "3"
+    warnings = [r.getMessage() for r in caplog.records if "host name" in r.getMessage()]
+    assert len(warnings) == 1 and "SLUICE_POD_NAME" in warnings[0] and "pod-a" in warnings[0]
+
+
+# -- 409: re-read and retry, bounded -------------------------------------------------
+def test_a_conflict_is_re_read_and_retried(stub: Stub) -> None:
+    api, url = stub
+    api.interfere = 1  # the Deployment changes between the first read and its patch
+    _backend(url).scale("minilm", 5, [])
+    assert api.replicas == 5
+    first, second = api.patches(SCALE)
+    assert (first.status, second.status) == (409, 200)
+    assert first.body["metadata"]["resourceVersion"] == "100"
+    assert second.body["metadata"]["resourceVersion"] == "101"  # read again
+
+
+def test_a_conflict_every_time_gives_up_after_the_bound(stub: Stub) -> None:
+    api, url = stub
+    api.interfere = 1000
+    with pytest.raises(ConflictError, match="409"):
+        _backend(url).scale("minilm", 5, [])
+    assert api.replicas == 3
+    assert [q.status for q in api.patches(SCALE)] == [409] * SCALE_ATTEMPTS
+
+
+# -- errors and authentication ------------------------------------------------------
+def test_api_errors_become_backend_errors(stub: Stub) -> None:
     api, url = stub
     api.fail_scale = True
     be = _backend(url)
@@ -148,3 +216,42 @@ def test_api_errors_become_backend_errors(stub: tuple[StubApi, str]) -> None:
     be.deployments["minilm"] = "missing"
     with pytest.raises(BackendError, match="read scale"):
         be.current("minilm")
+
+
+def test_without_credentials_the_api_says_unauthorized(stub: Stub) -> None:
+    api, url = stub
+    with pytest.raises(BackendError, match="401"):
+        _backend(url, token=None).current("minilm")
+    assert [q.status for q in api.requests] == [401]
+
+
+def _kubeconfig(path: Path, url: str, user: dict[str, Any]) -> Path:
+    doc = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
+        "clusters": [{"name": "stub", "cluster": {"server": url}}],
+        "users": [{"name": "sa", "user": user}],
+        "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "sa"}}],
+    }  # fmt: skip
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_the_backend_authenticates_with_the_token_its_config_names(
+    stub: Stub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No api_client given: the backend loads its own config (here a kubeconfig; in a
+    pod the service account's) and sends its bearer token on every call."""
+    from kubernetes import client
+    from kubernetes.config import kube_config
+
+    api, url = stub
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in a pod
+    kc = _kubeconfig(tmp_path / "kc", url, {"token": TOKEN})
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kc))
+    # Loading sets the client's process-wide default: undone after the test.
+    monkeypatch.setattr(client.Configuration, "_default", None)
+    be = KubernetesBackend(_cfg())
+    be.scale("minilm", 1, [_worker("pod-a", busy=True)])
+    assert api.replicas == 1 and api.pods["pod-a"][DELETION_COST] == "100000"
+    assert {q.status for q in api.requests} == {200}
+    assert all(q.authorization == f"Bearer {TOKEN}" for q in api.requests)

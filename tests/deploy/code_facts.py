@@ -225,6 +225,23 @@ def kubernetes_permissions() -> frozenset[tuple[str, str, str]]:
     return frozenset(used)
 
 
+@cache
+def worker_downward_env() -> dict[str, str]:
+    """Env var -> pod field (``metadata.name``) the worker process reads about its pod.
+
+    Read from the code: the worker names its pod in its heartbeat from
+    ``sluice.config.POD_NAME_ENV``, and the autoscaler's backend matches on it.
+    """
+    from sluice.config import POD_NAME_ENV
+
+    used = any(
+        isinstance(node, ast.Name) and node.id == "POD_NAME_ENV"
+        for path in (ROOT / "workers").rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+    return {POD_NAME_ENV: "metadata.name"} if used else {}
+
+
 def kubernetes_backend(cfg: Any) -> Any:
     """The autoscaler's Kubernetes backend for ``cfg`` (an API client that never connects)."""
     from kubernetes import client

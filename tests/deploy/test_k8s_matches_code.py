@@ -15,6 +15,7 @@ from tests.deploy.code_facts import (
     kubernetes_backend,
     kubernetes_permissions,
     metrics_bind_defaults,
+    worker_downward_env,
 )
 from tests.deploy.conftest import RENDERS, config_in, containers, find, one
 
@@ -110,6 +111,22 @@ def test_worker_ports_probes_and_drain(render: Render) -> None:
         assert grace >= 2 * model.batching.lease_s
         assert c["lifecycle"]["preStop"]["exec"]["command"] == ["sluice-probe", "drain"]
         assert "nvidia.com/gpu" in c["resources"]["limits"]
+
+
+def test_worker_pods_name_themselves(render: Render) -> None:
+    """The autoscaler finds a worker's pod by the name in its heartbeat; the host
+    name is not the pod name under hostNetwork or past 63 characters."""
+    objs, _ = render
+    wanted = worker_downward_env()
+    assert wanted, "workers/ no longer reads its pod name: the reader is broken"
+    workers = _by_role(objs, ("worker",))
+    assert workers
+    for d, c in workers:
+        env = {e["name"]: e for e in c.get("env", [])}
+        for name, field_path in wanted.items():
+            where = f"{d['metadata']['name']}: {name} must come from {field_path}"
+            source = env.get(name, {}).get("valueFrom", {}).get("fieldRef", {})
+            assert source.get("fieldPath") == field_path, where
 
 
 def test_worker_deployments_are_the_autoscaler_targets(render: Render) -> None:
