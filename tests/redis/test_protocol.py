@@ -184,6 +184,7 @@ def test_renew_keeps_a_lease_alive(r: redis.Redis, queue_factory) -> None:
     job = q.submit("m", [small(0)])[0].id
     q.claim("m", "w1")
     claimed_expiry_ms = r.zscore(keys.inflight_key("m"), job)
+    assert claimed_expiry_ms is not None
     # Renewed with a long lease, so a slow machine cannot let it lapse between calls.
     assert queue_factory(batching={"lease_s": 30}).renew("m", "w1", [job]) == []
     wait_until(lambda: redis_now_ms(r) > claimed_expiry_ms, what="the claimed lease to pass")
