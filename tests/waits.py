@@ -8,9 +8,10 @@ it never holds within a generous timeout, i.e. when the run is hung.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 import redis
 
@@ -37,16 +38,33 @@ def wait_until(
         time.sleep(every_s)
 
 
+@overload
 async def async_wait_until(
     predicate: Callable[[], Awaitable[T]],
+    timeout_s: float = ...,
+    what: str = ...,
+    every_s: float = ...,
+) -> T: ...
+@overload
+async def async_wait_until(
+    predicate: Callable[[], T],
+    timeout_s: float = ...,
+    what: str = ...,
+    every_s: float = ...,
+) -> T: ...
+async def async_wait_until(
+    predicate: Callable[[], Any],
     timeout_s: float = HUNG_S,
     what: str = "condition",
     every_s: float = 0.01,
-) -> T:
-    """``wait_until`` for an async predicate, yielding to the event loop between polls."""
+) -> Any:
+    """``wait_until`` inside an event loop: yields to it between polls, so the
+    tasks being waited on run. ``predicate`` may be sync or async."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = await predicate()
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         if time.monotonic() >= deadline:
