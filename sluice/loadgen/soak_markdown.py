@@ -55,11 +55,11 @@ def samples_table(out: dict[str, Any]) -> str:
 def rss_table(out: dict[str, Any]) -> str:
     rows = []
     for name, g in out["verdict"]["rss"].items():
-        halves = " / ".join(_f(h, ".0f") for h in g.get("bytes_per_job_halves") or [])
         rows.append([name, _f(g["start_mb"], ".2f"), _f(g["end_mb"], ".2f"),
                      _f(g["growth_mb"], "+.2f"), _f(g["growth_pct"], "+.2f") + "%",
-                     _f(g["bytes_per_job"], ".0f"), halves, _f(g["peak_mb"], ".2f")])  # fmt: skip
-    head = ["process", "start MB", "end MB", "growth", "growth %", "B/job", "B/job by half",
+                     _f(g["bytes_per_job"], ".0f"), _f(g.get("bytes_per_job_trend"), ".0f"),
+                     _f(g["peak_mb"], ".2f")])  # fmt: skip
+    head = ["process", "start MB", "end MB", "growth", "growth %", "B/job", "B/job trend",
             "peak MB"]  # fmt: skip
     return _table(head, rows)
 

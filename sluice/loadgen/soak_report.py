@@ -63,15 +63,14 @@ def _sample_table(samples: list[dict[str, Any]], every_s: float) -> Table:
 
 def _rss_table(rss: dict[str, dict[str, Any]]) -> Table:
     t = Table(
-        "process", "start MB", "end MB", "growth MB", "growth %", "B/job", "B/job halves",
+        "process", "start MB", "end MB", "growth MB", "growth %", "B/job", "B/job trend",
         "peak MB",
         title="RSS from the end of the warm-up to the end of the load (medians of 3)",
     )  # fmt: skip
     for name, g in rss.items():
-        halves = g.get("bytes_per_job_halves") or []
         t.add_row(name, _f(g["start_mb"], ".2f"), _f(g["end_mb"], ".2f"),
                   _f(g["growth_mb"], "+.2f"), _f(g["growth_pct"], "+.2f"),
-                  _f(g["bytes_per_job"], ".0f"), " / ".join(_f(h, ".0f") for h in halves),
+                  _f(g["bytes_per_job"], ".0f"), _f(g.get("bytes_per_job_trend"), ".0f"),
                   _f(g["peak_mb"], ".2f"))  # fmt: skip
     return t
 

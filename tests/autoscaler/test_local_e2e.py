@@ -24,6 +24,7 @@ from sluice.config import load_config
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -128,8 +129,15 @@ def test_autoscaler_cli_dry_run_starts_and_stops_on_sigterm(config_path: Path,
          "--backend", "dry-run", "--redis-url", redis_url],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
-    time.sleep(3)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
+    reader.start()
+    # SIGTERM once it has decided at least once: proof it started, however slow the machine.
+    wait_until(lambda: any('"event": "autoscaler_decision"' in line for line in lines),
+               45, "the autoscaler's first decision")  # fmt: skip
     proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=20)
+    proc.wait(timeout=20)
+    reader.join(20)
+    out = "".join(lines)
     assert proc.returncode == 0, out
-    assert "dry-run backend" in out and '"event": "autoscaler_decision"' in out
+    assert "dry-run backend" in out

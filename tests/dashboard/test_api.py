@@ -155,7 +155,7 @@ async def test_redis_down_is_a_quick_503_with_the_error_body() -> None:
             resp = await c.get("/dashboard/api/state")
             assert resp.status_code == 503
             assert resp.json()["error"]["type"] == "redis_unavailable"
-            assert time.monotonic() - started < 3
+            assert time.monotonic() - started < 30 * 0.3  # did not hang: 30x the timeout
             assert (await c.get("/dashboard")).status_code == 200  # the page still loads
 
 

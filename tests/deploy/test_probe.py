@@ -116,6 +116,9 @@ def test_drain_scans_proc_and_filters_by_parent(tmp_path: Path) -> None:
     assert sluice_probe.worker_pids(tmp_path, parent=7) == [11]
 
 
+BATCH_S = 20
+
+
 @pytest.mark.redis
 @pytest.mark.slow
 def test_real_worker_is_ready_after_warmup_and_not_while_draining(
@@ -124,9 +127,10 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
     """The k8s probe and preStop hook end to end: a `sluice worker` process is not
     ready, then ready; `sluice-probe drain` returns at once, the worker is not
     ready while it finishes the batch it holds, then exits 0."""
-    # One 6 s batch: long enough that the drain below surely starts while it runs.
-    cfg = make_config(params={"base_ms": 6000, "per_token_ms": 0},
-                      batching={"max_batch": 1, "lease_s": 10})  # fmt: skip
+    # One 20 s batch: the drain below starts while it runs, and a probe that
+    # answers in under half of it did not wait for it, however slow the machine.
+    cfg = make_config(params={"base_ms": BATCH_S * 1000, "per_token_ms": 0},
+                      batching={"max_batch": 1, "lease_s": 2 * BATCH_S})  # fmt: skip
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
     port = free_port()
@@ -144,10 +148,10 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
         # --parent: only this test's child, never another worker on this machine.
         started = time.monotonic()
         assert probe("drain", "--parent", str(os.getpid())) == 0
-        assert time.monotonic() - started < 2.0, "a preStop hook must not wait"
-        wait_for(lambda: probe("worker-ready", str(port)) == 1, timeout_s=2)
+        assert time.monotonic() - started < BATCH_S / 2, "a preStop hook must not wait"
+        wait_for(lambda: probe("worker-ready", str(port)) == 1, timeout_s=BATCH_S / 2)
         assert proc.poll() is None, "still finishing the batch it holds"
-        assert proc.wait(timeout=20) == 0
+        assert proc.wait(timeout=3 * BATCH_S) == 0
         stats = qc.stats("m")
         assert stats.in_flight == 0 and stats.counters.get("succeeded") == 1
     finally:

@@ -8,6 +8,7 @@ started, by its own pid.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -239,6 +240,18 @@ def ready_workers(url: str) -> int:
     return sum(m["workers"]["ready"] for m in models if m["name"] == MODEL)
 
 
-def wait_gateway_sees(url: str, n: int = 1, timeout_s: float = 10) -> None:
+def snapshot_ready_workers(url: str) -> float:
+    """Ready workers of ``m`` in the gateway's own snapshot (what submit admits by),
+    as its /metrics gauge shows it (0 if it cannot say)."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return 0
+    found = re.search(rf'^sluice_workers{{model="{MODEL}",state="ready"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0
+
+
+def wait_gateway_sees(url: str, n: int = 1, timeout_s: float = 20) -> None:
     wait_for(lambda: ready_workers(url) >= n, timeout_s, f"Redis to list {n} ready worker(s)")
-    time.sleep(1.0)  # submit checks the gateway's snapshot, refreshed every 0.5 s
+    # Submit checks the gateway's snapshot, refreshed in the background: wait for it.
+    wait_for(lambda: snapshot_ready_workers(url) >= n, timeout_s, "the gateway's snapshot")

@@ -86,7 +86,9 @@ def test_a_huge_declared_length_is_refused_before_the_body(port: int) -> None:
     assert status_of(reply) == row.status
     err = error_of(reply)
     assert err["type"] == row.type and str(LIMIT) in err["message"]
-    assert time.monotonic() - t0 < 2  # answered at once, not after waiting for 1 TB
+    # Answered, not after waiting for 1 TB: a server waiting for the body would
+    # leave exchange() empty at its 5 s timeout; this bound only fails a hang.
+    assert time.monotonic() - t0 < 20
 
 
 def test_length_and_chunked_together_cannot_smuggle_a_big_body(port: int) -> None:

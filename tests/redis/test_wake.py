@@ -14,10 +14,12 @@ from sluice.errors import QueueFull
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.waits import HUNG_S, blocked_clients, wait_blocked
 
 pytestmark = pytest.mark.redis
 Factory = Callable[..., QueueClient]
 WAKE = keys.wake_key("m", "32")
+LONG_WAIT_S = 50.0  # a wait that ends early proves the wake-up, whatever the machine's speed
 
 
 def jobs(n: int, **kw: object) -> list[NewJob]:
@@ -42,14 +44,15 @@ def waiter(
 def test_a_submit_wakes_a_blocked_waiter_long_before_its_timeout(
     redis_url: str, queue_factory: Factory
 ) -> None:
-    qc = QueueClient(connect(redis_url, timeout_s=30), queue_factory().ops.models)
-    t, out = waiter(qc, 5.0)
-    time.sleep(0.2)  # the waiter is blocked in BLPOP by now
+    qc = QueueClient(connect(redis_url, timeout_s=3 * LONG_WAIT_S), queue_factory().ops.models)
+    before = blocked_clients(qc.redis)
+    t, out = waiter(qc, LONG_WAIT_S)
+    wait_blocked(qc.redis, before)  # the waiter is in BLPOP: the token must reach it there
     assert "woken" not in out
     qc.submit("m", jobs(1))
-    t.join(3)
-    assert out["woken"] is True  # returned because of the token, not the 5 s timeout
-    assert 0.1 < out["took_s"] < 1.0  # type: ignore[operator]
+    t.join(HUNG_S)
+    assert out["woken"] is True  # returned because of the token, not the 50 s timeout
+    assert out["took_s"] < LONG_WAIT_S / 2  # type: ignore[operator]
     qc.redis.close()
 
 
@@ -57,7 +60,7 @@ def test_without_a_token_the_wait_times_out(r: redis.Redis, queue_factory: Facto
     qc = queue_factory()
     t0 = time.monotonic()
     assert qc.wait_for_work("m", 0.3) is False
-    assert 0.25 < time.monotonic() - t0 < 1.5
+    assert 0.25 < time.monotonic() - t0 < HUNG_S  # waited its timeout out, and did not hang
 
 
 def test_tokens_are_one_per_new_job_capped_at_64(r: redis.Redis, queue_factory: Factory) -> None:
@@ -75,10 +78,11 @@ def test_a_waiter_is_woken_only_by_the_buckets_it_serves(
     redis_url: str, queue_factory: Factory
 ) -> None:
     qc = QueueClient(connect(redis_url, timeout_s=30), queue_factory().ops.models)
+    before = blocked_clients(qc.redis)
     t, out = waiter(qc, 1.0, ["512"])
-    time.sleep(0.1)
+    wait_blocked(qc.redis, before)
     qc.submit("m", jobs(1))  # bucket 32: its token stays for a worker serving 32
-    t.join(3)
+    t.join(HUNG_S)
     assert out["woken"] is False and out["took_s"] > 0.9  # type: ignore[operator]
     assert qc.redis.llen(WAKE) == 1
     qc.redis.close()
@@ -140,15 +144,15 @@ def test_a_blocked_wait_leaves_the_same_client_free_for_other_calls(
 ) -> None:
     # The worker's housekeeping thread shares the worker's client: redis-py's pool
     # must give it another connection while the batch loop is blocked in BLPOP.
-    qc = QueueClient(connect(redis_url, timeout_s=30), queue_factory().ops.models)
-    t, out = waiter(qc, 3.0)
-    time.sleep(0.2)
-    t0 = time.monotonic()
+    qc = QueueClient(connect(redis_url, timeout_s=3 * LONG_WAIT_S), queue_factory().ops.models)
+    before = blocked_clients(qc.redis)
+    t, out = waiter(qc, LONG_WAIT_S)
+    wait_blocked(qc.redis, before)
     assert qc.redis.ping() is True
     qc.stats("m")
-    assert time.monotonic() - t0 < 0.5 and "woken" not in out
+    assert "woken" not in out  # answered while the wait still blocks, not after it ended
     qc.submit("m", jobs(1))
-    t.join(3)
+    t.join(HUNG_S)
     assert out["woken"] is True
     qc.redis.close()
 
@@ -157,6 +161,6 @@ def test_the_wait_stays_under_the_socket_timeout(redis_url: str, queue_factory: 
     # A wait longer than the socket timeout would read as a dead connection.
     qc = QueueClient(connect(redis_url, timeout_s=0.4), queue_factory().ops.models)
     t0 = time.monotonic()
-    assert qc.wait_for_work("m", 5.0) is False  # no TimeoutError: cut to 0.2 s
-    assert time.monotonic() - t0 < 1.0
+    assert qc.wait_for_work("m", LONG_WAIT_S) is False  # no TimeoutError: cut to 0.2 s
+    assert time.monotonic() - t0 < LONG_WAIT_S / 2  # did not wait the 50 s asked for
     qc.redis.close()

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
 from sluice import keys
 from sluice.loadgen.soak_sample import classify, metric_series
-from sluice.loadgen.soak_verdict import Limits, completion_checks, rss_growth, verdict
+from sluice.loadgen.soak_verdict import (
+    Limits,
+    completion_checks,
+    rss_growth,
+    theil_sen_slope,
+    verdict,
+    without_largest_step,
+)
 
 LIM = Limits(warmup_s=10, duration_s=60, rate_per_s=50, result_ttl_s=10, idempotency_ttl_s=10,
              idempotency_fraction=0.2, buckets=2)  # fmt: skip
@@ -52,9 +60,41 @@ def test_a_leak_of_1kb_per_job_fails_by_the_per_job_bound_only() -> None:
     # 100 jobs per 2 s sample, 1 KB each: about 2.4 MB over the run, 4% of 60 MB.
     samples = [sample(t, gw_mb=60.0 + max(0, t - 10) * 50 * 1024 / MB) for t in range(0, 62, 2)]
     v = run(samples)
-    assert failed(v) == ["gateway RSS growth per job (sustained)"]
+    assert failed(v) == ["gateway RSS growth per job (trend)"]
     assert v["rss"]["gateway"]["bytes_per_job"] == pytest.approx(1024, rel=0.05)
-    assert v["rss"]["gateway"]["bytes_per_job_sustained"] == pytest.approx(1024, rel=0.1)
+    assert v["rss"]["gateway"]["bytes_per_job_trend"] == pytest.approx(1024, rel=0.1)
+
+
+def test_a_leak_that_starts_mid_run_fails() -> None:
+    # Flat to t=35, then 2 KB per job: the first half's rate is 0 (a lower-of-halves
+    # bound passed this), the slope over the whole run is about half of 2 KB.
+    samples = [sample(t, gw_mb=60.0 + max(0, t - 35) * 50 * 2048 / MB) for t in range(0, 62, 2)]
+    v = run(samples)
+    assert failed(v) == ["gateway RSS growth per job (trend)"]
+    assert v["rss"]["gateway"]["bytes_per_job_trend"] == pytest.approx(1024, rel=0.15)
+
+
+def test_a_flat_noisy_run_passes() -> None:
+    # +-0.3 MB of allocator jitter on every reading, no trend.
+    rng = random.Random(7)
+    samples = [sample(t, gw_mb=60.0 + rng.uniform(-0.3, 0.3)) for t in range(0, 62, 2)]
+    v = run(samples)
+    assert failed(v) == []
+    assert abs(v["rss"]["gateway"]["bytes_per_job_trend"]) < 300
+
+
+@pytest.mark.parametrize("step_at_s", [20, 30, 36, 50])
+def test_one_step_anywhere_in_the_run_is_not_a_trend(step_at_s: int) -> None:
+    samples = [sample(t, gw_mb=63.9 if t < step_at_s else 65.2) for t in range(0, 62, 2)]
+    assert rss_growth(samples, LIM)["gateway"]["bytes_per_job_trend"] == 0
+
+
+def test_theil_sen_ignores_one_odd_reading() -> None:
+    xs = [float(x) for x in range(10)]
+    assert theil_sen_slope(xs, [2 * x for x in xs]) == 2
+    assert theil_sen_slope(xs, [2 * x + (50 if x == 4 else 0) for x in xs]) == 2
+    assert theil_sen_slope([1.0, 1.0], [0.0, 5.0]) is None
+    assert without_largest_step([0, 1, 2, 12, 13, 14]) == [0, 1, 2, 3, 4, 5]
 
 
 def test_one_step_up_after_a_burst_is_not_a_leak() -> None:

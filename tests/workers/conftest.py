@@ -80,9 +80,10 @@ def start_worker(redis_url: str) -> Iterator[Callable[..., Running]]:
 
     def start(cfg: SluiceConfig, **opts: Any) -> Running:
         opts.setdefault("metrics_port", -1)
+        redis_timeout_s = opts.pop("redis_timeout_s", 5.0)  # caps the idle wait at half
         wopts = WorkerOptions(model=opts.pop("model", MODEL), **opts)
         handler = make_handler(HandlerContext(wopts.model, cfg.model(wopts.model)))
-        client = QueueClient(connect(redis_url), dict(cfg.models))
+        client = QueueClient(connect(redis_url, redis_timeout_s), dict(cfg.models))
         run = Running(Worker(cfg, client, handler, wopts), threading.Thread(daemon=True))
 
         def target() -> None:

@@ -6,19 +6,24 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from functools import partial
 
 import pytest
 import redis
 
-from sluice import registry
-from sluice.jobs import JobStatus
+from sluice import keys, registry
+from sluice.jobs import JobRecord, JobStatus
 from sluice.queue import QueueClient
+from tests.waits import HUNG_S, blocked_clients, wait_blocked
 from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
 from tests.workers.test_process import spawn  # noqa: F401 - the fixture
+from workers import worker as worker_module
 from workers.worker import EXIT_OK, IDLE_WAIT_S
 
 pytestmark = pytest.mark.redis
 StartWorker = Callable[..., Running]
+LONG_IDLE_S = 30.0
+STOP_BOUND_S = 20 * IDLE_WAIT_S  # far above one idle wait; a worker deaf to it never stops
 
 
 def fast_config():  # type: ignore[no-untyped-def]
@@ -30,23 +35,35 @@ def ready(qc: QueueClient) -> bool:
     return any(w.state == "ready" for w in ws)
 
 
+def succeeded(qc: QueueClient, job_id: str) -> JobRecord | None:
+    rec = qc.get(job_id)
+    return rec if rec.status == JobStatus.SUCCEEDED else None
+
+
 def test_an_idle_worker_picks_up_a_new_job_promptly(
-    r: redis.Redis, start_worker: StartWorker
+    r: redis.Redis, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A 30 s idle wait: a job started well before it proves the submit's token woke
+    # the worker, however slow the machine (a polling worker would start it ~30 s late).
+    monkeypatch.setattr(worker_module, "IDLE_WAIT_S", LONG_IDLE_S)
     cfg = fast_config()
     qc = QueueClient(r, dict(cfg.models))
-    start_worker(cfg)
+    before = blocked_clients(r)
+    run = start_worker(cfg, redis_timeout_s=3 * LONG_IDLE_S)
     wait_for(lambda: ready(qc))
-    time.sleep(1.0)  # idle: with a polling back-off it would now sleep its longest
     waits = []
     for _ in range(4):
+        wait_blocked(r, before)  # idle again, blocked on its wake lists
         job = submit(qc, cfg, ["a b c"])[0]
-        rec = wait_for(lambda j=job: (x := qc.get(j)).status == JobStatus.SUCCEEDED and x)
+        rec = wait_for(partial(succeeded, qc, job), timeout_s=LONG_IDLE_S / 2)
         assert rec.started_at_ms is not None
         waits.append(rec.started_at_ms - rec.queued_at_ms)
-        time.sleep(IDLE_WAIT_S * 1.5)  # past a whole idle timeout each time
-    # Woken by the submit's token, not by the 500 ms timeout (generous: shared CI box).
-    assert max(waits) < 200, waits
+    assert max(waits) < LONG_IDLE_S * 1000 / 2, waits
+    wait_blocked(r, before)
+    run.worker.drain("test")
+    for bucket in cfg.model(MODEL).buckets:  # end its 30 s wait now
+        r.lpush(keys.wake_key(MODEL, str(bucket)), "1")
+    assert run.join(HUNG_S) == EXIT_OK
 
 
 def test_drain_stops_an_idle_worker_within_its_wait(
@@ -54,13 +71,15 @@ def test_drain_stops_an_idle_worker_within_its_wait(
 ) -> None:
     cfg = fast_config()
     qc = QueueClient(r, dict(cfg.models))
+    before = blocked_clients(r)
     run = start_worker(cfg)
     wait_for(lambda: ready(qc))
-    time.sleep(1.0)
+    wait_blocked(r, before)  # idle, blocked on its wake lists
     t0 = time.monotonic()
     run.worker.drain("test")
-    assert run.join(5) == EXIT_OK
-    assert time.monotonic() - t0 < IDLE_WAIT_S + 0.7
+    assert run.join(HUNG_S) == EXIT_OK
+    # Acted on at the end of its 0.5 s wait; the bound only fails a worker that hung.
+    assert time.monotonic() - t0 < STOP_BOUND_S
 
 
 @pytest.mark.slow
@@ -70,11 +89,12 @@ def test_sigterm_stops_an_idle_worker_process_within_about_a_second(
 ) -> None:
     cfg = fast_config()
     qc = QueueClient(r, dict(cfg.models))
+    before = blocked_clients(r)
     proc = spawn(cfg, "--metrics-port", "-1")
     wait_for(lambda: ready(qc), timeout_s=30)
-    time.sleep(1.0)
+    wait_blocked(r, before)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(10) == 0
-    assert time.monotonic() - t0 < 1.5
+    assert proc.wait(HUNG_S) == 0
+    assert time.monotonic() - t0 < STOP_BOUND_S
     assert not ready(qc)  # deregistered on the way out

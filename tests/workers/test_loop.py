@@ -11,6 +11,7 @@ import redis
 from sluice import keys, registry
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
+from tests.waits import wait_until
 from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
 from tests.workers.fault_handlers import OomHandler
 from workers.handlers import HandlerContext, make_handler
@@ -117,6 +118,11 @@ def test_quarantines_instead_of_draining_the_queue_into_errors(
     assert run.worker.status.info.failures == 3
 
 
+def lease_expiries_ms(r: redis.Redis) -> list[float]:
+    pairs: list[tuple[str, float]] = r.zrange(keys.inflight_key(MODEL), 0, -1, withscores=True)  # type: ignore[assignment]
+    return [score for _, score in pairs]
+
+
 def test_renews_leases_while_a_long_batch_runs(r: redis.Redis, start_worker: StartWorker) -> None:
     # One batch sleeps 2.5 s; the lease is 1 s, so it lapses unless renewed.
     cfg = worker_config("synthetic", {"base_ms": 2500, "per_token_ms": 0},
@@ -125,10 +131,18 @@ def test_renews_leases_while_a_long_batch_runs(r: redis.Redis, start_worker: Sta
     ids = submit(qc, cfg, ["x"] * 4)
     run = start_worker(cfg, overlap=False)
     wait_for(lambda: qc.stats(MODEL).in_flight == 4)
-    for _ in range(2):
-        time.sleep(1.0)
-        assert qc.reclaim(MODEL) == 0  # what any other worker's claim does, mid-batch
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded") == 4, timeout_s=5)
+    first_expiry_ms = max(lease_expiries_ms(r))
+    expiries_ms = [first_expiry_ms]
+
+    def done_and_never_reclaimed() -> bool:
+        # What any other worker's claim does, mid-batch: polled all through the
+        # 2.5 s batch, so an unrenewed 1 s lease would be caught however slow the machine.
+        assert qc.reclaim(MODEL) == 0
+        expiries_ms.extend(lease_expiries_ms(r))
+        return qc.stats(MODEL).counters.get("succeeded") == 4
+
+    wait_until(done_and_never_reclaimed, what="the long batch to finish", every_s=0.05)
+    assert max(expiries_ms) > first_expiry_ms  # the lease was pushed on while it ran
     assert [qc.get(i).attempts for i in ids] == [1, 1, 1, 1]
     assert qc.stats(MODEL).counters.get("retried", 0) == 0
     run.worker.drain()

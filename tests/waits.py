@@ -1,0 +1,88 @@
+"""Waiting on conditions instead of sleeping: the one way tests synchronise.
+
+A sleep guesses how fast the machine is; on a loaded 2-core CI that guess is
+wrong often enough to flake. These helpers poll a predicate and fail only when
+it never holds within a generous timeout, i.e. when the run is hung.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, overload
+
+import redis
+
+T = TypeVar("T")
+
+HUNG_S = 20.0
+"""Default bound: far above any normal latency, so it only fails a hung run."""
+
+
+def wait_until(
+    predicate: Callable[[], T],
+    timeout_s: float = HUNG_S,
+    what: str = "condition",
+    every_s: float = 0.01,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy, and return that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(every_s)
+
+
+@overload
+async def async_wait_until(
+    predicate: Callable[[], Awaitable[T]],
+    timeout_s: float = ...,
+    what: str = ...,
+    every_s: float = ...,
+) -> T: ...
+@overload
+async def async_wait_until(
+    predicate: Callable[[], T],
+    timeout_s: float = ...,
+    what: str = ...,
+    every_s: float = ...,
+) -> T: ...
+async def async_wait_until(
+    predicate: Callable[[], Any],
+    timeout_s: float = HUNG_S,
+    what: str = "condition",
+    every_s: float = 0.01,
+) -> Any:
+    """``wait_until`` inside an event loop: yields to it between polls, so the
+    tasks being waited on run. ``predicate`` may be sync or async."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        await asyncio.sleep(every_s)
+
+
+def redis_now_ms(r: redis.Redis) -> float:
+    """The Redis server's clock (what leases and deadlines are measured by), in ms."""
+    seconds, micros = r.time()  # type: ignore[misc]
+    return float(seconds) * 1000 + float(micros) / 1000
+
+
+def blocked_clients(r: redis.Redis) -> int:
+    """How many connections the Redis behind ``r`` has blocked (in BLPOP etc.) now."""
+    return int(r.info("clients")["blocked_clients"])
+
+
+def wait_blocked(r: redis.Redis, more_than: int, timeout_s: float = HUNG_S) -> None:
+    """Wait until Redis holds more than ``more_than`` blocked connections."""
+    wait_until(lambda: blocked_clients(r) > more_than, timeout_s, "a client blocked in Redis")
