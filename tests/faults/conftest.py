@@ -240,18 +240,23 @@ def ready_workers(url: str) -> int:
     return sum(m["workers"]["ready"] for m in models if m["name"] == MODEL)
 
 
-def snapshot_ready_workers(url: str) -> float:
+def snapshot_ready_workers(metrics_url: str) -> float:
     """Ready workers of ``m`` in the gateway's own snapshot (what submit admits by),
     as its /metrics gauge shows it (0 if it cannot say)."""
     try:
-        text = httpx.get(f"{url}/metrics", timeout=2).text
+        text = httpx.get(metrics_url, timeout=2).text
     except httpx.HTTPError:
         return 0
     found = re.search(rf'^sluice_workers{{model="{MODEL}",state="ready"}} (\S+)$', text, re.M)
     return float(found.group(1)) if found else 0
 
 
-def wait_gateway_sees(url: str, n: int = 1, timeout_s: float = 20) -> None:
+def wait_gateway_sees(
+    url: str, n: int = 1, timeout_s: float = 20, metrics_url: str | None = None
+) -> None:
+    """Wait until the gateway admits jobs for ``n`` ready workers. ``metrics_url``:
+    where /metrics is served (the admin port's, when ``gateway.admin_port`` is set)."""
     wait_for(lambda: ready_workers(url) >= n, timeout_s, f"Redis to list {n} ready worker(s)")
     # Submit checks the gateway's snapshot, refreshed in the background: wait for it.
-    wait_for(lambda: snapshot_ready_workers(url) >= n, timeout_s, "the gateway's snapshot")
+    metrics = metrics_url or f"{url}/metrics"
+    wait_for(lambda: snapshot_ready_workers(metrics) >= n, timeout_s, "the gateway's snapshot")

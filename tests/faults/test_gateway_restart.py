@@ -67,7 +67,7 @@ def test_clients_long_polling_through_a_gateway_restart_get_their_results(
     path = s.write_config(cfg)
     gw, url = s.spawn_gateway(path)
     s.spawn_worker(path)
-    wait_gateway_sees(url)
+    wait_gateway_sees(url, metrics_url=_metrics_url(url, cfg))
     with Client(url) as c:
         ids = [c.submit(MODEL, f"job {i}")["id"] for i in range(12)]
     got: dict[str, Any] = {}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
@@ -19,7 +18,7 @@ POD = "sluice-worker-minilm-with-a-long-deployment-name-7f9c6d8b5-x2k9q-zz"
 
 
 def _live(qc: QueueClient) -> list[registry.WorkerInfo]:
-    return qc.run(registry.list_workers_call(MODEL, time.time()))[0]
+    return qc.run(registry.list_workers_call(MODEL))[0]
 
 
 def test_heartbeat_carries_the_pod_name_from_the_environment(
