@@ -82,7 +82,7 @@ def simulate_cmd(
 ) -> None:  # fmt: skip
     """Replay a trace through the policy (and baselines) before deploying it; or, with
     --dispatch, compare pull against push dispatch on the same trace and workers."""
-    from autoscaler import dispatch_report, replay
+    from autoscaler.sim import dispatch_report, replay
 
     cfg = load_required(config)
     try:
@@ -112,7 +112,7 @@ def bench_autoscaler_cmd(
     json_path: JsonOpt = None,
 ) -> None:  # fmt: skip
     """Sluice's policy vs the oracle and three baselines on the built-in traces."""
-    from autoscaler import replay
+    from autoscaler.sim import replay
 
     cfg = load_required(config or BENCH_CONFIG)
     try:
@@ -129,7 +129,7 @@ def bench_dispatch_cmd(
 ) -> None:  # fmt: skip
     """Pull with buckets vs pull-fifo, round-robin, least-connections and power-of-two,
     on the mixed trace at 70% and 90% utilisation (simulated, about 2 s)."""
-    from autoscaler import dispatch, dispatch_report, replay
+    from autoscaler.sim import dispatch, dispatch_report, replay
 
     cfg = load_required(config or BENCH_CONFIG)
     try:

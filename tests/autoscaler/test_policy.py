@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler import simulator, traces
-from autoscaler.controllers import SluicePolicy
 from autoscaler.policy import Decision, Observation, PolicyState, decide
+from autoscaler.sim import simulator, traces
+from autoscaler.sim.controllers import SluicePolicy
 from sluice.config import AutoscalingConfig
 
 NOW = 10_000.0

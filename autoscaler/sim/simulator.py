@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler import waits
-from autoscaler.controllers import Controller, Oracle
 from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
-from autoscaler.traces import Trace
+from autoscaler.sim.controllers import Controller, Oracle
+from autoscaler.sim.traces import Trace
 from sluice.config import AutoscalingConfig
 
 DRAIN_AFTER_S = 600.0  # keep simulating this long after the last arrival

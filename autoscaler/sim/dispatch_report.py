@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler import dispatch, traces
-from autoscaler.dispatch import Fleet, Run
 from autoscaler.policy import default_service_rate
+from autoscaler.sim import dispatch, traces
+from autoscaler.sim.dispatch import Fleet, Run
 from sluice.config import ModelConfig
 from sluice.errors import ConfigError
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autoscaler import controllers, simulator, traces
 from autoscaler.policy import default_service_rate
-from autoscaler.simulator import SimResult
+from autoscaler.sim import controllers, simulator, traces
+from autoscaler.sim.simulator import SimResult
 from sluice.config import ModelConfig
 from sluice.errors import ConfigError
 

@@ -13,16 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from autoscaler import dispatch, dispatch_report, simulator, traces
-from autoscaler.controllers import Fixed
-from autoscaler.dispatch import Fleet, Run
+from autoscaler.sim import dispatch, dispatch_report, simulator, traces
+from autoscaler.sim.controllers import Fixed
+from autoscaler.sim.dispatch import Fleet, Run
 from sluice import keys
 from sluice.cli import app
 from sluice.config import AutoscalingConfig
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SIM_CONFIG = ROOT / "bench" / "autoscaler_sim.yaml"
 MU = 1000.0  # cost units/s: a job of cost c takes c ms
 

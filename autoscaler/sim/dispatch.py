@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from autoscaler.traces import Trace
+from autoscaler.sim.traces import Trace
 
 PULL = ("pull", "pull-fifo")
 PUSH = ("round-robin", "least-connections", "power-of-two")

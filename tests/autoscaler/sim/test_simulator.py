@@ -1,4 +1,4 @@
-"""The simulator's queueing model, the baselines, the CLI, and device placement."""
+"""The simulator's queueing model, the baselines and the CLI."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autoscaler import simulator, traces, waits
-from autoscaler.controllers import Fixed, Ongoing, QueueLength, SluicePolicy, parse_policy
-from autoscaler.devices import DevicePool
+from autoscaler import waits
+from autoscaler.sim import simulator, traces
+from autoscaler.sim.controllers import Fixed, Ongoing, QueueLength, SluicePolicy, parse_policy
 from sluice.cli import app
-from sluice.config import AutoscalingConfig, DeviceConfig
+from sluice.config import AutoscalingConfig
 from sluice.errors import ConfigError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SIM_CONFIG = ROOT / "bench" / "autoscaler_sim.yaml"
 P = AutoscalingConfig(min_replicas=1, max_replicas=64, p99_wait_slo_ms=1000, cold_start_s=30,
                       service_rate_cost_per_s=1000)  # fmt: skip
@@ -96,14 +96,3 @@ def test_simulate_cli_writes_json_and_plot(tmp_path: Path) -> None:
     assert png.stat().st_size > 10_000
     assert "SLO met" in res.output
 
-
-def test_device_pool_never_overcommits_memory() -> None:
-    pool = DevicePool([DeviceConfig(name="0", memory_gb=16), DeviceConfig(name="1", memory_gb=8)])
-    placed = [pool.place(6.0) for _ in range(3)]
-    # 16 GB fits two 6 GB workers, 8 GB one: the fourth has nowhere to go.
-    assert sorted(placed) == ["0", "0", "1"]  # type: ignore[type-var]
-    with pytest.raises(LookupError):
-        pool.place(6.0)
-    pool.release("1", 6.0)
-    assert pool.place(6.0) == "1"
-    assert DevicePool([]).place(100.0) is None  # CPU: no budget
