@@ -17,12 +17,9 @@ Pure functions, like the rest of the policy: no Redis, no clock.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
 
+from autoscaler.observation import Observation
 from sluice.config import AutoscalingConfig
-
-if TYPE_CHECKING:  # policy imports this module; the import is for annotations only
-    from autoscaler.policy import Observation
 
 
 def has_work(obs: Observation) -> bool:

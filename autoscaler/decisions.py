@@ -20,7 +20,8 @@ from typing import Any
 
 import redis
 
-from autoscaler.policy import Decision, Observation
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision
 from sluice import keys
 from sluice.backoff import Reconnect
 from sluice.queue.client import REDIS_ERRORS

@@ -5,7 +5,8 @@ same :func:`decide`, so a policy replayed against a trace behaves exactly as it
 would in production. The replica arithmetic follows the Kubernetes HPA (ratio,
 tolerance band, scale-down stabilisation window taking the highest recent
 recommendation); the inputs are queue signals, never CPU. Bulk work (ADR 0090) is
-weighed after the interactive need, in :mod:`autoscaler.bulk_policy`.
+weighed after the interactive need, in :mod:`autoscaler.bulk_policy`. Both read the
+:class:`~autoscaler.observation.Observation` the loop's reader builds (re-exported here).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from autoscaler import bulk_policy
+from autoscaler.observation import Observation
 from sluice.config import AutoscalingConfig, ModelConfig
 
 RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s, the long one)
@@ -27,37 +29,6 @@ REASONS = (
     "slo-breach", "low-priority-cap", "wake", "idle", "min", "max", "stabilizing",
     "orphaned-jobs", "bulk", "bulk-wake",
 )  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """What the observer saw for one model; ``None`` fields were not readable."""
-
-    current: int  # replicas the backend runs or is starting (draining ones excluded)
-    ready: int = 0
-    starting: int = 0
-    draining: int = 0
-    queued: int | None = 0
-    queued_cost: float | None = 0.0
-    queued_non_low: int | None = None  # None: unknown, assume not all low priority
-    in_flight: int = 0
-    arrival_rate_cost: float | None = 0.0  # cost units/s over the metrics window
-    arrival_rate_cost_recent: float | None = None  # over the last RECENT_RATE_S: reacts fast
-    completion_rate_cost: float | None = None
-    service_rate: float | None = None  # measured cost units/s per busy worker
-    p99_wait_ms: float | None = None  # recent queue-wait p99 (recorded at claim)
-    oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here
-    cold_start_s: float | None = None  # measured spawn-to-ready
-    # Bulk items (rank 3, ADR 0090). The fields above exclude them: queued, queued_cost
-    # and the arrival rates are interactive only (the observer subtracts bulk).
-    bulk_queued: int = 0  # bulk items in the queues now
-    bulk_queued_cost: float = 0.0  # part of the backlog below; shown, not decided on
-    bulk_backlog_cost: float = 0.0  # all unfinished bulk work: queued + not yet fed
-
-    @property
-    def missing(self) -> bool:
-        """The queue read failed: nothing may be decided from this observation."""
-        return self.queued is None or self.queued_cost is None
 
 
 @dataclass(frozen=True, slots=True)

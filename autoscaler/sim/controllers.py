@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from autoscaler.policy import Decision, Observation, PolicyState, decide
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision, PolicyState, decide
 from sluice.config import AutoscalingConfig
 from sluice.errors import ConfigError
 

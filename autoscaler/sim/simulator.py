@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler import waits
-from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
+from autoscaler.observation import Observation
+from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S
 from autoscaler.sim.controllers import Controller, Oracle
 from autoscaler.sim.traces import Trace
 from sluice.config import AutoscalingConfig

@@ -1,0 +1,43 @@
+"""What one read of one model saw: the input of every scaling decision.
+
+Its own module because both halves of the decision read it, :mod:`autoscaler.policy`
+(interactive need) and :mod:`autoscaler.bulk_policy` (bulk work, weighed after), and
+policy calls bulk_policy: with the type here neither has to import the other back.
+The observer (:mod:`autoscaler.observe`) builds it from Redis; the simulator
+(:mod:`autoscaler.sim.simulator`) builds the same from its queueing model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What the observer saw for one model; ``None`` fields were not readable."""
+
+    current: int  # replicas the backend runs or is starting (draining ones excluded)
+    ready: int = 0
+    starting: int = 0
+    draining: int = 0
+    queued: int | None = 0
+    queued_cost: float | None = 0.0
+    queued_non_low: int | None = None  # None: unknown, assume not all low priority
+    in_flight: int = 0
+    arrival_rate_cost: float | None = 0.0  # cost units/s over the metrics window
+    arrival_rate_cost_recent: float | None = None  # policy.RECENT_RATE_S: reacts fast
+    completion_rate_cost: float | None = None
+    service_rate: float | None = None  # measured cost units/s per busy worker
+    p99_wait_ms: float | None = None  # recent queue-wait p99 (recorded at claim)
+    oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here
+    cold_start_s: float | None = None  # measured spawn-to-ready
+    # Bulk items (rank 3, ADR 0090). The fields above exclude them: queued, queued_cost
+    # and the arrival rates are interactive only (the observer subtracts bulk).
+    bulk_queued: int = 0  # bulk items in the queues now
+    bulk_queued_cost: float = 0.0  # part of the backlog below; shown, not decided on
+    bulk_backlog_cost: float = 0.0  # all unfinished bulk work: queued + not yet fed
+
+    @property
+    def missing(self) -> bool:
+        """The queue read failed: nothing may be decided from this observation."""
+        return self.queued is None or self.queued_cost is None
