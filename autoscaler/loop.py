@@ -1,13 +1,19 @@
 """The control loop: read, then decide, then act, per model, every period.
 
-The observer reads, :func:`autoscaler.policy.decide` decides, the backend acts.
-A failed read holds (decide() sees no observation); a failed backend action is
-logged and counted and retried next period. One structured log line per
-decision.
+One period of one model (:meth:`Autoscaler.decide_one`), each step a collaborator:
 
-Before each read the loop reclaims the model's expired leases: otherwise only a
-worker's claim does, and a model at zero workers would keep them ``running``
-forever (nothing queued, so nothing wakes it).
+1. **upkeep** (:mod:`autoscaler.upkeep`): reclaim the model's expired leases, so
+   the read sees their jobs queued again;
+2. **read** (:class:`autoscaler.observe.Observer`): one frozen Snapshot, the
+   Observation and the live workers, or None when Redis failed;
+3. **upkeep**: prune the lapsed workers the read found;
+4. **decide** (:func:`autoscaler.policy.decide`): pure; a failed read holds;
+5. **act**: record the decision (metrics, one JSON log line, and the
+   :class:`autoscaler.decisions.DecisionLog` the dashboard reads), then have the
+   backend scale when the decision differs from its count. A failed backend call
+   is logged and counted, and the next period tries again.
+
+The loop talks to each backend only through :class:`autoscaler.backends.base.Backend`.
 """
 
 from __future__ import annotations
@@ -19,17 +25,16 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-import redis
-
 from autoscaler.backends.base import Backend
 from autoscaler.decisions import DecisionLog
 from autoscaler.metrics import AutoscalerMetrics
-from autoscaler.observe import Observer
-from autoscaler.policy import Decision, Observation, PolicyState, decide, default_service_rate
+from autoscaler.observation import Observation
+from autoscaler.observe import Observer, Snapshot
+from autoscaler.policy import Decision, PolicyState, decide, default_service_rate
 from autoscaler.reload import PolicySource
-from sluice.backoff import Reconnect
+from autoscaler.upkeep import Upkeep
 from sluice.errors import SluiceError
-from sluice.queue.client import REDIS_ERRORS
+from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
 
@@ -54,23 +59,29 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
 
 
 class Autoscaler:
+    """Every model's loop. ``upkeep`` and ``decisions`` default to ones on the
+    observer's queue client (:func:`autoscaler.service.build` passes its own)."""
+
     def __init__(self, source: PolicySource, observer: Observer, backend: Backend,
                  metrics: AutoscalerMetrics | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic, *,
+                 upkeep: Upkeep | None = None,
+                 decisions: DecisionLog | None = None) -> None:  # fmt: skip
         self.source = source
         self.observer = observer
         self.backend = backend
         self.metrics = metrics or AutoscalerMetrics()
         self.clock = clock
+        self.upkeep = upkeep or Upkeep(observer.client, self.metrics)
+        # The dashboard reads the latest and recent decisions from Redis.
+        self.decisions = decisions or DecisionLog(observer.client.redis)
         self.models = list(source.config.models)
         self.states = {m: PolicyState() for m in self.models}
         self.due = dict.fromkeys(self.models, 0.0)
         self.last: dict[str, Decision] = {}
-        # The dashboard reads the latest and recent decisions from Redis.
-        r = getattr(getattr(observer, "client", None), "redis", None)
-        self.decision_log = DecisionLog(r) if r is not None else None
-        # One log line per Redis outage per model, not one per period (ADR 0065).
-        self.outages = {m: Reconnect(log, f"autoscaler: {m}: reclaim") for m in self.models}
+        # The live workers of each model's latest good read: a failed read holds the
+        # count, and the backend keeps seeing the workers it last saw.
+        self.workers: dict[str, tuple[WorkerInfo, ...]] = {}
 
     def step(self, now_s: float | None = None) -> dict[str, Decision]:
         """Decide for every model whose period is due; returns those decisions."""
@@ -87,46 +98,40 @@ class Autoscaler:
                 out[model] = d
         return out
 
-    def _reclaim(self, model: str) -> int | None:
-        """Requeue (or dead-letter) the model's expired leases; None if Redis failed.
-        A failure only loses this period's reclaim: the read that follows decides."""
-        outage = self.outages.get(model) or self.outages.setdefault(
-            model, Reconnect(log, f"autoscaler: {model}: reclaim"))  # fmt: skip
-        try:
-            n = self.observer.client.reclaim(model)
-        except (SluiceError, redis.RedisError, *REDIS_ERRORS) as e:
-            outage.failed(e)  # the period is the retry interval; the delay is unused
-            self.metrics.reclaim_errors.labels(model).inc()
-            return None
-        outage.ok()
-        if n:
-            self.metrics.reclaimed.labels(model).inc(n)
-            log.info(json.dumps({"event": "autoscaler_reclaimed", "model": model,
-                                 "reclaimed": n}))  # fmt: skip
-        return n
-
-    def _observe(self, model: str) -> Observation | None:
-        obs = self.observer.read(model, 0)
-        workers = self.observer.last_workers.get(model, [])
-        note = getattr(self.backend, "observe", None)
-        if note is not None:
-            note(model, workers)
-        current = self.backend.current(model)
-        if obs is None:
-            return Observation(current=current, queued=None, queued_cost=None,
-                               arrival_rate_cost=None)  # fmt: skip
-        measured = getattr(self.backend, "cold_start_s", None)
-        cold = measured(model) if measured is not None else None
-        return replace(obs, current=current, cold_start_s=cold or obs.cold_start_s)
-
     def decide_one(self, model: str, now: float) -> Decision | None:
-        self._reclaim(model)
+        """One period of one model; None when the backend's count could not be read."""
+        self.upkeep.reclaim(model)
+        snap = self.observer.read(model)
+        if snap is not None:
+            self.upkeep.prune(model, snap.stale_workers)
+            self.workers[model] = snap.workers
+        workers = list(self.workers.get(model, ()))
         try:
-            obs = self._observe(model)
+            obs = self._observation(model, snap, workers)
         except SluiceError as e:
             log.warning("autoscaler: %s: cannot read the current replicas (%s): holding", model, e)
             self.metrics.backend_errors.labels(model).inc()
             return None
+        d = self._decide(model, obs, now)
+        self._record(model, d, obs)
+        if d.desired != d.current:
+            self._scale(model, d.desired, workers)
+        return d
+
+    def _observation(self, model: str, snap: Snapshot | None,
+                     workers: list[WorkerInfo]) -> Observation:  # fmt: skip
+        """The read's Observation with the backend's count (and its cold start, if it
+        measures one); without a read, an Observation decide() holds on."""
+        self.backend.observe(model, workers)
+        current = self.backend.current(model)
+        if snap is None:
+            return Observation(current=current, queued=None, queued_cost=None,
+                               arrival_rate_cost=None)  # fmt: skip
+        obs = snap.observation
+        cold = self.backend.cold_start_s(model)
+        return replace(obs, current=current, cold_start_s=cold or obs.cold_start_s)
+
+    def _decide(self, model: str, obs: Observation, now: float) -> Decision:
         cfg = self.source.config.models[model]
         policy = cfg.autoscaling
         if policy.service_rate_cost_per_s is None:
@@ -135,17 +140,19 @@ class Autoscaler:
         d = decide(policy, obs, self.states[model], now)
         self.states[model] = d.state
         self.last[model] = d
-        self.metrics.record(model, d)
-        if self.decision_log is not None:
-            self.decision_log.record(model, d, obs, self.source.policy(model).period_s)
-        log.info(json.dumps(_log_fields(model, d, obs)))
-        if d.desired != d.current:
-            try:
-                self.backend.scale(model, d.desired, self.observer.last_workers.get(model, []))
-            except SluiceError as e:
-                log.error("autoscaler: %s: scaling to %d failed: %s", model, d.desired, e)
-                self.metrics.backend_errors.labels(model).inc()
         return d
+
+    def _record(self, model: str, d: Decision, obs: Observation) -> None:
+        self.metrics.record(model, d)
+        self.decisions.record(model, d, obs, self.source.policy(model).period_s)
+        log.info(json.dumps(_log_fields(model, d, obs)))
+
+    def _scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
+        try:
+            self.backend.scale(model, desired, workers)
+        except SluiceError as e:
+            log.error("autoscaler: %s: scaling to %d failed: %s", model, desired, e)
+            self.metrics.backend_errors.labels(model).inc()
 
     def run(self, stop: threading.Event, tick_s: float = 0.5) -> None:
         """Until ``stop`` is set; the backend is closed (workers drained) on the way out."""

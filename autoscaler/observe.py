@@ -1,4 +1,4 @@
-"""Read one model's queue, latency and worker signals from Redis into an Observation.
+"""Read one model's queue, latency and worker signals from Redis into a Snapshot.
 
 Three round trips per model and period: the stats read (counts, cost, counters),
 a pipeline of the queue heads per priority, the bulk item counts, recent wait
@@ -6,7 +6,8 @@ histograms, the coordinators' bulk backlog reports and the worker registry, then
 the enqueue times of those heads (the age of the oldest job: the wait histogram is
 written at claim time, so a queue nobody claims from would otherwise look healthy).
 Rates come from the counters' deltas over the windows this observer keeps. A failed
-read returns None: decide() then holds.
+read returns None: decide() then holds. A read only reads: the lapsed workers it finds
+in the registry are returned in the Snapshot, and the loop's upkeep prunes them.
 
 Bulk items (rank 3, ADR 0090) are split out here, so the Observation's queued,
 queued_cost and arrival rates are interactive only: bulk_arrived_cost is subtracted
@@ -36,7 +37,6 @@ from sluice.errors import RedisUnavailable
 from sluice.jobs import BULK_RANK, PRIORITY_SCORE_SCALE, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
-from sluice.queue.scripts import Call
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
@@ -72,6 +72,16 @@ class Reading:
     p99_wait_ms: float | None
     workers: list[WorkerInfo]
     bulk: BulkSignals
+    stale_workers: list[str]  # registered, heartbeat lapsed: the loop's upkeep prunes them
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """One good read of one model: what decide() sees, and the workers behind it."""
+
+    observation: Observation
+    workers: tuple[WorkerInfo, ...]  # live, from heartbeats: the backend's to see
+    stale_workers: tuple[str, ...] = ()  # lapsed registry entries, for the upkeep step
 
 
 def _bulk_split(stats: QueueStats, bulk_counts: list[int], reports: dict[str, Any],
@@ -113,7 +123,8 @@ def _worker_signals(workers: list[WorkerInfo]) -> tuple[dict[str, int], float | 
 
 
 class Observer:
-    """Keeps each model's counter samples between reads (for the rate windows)."""
+    """Keeps each model's counter samples between reads (for the rate windows); writes
+    nothing to Redis."""
 
     def __init__(self, client: QueueClient, models: dict[str, ModelConfig],
                  wall: Callable[[], float] = time.time) -> None:  # fmt: skip
@@ -121,10 +132,11 @@ class Observer:
         self.models = models
         self.wall = wall
         self.samples: dict[str, deque[Sample]] = {}
-        self.last_workers: dict[str, list[WorkerInfo]] = {}  # from the latest good read
         self.outages: dict[str, Reconnect] = {}  # one log line per outage (ADR 0065)
 
-    def read(self, model: str, current: int) -> Observation | None:
+    def read(self, model: str, current: int = 0) -> Snapshot | None:
+        """The model's signals now, or None when Redis failed (one log line per outage).
+        ``current`` only fills the Observation's field: the loop sets the backend's."""
         outage = self.outages.setdefault(model, Reconnect(log, f"autoscaler: {model}: read"))
         try:
             reading = self._read(model)
@@ -132,8 +144,8 @@ class Observer:
             outage.failed(f"{e}; holding the replica count")
             return None
         outage.ok()
-        self.last_workers[model] = reading.workers
-        return self._observe(model, reading, current)
+        obs = self._observe(model, reading, current)
+        return Snapshot(obs, tuple(reading.workers), tuple(reading.stale_workers))
 
     def _read(self, model: str) -> Reading:
         cfg = self.models[model]
@@ -176,11 +188,9 @@ class Observer:
         counts = waits.merge(replies[at : at + n_windows])
         bulk = _bulk_split(stats, bulk_counts, replies[at + n_windows], server_ms)
         workers, stale = wcall.parse(replies[at + n_windows + 1 :])
-        if stale:
-            self.client.run(Call(lambda r: r, commands=registry.prune(model, stale)))
         oldest = self._oldest_wait_ms(model, heads, server_ms)
         return Reading(self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers,
-                       bulk)  # fmt: skip
+                       bulk, stale)  # fmt: skip
 
     def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
         if not heads:

@@ -1,4 +1,5 @@
-"""Assemble an autoscaler (observer, policy source, backend, metrics) for a process.
+"""Assemble an autoscaler (policy source, reader, upkeep, decision log, backend,
+metrics) for a process: the one place that says which parts the loop is made of.
 
 ``sluice autoscaler`` runs it in the foreground; an embedding process (``sluice
 up``) can call :func:`build` and :func:`start_thread` to run it beside others.
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
+from autoscaler.backends.base import Backend
+from autoscaler.decisions import DecisionLog
 from autoscaler.loop import Autoscaler
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.reload import PolicySource
+from autoscaler.upkeep import Upkeep
 from sluice.config import SluiceConfig
 from sluice.errors import ConfigError
 from sluice.queue import QueueClient
@@ -22,7 +25,7 @@ from sluice.queue.client import connect
 BACKENDS = ("local", "kubernetes", "dry-run")
 
 
-def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> Any:
+def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> Backend:
     if name == "dry-run":
         from autoscaler.backends.base import DryRunBackend
 
@@ -48,7 +51,8 @@ def build(cfg: SluiceConfig, config_path: Path, redis_url: str, backend: str | N
     source = PolicySource(config_path, cfg, on_error=lambda _msg: metrics.reload_errors.inc())
     client = QueueClient(connect(redis_url), dict(cfg.models))
     act = make_backend(backend or cfg.autoscaler.backend, cfg, config_path, redis_url)
-    return Autoscaler(source, Observer(client, dict(cfg.models)), act, metrics)
+    return Autoscaler(source, Observer(client, dict(cfg.models)), act, metrics,
+                      upkeep=Upkeep(client, metrics), decisions=DecisionLog(client.redis))
 
 
 def start_thread(loop: Autoscaler) -> tuple[threading.Thread, threading.Event]:

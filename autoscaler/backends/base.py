@@ -11,10 +11,24 @@ log = logging.getLogger("sluice.autoscaler")
 
 
 class Backend(Protocol):
+    """Everything the loop calls, in the order a period calls it: ``tick`` once, then
+    per model ``observe``, ``current``, ``cold_start_s`` and, when the decision
+    differs from ``current``, ``scale``; ``close`` on the way out."""
+
     name: str
+
+    def observe(self, model: str, workers: list[WorkerInfo]) -> None:
+        """The live workers (from heartbeats) of the latest good read, before
+        ``current`` is asked; a backend that counts on its own may ignore them."""
+        ...
 
     def current(self, model: str) -> int:
         """Replicas running or starting (draining ones excluded)."""
+        ...
+
+    def cold_start_s(self, model: str) -> float | None:
+        """Spawn-to-ready time this backend measured, or None to use the workers'
+        own (``ready_at - started_at``) or the policy's estimate."""
         ...
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
@@ -52,6 +66,9 @@ class DryRunBackend:
 
     def current(self, model: str) -> int:
         return self._seen.get(model, 0)
+
+    def cold_start_s(self, model: str) -> float | None:
+        return None
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
         log.info("dry-run: would scale %s from %d to %d", model, self.current(model), desired)

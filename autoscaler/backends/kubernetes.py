@@ -123,8 +123,14 @@ class KubernetesBackend:
             self.selectors[model] = scale.status.selector
         return ScaleRead(int(scale.spec.replicas or 0), scale.metadata.resource_version or "")
 
+    def observe(self, model: str, workers: list[WorkerInfo]) -> None:
+        return None  # the Deployment's scale is the count; workers matter at scale-down
+
     def current(self, model: str) -> int:
         return self._read_scale(model).replicas
+
+    def cold_start_s(self, model: str) -> float | None:
+        return None  # pods start out of sight: the workers' own measure stands
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
         name = self.deployments[model]

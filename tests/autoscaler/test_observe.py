@@ -8,8 +8,11 @@ import time
 import pytest
 import redis
 
+from autoscaler.metrics import AutoscalerMetrics
+from autoscaler.observation import Observation
 from autoscaler.observe import Observer
 from autoscaler.policy import PolicyState, decide
+from autoscaler.upkeep import Upkeep
 from sluice import keys, registry
 from sluice.bulk.ops import BULK_REPORT_MAX_AGE_MS
 from sluice.jobs import NewJob
@@ -33,6 +36,11 @@ def _jobs(n: int, cost: int, priority: str = "normal", bucket: str = "128") -> l
     return [NewJob(input={"x": i}, bucket=bucket, cost=cost, priority=priority) for i in range(n)]
 
 
+def _read(ob: Observer, current: int = 0) -> Observation | None:
+    snap = ob.read("m", current)
+    return None if snap is None else snap.observation
+
+
 def _heartbeat(r: redis.Redis, **kw: object) -> None:
     info = WorkerInfo(**{"id": "w1", "model": "m", "host": "h", "pid": 1, "device": "cpu",
                          "buckets": ["32", "128", "512"], "state": "ready",
@@ -52,7 +60,7 @@ def test_counts_costs_priorities_and_oldest_wait(r: redis.Redis) -> None:
     low_head = str(r.zrange(keys.queue_key("m", "32"), 0, 0)[0])
     r.hset(keys.job_key("m", low_head), "enq", int(time.time() * 1000) - 4000)
     _heartbeat(r, service_rate=1234.0)
-    obs = Observer(client, dict(cfg.models)).read("m", current=1)
+    obs = _read(Observer(client, dict(cfg.models)), current=1)
     assert obs is not None
     assert (obs.queued, obs.queued_cost, obs.queued_non_low) == (5, 400.0, 3)
     assert 3900 <= obs.oldest_wait_ms <= 6000  # a low-priority job, behind normal ones
@@ -67,21 +75,33 @@ def test_rates_over_the_windows_and_p99_from_claims(r: redis.Redis) -> None:
     client = QueueClient(r, dict(cfg.models))
     clock = Clock()
     ob = Observer(client, dict(cfg.models), wall=clock)
-    assert ob.read("m", 0) is not None
+    assert _read(ob) is not None
     client.submit("m", _jobs(10, 300))  # 3000 cost units
     clock.t += 30.0
-    obs = ob.read("m", 0)
+    obs = _read(ob)
     assert obs is not None
     # 3000 units over 30 s; the 15 s window has only this sample's neighbour at 30 s back.
     assert obs.arrival_rate_cost == pytest.approx(100.0)
     # A claim records the waits; they were short, so the p99 bucket is small.
-    r.zadd(keys.workers_key("m"), {"x": 0})  # a stale worker id gets pruned
     batch = client.claim("m", "w1")
     assert len(batch.jobs) == 10
-    obs = ob.read("m", 0)
+    obs = _read(ob)
     assert obs is not None and obs.p99_wait_ms is not None and obs.p99_wait_ms <= 1000
     assert obs.in_flight == 10 and obs.queued == 0 and obs.oldest_wait_ms == 0.0
+
+
+def test_a_read_reports_lapsed_workers_and_the_upkeep_prunes_them(r: redis.Redis) -> None:
+    cfg = make_config()
+    client = QueueClient(r, dict(cfg.models))
+    _heartbeat(r)  # w1: live
+    r.zadd(keys.workers_key("m"), {"x": 0})  # registered, heartbeat long lapsed
+    snap = Observer(client, dict(cfg.models)).read("m")
+    assert snap is not None
+    assert [w.id for w in snap.workers] == ["w1"] and snap.stale_workers == ("x",)
+    assert r.zscore(keys.workers_key("m"), "x") is not None  # a read writes nothing
+    Upkeep(client, AutoscalerMetrics()).prune("m", snap.stale_workers)
     assert r.zscore(keys.workers_key("m"), "x") is None
+    assert r.zscore(keys.workers_key("m"), "w1") is not None  # the live one stays
 
 
 def test_a_flushed_redis_restarts_the_rate_window(r: redis.Redis) -> None:
@@ -90,17 +110,17 @@ def test_a_flushed_redis_restarts_the_rate_window(r: redis.Redis) -> None:
     clock = Clock()
     ob = Observer(client, dict(cfg.models), wall=clock)
     client.submit("m", _jobs(5, 100))
-    ob.read("m", 0)
+    _read(ob)
     r.flushall()
     clock.t += 40
-    obs = ob.read("m", 0)
+    obs = _read(ob)
     assert obs is not None and obs.arrival_rate_cost is None  # never a negative rate
 
 
 def test_unreachable_redis_reads_none_and_decide_holds() -> None:
     cfg = make_config()
     dead = connect("redis://127.0.0.1:1/0", timeout_s=0.2)
-    obs = Observer(QueueClient(dead, dict(cfg.models)), dict(cfg.models)).read("m", 3)
+    obs = _read(Observer(QueueClient(dead, dict(cfg.models)), dict(cfg.models)), 3)
     assert obs is None
     d = decide(cfg.models["m"].autoscaling, obs, PolicyState(), 0.0)
     assert d.reason == "missing-metrics" and d.direction == "none"
@@ -127,7 +147,7 @@ def test_bulk_items_are_counted_apart(r: redis.Redis) -> None:
         "b2": _report(3, 600, 9_000_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000),  # dead
         "b3": "not json", "b4": json.dumps({"queued": 1}), "b5": "[1, 2]",
     })  # fmt: skip
-    obs = Observer(client, dict(cfg.models)).read("m", current=1)
+    obs = _read(Observer(client, dict(cfg.models)), current=1)
     assert obs is not None
     assert (obs.queued, obs.queued_cost, obs.queued_non_low) == (5, 400.0, 3)
     # 512: all bulk, 800; 128: 2 of 5 jobs of cost 500 are bulk, 200.
@@ -143,7 +163,7 @@ def test_queued_bulk_without_a_live_report_is_backlog(r: redis.Redis) -> None:
     # Its coordinator died a while ago: its report is stale, its 4 items still queued.
     r.hset(keys.bulk_backlog_key("m"), "b1",
            _report(4, 800, 100_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000))  # fmt: skip
-    obs = Observer(client, dict(cfg.models)).read("m", current=0)
+    obs = _read(Observer(client, dict(cfg.models)), current=0)
     assert obs is not None
     assert (obs.queued, obs.queued_cost, obs.bulk_queued) == (0, 0.0, 4)
     assert obs.bulk_backlog_cost == 800.0
@@ -157,12 +177,12 @@ def test_arrival_rate_excludes_bulk_arrivals(r: redis.Redis) -> None:
     client = QueueClient(r, dict(cfg.models))
     clock = Clock()
     ob = Observer(client, dict(cfg.models), wall=clock)
-    assert ob.read("m", 0) is not None
+    assert _read(ob) is not None
     # 3000 interactive units and 10000 bulk units arrive over 30 s.
     client.submit("m", _jobs(10, 300) + _jobs(20, 500, "bulk", "512"))
     assert client.stats("m").counters["bulk_arrived_cost"] == 10_000
     clock.t += 30.0
-    obs = ob.read("m", 0)
+    obs = _read(ob)
     assert obs is not None
     assert obs.arrival_rate_cost == pytest.approx(100.0)  # 3000 / 30, not 13000 / 30
     assert (obs.queued, obs.queued_cost, obs.bulk_queued, obs.bulk_queued_cost) == (

@@ -1,4 +1,5 @@
-"""The loop reclaims expired leases itself, so jobs stranded at zero workers run again."""
+"""The loop's upkeep: it reclaims expired leases itself, so jobs stranded at zero
+workers run again, and prunes the lapsed workers its read found."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from autoscaler.loop import Autoscaler
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.reload import PolicySource
+from sluice import keys, registry
 from sluice.config import SluiceConfig, load_config
 from sluice.errors import RedisUnavailable
 from sluice.jobs import NewJob
@@ -30,6 +32,11 @@ class Recording(DryRunBackend):
     def __init__(self) -> None:
         super().__init__()
         self.requests: list[int] = []
+        self.seen: list[list[str]] = []  # worker ids passed to observe(), per period
+
+    def observe(self, model: str, workers: list[WorkerInfo]) -> None:
+        super().observe(model, workers)
+        self.seen.append([w.id for w in workers])
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
         self.requests.append(desired)
@@ -118,3 +125,37 @@ def test_a_failed_reclaim_is_counted_and_the_period_still_decides(
     assert loop.metrics.registry.get_sample_value(
         "sluice_autoscaler_reclaim_errors_total", {"model": "m"}) == 1.0
     assert loop.step(now_s=101.0)["m"].desired == 1  # and the next period runs too
+
+
+def test_a_period_prunes_the_lapsed_workers_its_read_found(
+    tmp_path: Path, redis_url: str, r: redis.Redis
+) -> None:
+    path, cfg = _config(tmp_path, lease_s=30.0)
+
+    class Flaky(QueueClient):
+        down = False
+
+        def stats(self, model: str):  # type: ignore[no-untyped-def]
+            if self.down:
+                raise RedisUnavailable("Redis unavailable: injected")
+            return super().stats(model)
+
+    client = Flaky(connect(redis_url), dict(cfg.models))
+    live = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
+                      state="ready", started_at=time.time(), ready_at=time.time())  # fmt: skip
+    pipe = r.pipeline(transaction=False)
+    for cmd in registry.heartbeat(live, 30.0):
+        pipe.execute_command(*cmd)
+    pipe.execute()
+    r.zadd(keys.workers_key("m"), {"w-gone": 0})  # registered, heartbeat long lapsed
+    backend = Recording()
+    loop = _loop(path, cfg, client, backend)
+    loop.step(now_s=100.0)
+    assert r.zscore(keys.workers_key("m"), "w-gone") is None  # pruned by the upkeep step
+    assert r.zscore(keys.workers_key("m"), "w1") is not None
+    assert backend.seen == [["w1"]]
+    # A failed read holds, and the backend keeps seeing the workers it last saw.
+    client.down = True
+    d = loop.step(now_s=200.0)["m"]
+    assert (d.current, d.desired, d.reason) == (1, 1, "missing-metrics")
+    assert backend.seen == [["w1"], ["w1"]]
