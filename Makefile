@@ -49,8 +49,8 @@ up: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/sluice up --config examples/sluice.yaml
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sluice gateway workers autoscaler tests bench
-	$(VENV)/bin/mypy sluice gateway workers autoscaler
+	$(VENV)/bin/ruff check sluice gateway workers autoscaler sluicebench tests
+	$(VENV)/bin/mypy sluice gateway workers autoscaler sluicebench
 
 bench: $(STAMP)
 	$(VENV)/bin/sluice bench queue --json bench/results/queue_hop.json
@@ -58,7 +58,7 @@ bench: $(STAMP)
 # The 10-minute soak of issue 8 at 70% of capacity (not part of `make test`;
 # tests/soak runs a 60-second one). Exits 1 if any criterion fails.
 soak: $(STAMP)
-	$(PY) bench/soak.py --duration-s 600 --warmup-s 60 --json bench/results/soak_10min.json
+	$(VENV)/bin/sluice bench soak --duration-s 600 --warmup-s 60 --json bench/results/soak_10min.json
 
 clean:
 	rm -rf $(VENV) build *.egg-info

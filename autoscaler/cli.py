@@ -1,4 +1,4 @@
-"""``sluice autoscaler``, ``sluice simulate`` and ``sluice bench autoscaler``."""
+"""``sluice autoscaler`` and ``sluice simulate``."""
 
 from __future__ import annotations
 
@@ -105,45 +105,6 @@ def simulate_cmd(
     write_json(json_path, out)
 
 
-def bench_autoscaler_cmd(
-    config: ConfigOpt = None,
-    traces: Annotated[str, typer.Option(help="Comma-separated trace specs.")] = ",".join(
-        ("step", "step:1.5", "spike", "spike:1.5", "diurnal", "noisy")),
-    json_path: JsonOpt = None,
-) -> None:  # fmt: skip
-    """Sluice's policy vs the oracle and three baselines on the built-in traces."""
-    from autoscaler.sim import replay
-
-    cfg = load_required(config or BENCH_CONFIG)
-    try:
-        _, mc = replay.pick_model(dict(cfg.models), None)
-        out = replay.bench_cmd(mc, traces.split(","), list(replay.BENCH_POLICIES), None)
-    except ConfigError as e:
-        fail(str(e), EXIT_CONFIG)
-    write_json(json_path, out)
-
-
-def bench_dispatch_cmd(
-    config: ConfigOpt = None,
-    json_path: JsonOpt = None,
-) -> None:  # fmt: skip
-    """Pull with buckets vs pull-fifo, round-robin, least-connections and power-of-two,
-    on the mixed trace at 70% and 90% utilisation (simulated, about 2 s)."""
-    from autoscaler.sim import dispatch, dispatch_report, replay
-
-    cfg = load_required(config or BENCH_CONFIG)
-    try:
-        _, mc = replay.pick_model(dict(cfg.models), None)
-        setup = dispatch_report.Setup("mixed", dispatch.STRATEGIES,
-                                      dispatch_report.BENCH_UTILIZATIONS)  # fmt: skip
-        out = dispatch_report.dispatch_cmd(mc, setup, None)
-    except ConfigError as e:
-        fail(str(e), EXIT_CONFIG)
-    write_json(json_path, out)
-
-
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("autoscaler")(autoscaler_cmd)
     app.command("simulate")(simulate_cmd)
-    bench_app.command("autoscaler")(bench_autoscaler_cmd)
-    bench_app.command("dispatch")(bench_dispatch_cmd)

@@ -1,4 +1,4 @@
-"""``sluice gateway`` and ``sluice bench gateway``."""
+"""``sluice gateway`` and ``sluice keys``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import typer
 from sluice.cli_common import (
     EXIT_CONFIG,
     ConfigOpt,
-    JsonOpt,
     RedisUrlOpt,
     fail,
     load_required,
@@ -27,8 +26,6 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
                            no_args_is_help=True)  # fmt: skip
     keys_app.command("new")(keys_new_cmd)
     app.add_typer(keys_app, name="keys")
-    bench_app.command("gateway")(bench_cmd)
-    bench_app.command("gateway-stall")(bench_stall_cmd)
 
 
 def gateway_cmd(
@@ -106,31 +103,3 @@ def keys_new_cmd(
     typer.echo(f"  {config_line(name, key, admin)}")
 
 
-def bench_cmd(
-    rates: Annotated[str, typer.Option(help="Comma-separated offered rates (req/s).")] = "500,1000",
-    duration_s: Annotated[float, typer.Option(help="Seconds per measured run.")] = 5.0,
-    processes: Annotated[str, typer.Option(help="uvicorn process counts to compare.")] = "1,2",
-    longpoll_rate: Annotated[float, typer.Option(help="Jobs/s in the long-poll test.")] = 500.0,
-    json_path: JsonOpt = None,
-    keys: Annotated[
-        bool, typer.Option(help="Also the gateway with API keys configured, side by side.")
-    ] = False,
-) -> None:
-    """Gateway submit throughput and latency vs a bare FastAPI+Redis endpoint; long-poll wake-up."""
-    from gateway.bench import main
-
-    main(
-        rates=[float(r) for r in rates.split(",") if r],
-        duration_s=duration_s,
-        processes=[int(p) for p in processes.split(",") if p],
-        longpoll_rate=longpoll_rate,
-        json_path=json_path,
-        keys=keys,
-    )
-
-
-def bench_stall_cmd(json_path: JsonOpt = None) -> None:
-    """Longest event-loop gap while a large input is estimated: inline, thread, now."""
-    from gateway.bench_stall import main
-
-    main(json_path=json_path)

@@ -1,8 +1,9 @@
 """The ``sluice`` command line.
 
-Core commands live here; the gateway, workers and autoscaler packages add
-their own through a ``register(app, bench_app)`` function in their ``cli``
-module, imported only if that package is installed. Heavy imports (torch,
+Core commands live here; the packages named in ``PLUGINS`` (gateway, workers,
+autoscaler, and the measurement package sluicebench) add their own through a
+``register(app, bench_app)`` function in their ``cli`` module, imported only if
+that package is installed: the only place sluice/ imports an app package. Heavy imports (torch,
 uvicorn) happen inside commands, never at start-up.
 """
 
@@ -21,7 +22,6 @@ from sluice.cli_common import (
     EXIT_UNAVAILABLE,
     ApiKeyOpt,
     ConfigOpt,
-    JsonOpt,
     RedisUrlOpt,
     check_redis,
     fail,
@@ -157,29 +157,11 @@ def up_cmd(
     run_up(cfg, config, redis_url_opt, host, port, data_dir)
 
 
-@bench_app.command("queue")
-def bench_queue(
-    jobs: Annotated[int, typer.Option(help="Jobs per run.")] = 10_000,
-    rq_jobs: Annotated[int, typer.Option(help="Jobs for the RQ baseline.")] = 1_000,
-    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,8,32,128",
-    workers: Annotated[str, typer.Option(help="Comma-separated worker process counts.")] = "1,4",
-    json_path: JsonOpt = None,
-    repeat: Annotated[int, typer.Option(help="Runs per case; the median is reported.")] = 3,
-) -> None:
-    """Queue hop: submit + claim + complete with a no-op handler, vs RQ on one server."""
-    from sluice.bench.queue_hop import main as run
-
-    try:
-        run(
-            jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers,
-            json_path=json_path, repeats=repeat,
-        )  # fmt: skip
-    except SluiceError as e:
-        fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
+PLUGINS = ("gateway.cli", "workers.cli", "autoscaler.cli", "sluicebench.cli")
 
 
 def _register_plugins() -> None:
-    for name in ("gateway.cli", "workers.cli", "autoscaler.cli", "sluice.loadgen.cli"):
+    for name in PLUGINS:
         if importlib.util.find_spec(name.split(".")[0]) is None:
             continue
         if importlib.util.find_spec(name) is None:

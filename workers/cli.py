@@ -1,4 +1,4 @@
-"""``sluice worker`` and ``sluice bench worker``; heavy imports happen inside the commands."""
+"""``sluice worker``; heavy imports happen inside the command."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sluice.cli_common import ConfigOpt, JsonOpt, RedisUrlOpt, check_redis, fail, load_required
+from sluice.cli_common import ConfigOpt, RedisUrlOpt, check_redis, fail, load_required
 from sluice.cli_common import redis_url as resolve_url
 from sluice.errors import ConfigError
 
@@ -53,40 +53,5 @@ def worker_cmd(
     raise typer.Exit(worker.run())
 
 
-def bench_worker_cmd(
-    texts: Annotated[int, typer.Option(help="Texts per run.")] = 480,
-    max_batch: Annotated[int, typer.Option(help="Batch size.")] = 32,
-    seed: Annotated[int, typer.Option(help="Text generator seed.")] = 7,
-    threads: Annotated[int, typer.Option(help="torch CPU threads (0 = default).")] = 0,
-    rounds: Annotated[int, typer.Option(help="Rounds; ratios are per round, medians.")] = 3,
-    json_path: JsonOpt = None,
-) -> None:
-    """MiniLM worker vs in-process batching, and size buckets vs one bucket."""
-    from workers.bench import main as run
-
-    run(
-        texts=texts,
-        max_batch=max_batch,
-        seed=seed,
-        threads=threads,
-        rounds=rounds,
-        json_path=json_path,
-    )
-
-
-def bench_fleet_cmd(
-    workers: Annotated[int, typer.Option(help="Synthetic worker processes.")] = 20,
-    jobs: Annotated[int, typer.Option(help="Jobs the fleet drains.")] = 2000,
-    idle_s: Annotated[float, typer.Option(help="Seconds of idle CPU measured.")] = 5.0,
-    json_path: JsonOpt = None,
-) -> None:
-    """Many synthetic workers on this machine: start-up, idle CPU, memory, drain, exit."""
-    from workers.bench_fleet import main as run
-
-    run(workers=workers, jobs=jobs, idle_s=idle_s, json_path=json_path)
-
-
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("worker")(worker_cmd)
-    bench_app.command("worker")(bench_worker_cmd)
-    bench_app.command("worker-fleet")(bench_fleet_cmd)

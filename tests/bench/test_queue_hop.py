@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.bench.queue_hop import main, parse_sizes
 from sluice.errors import SluiceError
+from sluicebench.queue_hop import main, parse_sizes
 
 pytestmark = pytest.mark.slow
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gateway.bench import main
+from sluicebench.gateway_bench import main
 
 
 def test_bench_runs_every_server_and_writes_json(tmp_path: Path) -> None:
@@ -23,7 +23,7 @@ def test_bench_runs_every_server_and_writes_json(tmp_path: Path) -> None:
 
 
 def test_stall_bench_measures_every_way_and_writes_json(tmp_path: Path) -> None:
-    from gateway.bench_stall import main as stall
+    from sluicebench.gateway_stall import main as stall
 
     out = tmp_path / "stall.json"
     rows = stall(json_path=out, sizes=(5_000,))

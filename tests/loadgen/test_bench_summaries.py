@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.loadgen.mixed_bench import MixedParams, mixed_config, mixed_summary
-from sluice.loadgen.stack_bench import scaling_config, scaling_summary
+from sluicebench.loadgen.mixed_bench import MixedParams, mixed_config, mixed_summary
+from sluicebench.loadgen.stack_bench import scaling_config, scaling_summary
 
 
 def _scale_case(n: int, jobs_per_s: float, p99_at_70: float) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import pytest
 
 from sluice.config import parse_config
 from sluice.errors import ConfigError
-from sluice.loadgen.bulk_bench import (
+from sluicebench.loadgen.bulk_bench import (
     BulkParams,
     Ran,
     Variant,

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from sluice.errors import ConfigError
-from sluice.loadgen.driver import Driver, LoadSpec
+from sluicebench.loadgen.driver import Driver, LoadSpec
 
 
 def _gateway(reject_every: int = 0, fail_every: int = 0) -> httpx.MockTransport:
@@ -76,7 +76,7 @@ def test_spec_needs_exactly_one_mode_and_an_end() -> None:
 
 
 async def test_trace_replays_its_times_and_lengths() -> None:
-    from sluice.loadgen.workload import Arrival
+    from sluicebench.loadgen.workload import Arrival
 
     trace = [Arrival(0.0, 5), Arrival(0.05, 120), Arrival(0.1, 7)]
     spec = LoadSpec(url="http://gw", model="m", trace=trace, progress=False)

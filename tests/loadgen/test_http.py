@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from sluice.loadgen.http import EngineError, EngineTimeout, LeanEngine, make_engines
+from sluicebench.loadgen.http import EngineError, EngineTimeout, LeanEngine, make_engines
 
 
 async def _serve(answers: list[bytes]) -> tuple[asyncio.Server, list[bytes], list[int]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sluice.loadgen.stack import Stack
+from sluicebench.loadgen.stack import Stack
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from sluice.loadgen.stats import Outcome, dist, percentile, summarize
+from sluicebench.loadgen.stats import Outcome, dist, percentile, summarize
 
 
 @pytest.mark.parametrize(

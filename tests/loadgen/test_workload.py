@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sluice.errors import ConfigError
-from sluice.loadgen.workload import (
+from sluicebench.loadgen.workload import (
     MIXED,
     LengthBand,
     Workload,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gateway.bench import KEYED, main
+from sluicebench.gateway_bench import KEYED, main
 
 
 def test_bench_with_keys_runs_the_keyed_gateway_without_errors(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from sluice.client import Client, auth_headers
-from sluice.loadgen.http import LeanEngine
+from sluicebench.loadgen.http import LeanEngine
 
 
 def _echo_auth(seen: list[str | None]) -> httpx.MockTransport:

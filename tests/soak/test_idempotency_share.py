@@ -6,7 +6,7 @@ import itertools
 
 import httpx
 
-from sluice.loadgen.driver import Driver, LoadSpec
+from sluicebench.loadgen.driver import Driver, LoadSpec
 
 
 async def test_a_share_of_jobs_carries_a_unique_idempotency_key() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sluice.loadgen.soak import quick_params, run_soak
+from sluicebench.loadgen.soak import quick_params, run_soak
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
 

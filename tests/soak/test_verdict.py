@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from sluice import keys
-from sluice.loadgen.soak_sample import classify, metric_series
-from sluice.loadgen.soak_verdict import (
+from sluicebench.loadgen.soak_sample import classify, metric_series
+from sluicebench.loadgen.soak_verdict import (
     Limits,
     completion_checks,
     rss_growth,

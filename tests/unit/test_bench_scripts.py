@@ -1,4 +1,4 @@
-"""Every bench/ script starts: none is shadowed by a package of the same name."""
+"""Every benchmark is a ``sluice bench`` command of the measurement package, and starts."""
 
 from __future__ import annotations
 
@@ -8,24 +8,38 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-SCRIPTS = sorted(p for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+from sluice.cli import bench_app
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMANDS = sorted(c.name for c in bench_app.registered_commands if c.name)
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
-def test_script_runs_its_command(script: Path) -> None:
-    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+def test_bench_holds_results_not_code() -> None:
+    assert not list((ROOT / "bench").glob("*.py"))  # nothing shadows a package any more
+
+
+def test_every_benchmark_registers_from_sluicebench() -> None:
+    modules = {c.callback.__module__ for c in bench_app.registered_commands if c.callback}
+    assert all(m.startswith("sluicebench.") for m in modules), modules
+    assert {"queue", "gateway", "worker", "autoscaler", "dispatch", "load", "stack", "soak",
+            "bulk", "faults", "dashboard", "auth-submit", "claim-check",
+            "strict-json"} <= set(COMMANDS)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_command_answers_help(name: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "sluice", "bench", name, "--help"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0, out.stderr[-500:]
     assert "usage" in out.stdout.lower()  # typer says Usage, argparse usage
 
 
-def test_a_script_whose_benchmark_spawns_processes_runs(tmp_path: Path) -> None:
-    # Spawned workers re-import the script by path: its imports must resolve there too.
+def test_a_benchmark_whose_workers_are_spawned_processes_runs(tmp_path: Path) -> None:
+    # Spawned workers re-import the benchmark's module: it must resolve there too.
     out_json = tmp_path / "q.json"
     args = ["--jobs", "200", "--rq-jobs", "20", "--batch-sizes", "8", "--workers", "1",
             "--repeat", "1", "--json", str(out_json)]  # fmt: skip
-    out = subprocess.run([sys.executable, str(BENCH / "queue_hop.py"), *args],
-                         capture_output=True, text=True, timeout=180)  # fmt: skip
+    out = subprocess.run([sys.executable, "-m", "sluice", "bench", "queue", *args],
+                         capture_output=True, text=True, timeout=180, cwd=tmp_path)  # fmt: skip
     assert out.returncode == 0, out.stderr[-800:]
     assert out_json.exists()

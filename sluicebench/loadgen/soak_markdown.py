@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sluice.loadgen.soak_report import _errs, _f
+from sluicebench.loadgen.soak_report import _errs, _f
 
 ROWS = 21
 

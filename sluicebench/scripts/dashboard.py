@@ -1,6 +1,6 @@
 """What the live dashboard costs Redis and the gateway, with 1 and 10 viewers.
 
-.venv/bin/python bench/dashboard.py [--seconds 10] [--workers 50] [--models 3] [--json PATH]
+sluice bench dashboard [--seconds 10] [--workers 50] [--models 3] [--json PATH]
 
 A real redis-server seeded like a busy deployment (per model: --workers live
 workers, queued jobs in every bucket, latency histograms, an autoscaler log,
@@ -17,25 +17,22 @@ import argparse
 import asyncio
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import httpx
+import redis
 
-import httpx  # noqa: E402
-import redis  # noqa: E402
-
-from autoscaler.waits import window_start  # noqa: E402
-from gateway.app import create_app  # noqa: E402
-from gateway.dashboard.feed import DashboardFeed  # noqa: E402
-from sluice import keys, registry  # noqa: E402
-from sluice.config import SluiceConfig, parse_config  # noqa: E402
-from sluice.jobs import NewJob, Outcome  # noqa: E402
-from sluice.queue import QueueClient  # noqa: E402
-from sluice.redis_server import start_redis  # noqa: E402
-from sluice.registry import WorkerInfo  # noqa: E402
+from autoscaler.waits import window_start
+from gateway.app import create_app
+from gateway.dashboard.feed import DashboardFeed
+from sluice import keys, registry
+from sluice.config import SluiceConfig, parse_config
+from sluice.jobs import NewJob, Outcome
+from sluice.queue import QueueClient
+from sluice.redis_server import start_redis
+from sluice.registry import WorkerInfo
 
 SCENARIOS = (
     ("idle (no viewer)", 0, True), ("1 viewer", 1, True),
@@ -52,8 +49,9 @@ def seed(r: redis.Redis, cfg: SluiceConfig, n_workers: int) -> None:
     q = QueueClient(r, dict(cfg.models))
     now = time.time()
     for name in cfg.models:
-        subs = q.submit(name, [NewJob(input="x", bucket=b, cost=int(b)) for b in ("32", "128",
-                                                                                 "512") * 40])
+        subs = q.submit(
+            name, [NewJob(input="x", bucket=b, cost=int(b)) for b in ("32", "128", "512") * 40]
+        )
         batch = q.claim(name, "seed", max_batch=10)
         q.complete(name, [Outcome.fail(j.id, "oom", "out of memory") for j in batch.jobs[:5]]
                    + [Outcome.ok(j.id, 1) for j in batch.jobs[5:]])  # fmt: skip
@@ -66,10 +64,14 @@ def seed(r: redis.Redis, cfg: SluiceConfig, n_workers: int) -> None:
             for cmd in registry.heartbeat(info, 600):
                 pipe.execute_command(*cmd)
         for log in range(50):
-            pipe.lpush(keys.decisions_key(name), json.dumps({"at_ms": log, "current": 2,
-                                                             "desired": 3, "reason": "load"}))
-        pipe.hset(keys.scale_state_key(name), mapping={"at_ms": int(now * 1000), "current": 2,
-                                                       "desired": 3, "reason": "load"})
+            pipe.lpush(
+                keys.decisions_key(name),
+                json.dumps({"at_ms": log, "current": 2, "desired": 3, "reason": "load"}),
+            )
+        pipe.hset(
+            keys.scale_state_key(name),
+            mapping={"at_ms": int(now * 1000), "current": 2, "desired": 3, "reason": "load"},
+        )
         pipe.hset(keys.wait_hist_key(name, window_start(now)), mapping={"10": 90, "count": 90})
         pipe.execute()
         assert len(subs) == 120
@@ -136,13 +138,13 @@ def report(rows: list[dict[str, Any]]) -> None:
               f"{row['p99_ms'] or 0:>7.2f} {row['payload_kb'] or 0:>6}")  # fmt: skip
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="sluice bench dashboard", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=50)
     ap.add_argument("--models", type=int, default=3)
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     server = start_redis()
     try:
         cfg = config(args.models)
@@ -151,8 +153,10 @@ def main() -> None:
         rows = [asyncio.run(run_scenario(cfg, server.url, v, cached, args.seconds))
                 for _, v, cached in SCENARIOS]  # fmt: skip
         report(rows)
-        print(f"\n{args.models} models x {args.workers} live workers each; commands/s include "
-              "the gateway's own 1 s snapshots (the idle row); 'x 1 viewer' subtracts them.")
+        print(
+            f"\n{args.models} models x {args.workers} live workers each; commands/s include "
+            "the gateway's own 1 s snapshots (the idle row); 'x 1 viewer' subtracts them."
+        )
         if args.json:
             args.json.write_text(json.dumps({"models": args.models, "workers": args.workers,
                                              "rows": rows}, indent=2) + "\n")  # fmt: skip

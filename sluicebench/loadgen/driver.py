@@ -1,4 +1,4 @@
-"""The load generator's I/O shell: asyncio HTTP (sluice.loadgen.http) against a gateway.
+"""The load generator's I/O shell: asyncio HTTP (sluicebench.loadgen.http) against a gateway.
 
 Each job is ``POST /v1/models/{model}/jobs`` then ``GET /v1/jobs/{id}?wait=S``
 until it ends, exactly what a client does. Open loop sends at the planned
@@ -25,9 +25,16 @@ import httpx
 
 from sluice.client import TERMINAL
 from sluice.errors import ConfigError
-from sluice.loadgen.http import ENGINES, Engine, EngineError, EngineTimeout, make_engines
-from sluice.loadgen.stats import Outcome, dist, summarize
-from sluice.loadgen.workload import MIXED, Arrival, LengthBand, Workload, poisson_arrivals, text_of
+from sluicebench.loadgen.http import ENGINES, Engine, EngineError, EngineTimeout, make_engines
+from sluicebench.loadgen.stats import Outcome, dist, summarize
+from sluicebench.loadgen.workload import (
+    MIXED,
+    Arrival,
+    LengthBand,
+    Workload,
+    poisson_arrivals,
+    text_of,
+)
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ class LoadSpec:
     wait_s: float = 30.0  # one long-poll's ?wait=
     job_timeout_s: float = 120.0
     submit_only: bool = False  # POST only: the gateway's own submit capacity
-    engine: str = "auto"  # sluice.loadgen.http: lean for http://, httpx otherwise
+    engine: str = "auto"  # sluicebench.loadgen.http: lean for http://, httpx otherwise
     max_in_flight: int = 4096  # open loop: jobs beyond this count as "overflow" errors
     # This share of jobs carries a unique Idempotency-Key header (the key family
     # a soak must see expire too); the draw is seeded, like the workload.

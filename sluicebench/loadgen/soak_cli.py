@@ -41,8 +41,8 @@ def soak_cmd(
     """Soak the real stack at 70% of capacity: memory, Redis keys, errors, latency over time."""
     from rich.console import Console
 
-    from sluice.loadgen.soak import SoakParams, run_soak
-    from sluice.loadgen.soak_report import print_soak
+    from sluicebench.loadgen.soak import SoakParams, run_soak
+    from sluicebench.loadgen.soak_report import print_soak
 
     if not 0 < load_fraction <= 1 or warmup_s >= duration_s:
         fail("need 0 < --load-fraction <= 1 and --warmup-s < --duration-s", 2)
@@ -56,7 +56,7 @@ def soak_cmd(
     print_soak(out, Console() if sys.stdout.isatty() else Console(width=150))
     write_json(json_path, out)
     if markdown_path is not None:
-        from sluice.loadgen.soak_markdown import markdown
+        from sluicebench.loadgen.soak_markdown import markdown
 
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(markdown(out))

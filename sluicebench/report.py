@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from sluice.bench.queue_hop import HopResult
-    from sluice.bench.rq_baseline import RqResult
+    from sluicebench.queue_hop import HopResult
+    from sluicebench.rq_baseline import RqResult
 
 # Targets from issue 2 / DESIGN.md, checked in the benchmark, never in a timed test.
 TARGET_BATCH, TARGET_WORKERS, TARGET_VS_RQ = 32, 1, 50.0

@@ -19,9 +19,9 @@ from typing import Any
 import psutil
 import yaml
 
-from sluice.loadgen.driver import LoadSpec, run_load
-from sluice.loadgen.stack import Stack
-from sluice.loadgen.workload import LengthBand
+from sluicebench.loadgen.driver import LoadSpec, run_load
+from sluicebench.loadgen.stack import Stack
+from sluicebench.loadgen.workload import LengthBand
 
 TARGET_LINEAR = 0.95
 TARGET_P99_X_SERVICE = 2.0

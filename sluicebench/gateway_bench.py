@@ -24,8 +24,6 @@ from typing import Any
 import httpx
 import yaml
 
-from gateway.bench_bare import BARE_URL_ENV
-from gateway.loadgen import Conn, RunResult, closed_loop, open_loop
 from sluice.apikeys import hash_key
 from sluice.cli_common import write_json
 from sluice.config import parse_config
@@ -33,6 +31,8 @@ from sluice.jobs import Outcome
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
 from sluice.redis_server import start_redis
+from sluicebench.gateway_bare import BARE_URL_ENV
+from sluicebench.gateway_loadgen import Conn, RunResult, closed_loop, open_loop
 
 MODEL = "bench"
 BODY = b'{"input": "the quick brown fox jumps over the lazy dog"}'
@@ -82,7 +82,7 @@ def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
                "--config", str(cfg_path), "--redis-url", redis_url]  # fmt: skip
         path = f"/v1/models/{MODEL}/jobs"
     else:
-        cmd = [sys.executable, "-m", "uvicorn", "gateway.bench_bare:create_bare_app",
+        cmd = [sys.executable, "-m", "uvicorn", "sluicebench.gateway_bare:create_bare_app",
                "--factory", "--loop", "uvloop", "--http", "httptools",
                "--log-level", "warning", "--no-access-log"]  # fmt: skip
         path = "/bare"

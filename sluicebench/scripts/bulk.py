@@ -1,6 +1,6 @@
 """Bulk jobs (ADR 0090): interactive p99 with and without a concurrent bulk job.
 
-.venv/bin/python bench/bulk.py [--variants 8,2:no-overlap] [--rounds 2] [--duration-s 20]
+sluice bench bulk [--variants 8,2:no-overlap] [--rounds 2] [--duration-s 20]
                                [--workers 4] [--base-ms 5] [--per-token-ms 1.5]
                                [--words 10] [--max-batch 8] [--utilisation 0.6]
                                [--max-queued N] [--json bench/results/bulk.json]
@@ -8,7 +8,7 @@
 A variant is a ``bulk.max_batch`` value, optionally ``:no-overlap`` (workers
 without prefetch) and ``:reserveN`` (``bulk.reserve_workers``):
 ``--variants 8,2,1,8:no-overlap,8:reserve1``. Logic in
-sluice/loadgen/bulk_bench.py; about 3.5 minutes with the defaults.
+sluicebench/loadgen/bulk_bench.py; about 3.5 minutes with the defaults.
 """
 
 from __future__ import annotations
@@ -19,14 +19,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from rich import box
+from rich.console import Console
+from rich.table import Table
 
-from rich import box  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from sluice.errors import ConfigError  # noqa: E402
-from sluice.loadgen.bulk_bench import BulkParams, parse_variants, run_bulk  # noqa: E402
+from sluice.errors import ConfigError
+from sluicebench.loadgen.bulk_bench import BulkParams, parse_variants, run_bulk
 
 
 def _n(x: Any, digits: int = 1) -> str:
@@ -83,9 +81,11 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     d = BulkParams()
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap = argparse.ArgumentParser(
+        prog="sluice bench bulk", description=(__doc__ or "").splitlines()[0]
+    )
     ap.add_argument("--variants", default="8,2:no-overlap",
                     help="bulk.max_batch values[:no-overlap][:reserveN]")  # fmt: skip
     ap.add_argument("--rounds", type=int, default=d.rounds, help="A/B pairs per variant")
@@ -102,7 +102,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/sluice-bench-bulk"))
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--json", dest="json_path", type=Path)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     try:
         params = BulkParams(
             workers=a.workers, words=a.words, base_ms=a.base_ms, per_token_ms=a.per_token_ms,

@@ -1,6 +1,6 @@
 """Fault-tolerance figures (issue 8, faults), side by side in one run.
 
-.venv/bin/python bench/faults.py [--submits 1000] [--threads 4] [--json PATH]
+sluice bench faults [--submits 1000] [--threads 4] [--json PATH]
 
 1. What durability costs: single-job submits (one script call each, a real
    redis-server) with no AOF, and AOF fsynced ``no``, ``everysec``, ``always``;
@@ -26,16 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import httpx
+import yaml
 
-import httpx  # noqa: E402
-import yaml  # noqa: E402
-
-from sluice.config import parse_config  # noqa: E402
-from sluice.jobs import NewJob  # noqa: E402
-from sluice.queue import QueueClient  # noqa: E402
-from sluice.queue.client import connect  # noqa: E402
-from sluice.redis_server import RedisServer, free_port  # noqa: E402
+from sluice.config import parse_config
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import RedisServer, free_port
 
 CONFIG: dict[str, Any] = {
     "models": {"m": {"handler": "synthetic", "cost": {"method": "words"},
@@ -190,19 +188,21 @@ def sigterm_with_long_polls(n: int = 50) -> dict[str, Any]:
             server.stop()
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="sluice bench faults", description=__doc__.splitlines()[0])
     ap.add_argument("--submits", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=4)
     ap.add_argument("--json", dest="json_path")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out: dict[str, Any] = {
         "durability": durability(args.submits, args.threads),
         "outage": [outage("paused"), outage("killed")],
         "sigterm": sigterm_with_long_polls(),
     }
-    print(f"1. submits/s ({args.submits} single-job submits, {args.threads} threads, "
-          "medians of 5 rounds)")
+    print(
+        f"1. submits/s ({args.submits} single-job submits, {args.threads} threads, "
+        "medians of 5 rounds)"
+    )
     for row in out["durability"]:
         print(f"   AOF {row['aof']:<9} {row['jobs_per_s']:>7} jobs/s  {row['ratio_to_off']:.2f}x")
     print("2. a client of the gateway while Redis is out (redis_timeout_s 1.0)")
@@ -211,8 +211,10 @@ def main() -> None:
               f"max {row['answer_max_s']} s; first 202 {row['first_202_after_back_s']} s "
               "after Redis is back")  # fmt: skip
     st = out["sigterm"]
-    print(f"3. SIGTERM with {st['long_polls']} long-polls open: exited in {st['exit_s']} s; "
-          f"long-polls answered {st['answers']}")
+    print(
+        f"3. SIGTERM with {st['long_polls']} long-polls open: exited in {st['exit_s']} s; "
+        f"long-polls answered {st['answers']}"
+    )
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(out, indent=2) + "\n")
 

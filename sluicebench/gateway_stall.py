@@ -1,6 +1,6 @@
 """Event-loop stall while a large input is estimated: inline vs a worker thread.
 
-``sluice bench gateway-stall`` (or ``bench/gateway_stall.py``): for each text
+``sluice bench gateway-stall``: for each text
 size, the longest gap a 1 ms asyncio ticker sees while the tokenizer runs
 (a) inline on the loop (the code before the fix), (b) in a worker thread with
 the GIL held (``Tokenizer.encode``: a thread alone), (c) through the gateway's

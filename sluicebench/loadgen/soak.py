@@ -3,7 +3,7 @@
 A private redis-server, one gateway, N synthetic workers and the autoscaler
 in dry-run (it observes, reclaims and decides, but the workers stay the N this
 run started, so each one's memory can be followed), each started through the
-``sluice`` CLI (:class:`sluice.loadgen.stack.Stack`). The run:
+``sluice`` CLI (:class:`sluicebench.loadgen.stack.Stack`). The run:
 
 1. capacity: nominal from the synthetic handler (``max_batch x 1000 / base_ms``
    jobs/s per worker), verified by a short closed loop at saturation; the lower
@@ -15,7 +15,7 @@ run started, so each one's memory can be followed), each started through the
    every job hash and idempotency key must be gone and the queues empty.
 
 The soak config sets short TTLs so that expiry is exercised within the run.
-The criteria are in :mod:`sluice.loadgen.soak_verdict`.
+The criteria are in :mod:`sluicebench.loadgen.soak_verdict`.
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from typing import Any
 
 import yaml
 
-from sluice.loadgen.driver import Driver, LoadSpec, run_load
-from sluice.loadgen.soak_sample import Probe, Sample, wait_until
-from sluice.loadgen.soak_verdict import Limits, verdict
-from sluice.loadgen.stack import Stack
-from sluice.loadgen.stats import OK_STATUSES, Outcome, error_causes, percentile
-from sluice.loadgen.workload import LengthBand
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from sluicebench.loadgen.driver import Driver, LoadSpec, run_load
+from sluicebench.loadgen.soak_sample import Probe, Sample, wait_until
+from sluicebench.loadgen.soak_verdict import Limits, verdict
+from sluicebench.loadgen.stack import Stack
+from sluicebench.loadgen.stats import OK_STATUSES, Outcome, error_causes, percentile
+from sluicebench.loadgen.workload import LengthBand
 
 MODEL = "soak"
 BUCKETS = [32, 128]

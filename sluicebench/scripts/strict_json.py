@@ -1,6 +1,6 @@
 """What strict JSON parsing costs the gateway: ``json.loads`` vs ``gateway.strict_json.loads``.
 
-.venv/bin/python bench/strict_json.py [--repeat 5] [--json PATH]
+sluice bench strict-json [--repeat 5] [--json PATH]
 
 Same bodies, same process, interleaved runs; the table gives microseconds per
 parse (best of --repeat) and the ratio. The refused bodies show how fast a
@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import timeit
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from gateway.strict_json import loads  # noqa: E402
+from gateway.strict_json import loads
 
 WORDS = "the quick brown fox jumps over the lazy dog "
 BODIES: dict[str, bytes] = {
@@ -71,11 +68,13 @@ def run(repeat: int) -> list[dict[str, Any]]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="sluice bench strict-json", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     rows = run(args.repeat)
     print(f"{'body':32} {'bytes':>9} {'json.loads us':>14} {'strict us':>10} {'ratio':>6}")
     for r in rows:

@@ -8,15 +8,15 @@ from typing import Any
 
 import redis
 
-from sluice.bench import noop
-from sluice.bench.redis_count import (
+from sluice.errors import SluiceError
+from sluicebench import noop
+from sluicebench.redis_count import (
     CountingConnection,
     counting_client,
     read_commandstats,
     reset_commandstats,
     reset_round_trips,
 )
-from sluice.errors import SluiceError
 
 RQ_QUEUE = "sluice-bench"
 

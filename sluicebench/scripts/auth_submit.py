@@ -1,6 +1,6 @@
 """Cost of API keys on the submit call, without HTTP: open vs keyed, side by side.
 
-.venv/bin/python bench/auth_submit.py [--jobs 3000] [--rounds 5] [--json PATH]
+sluice bench auth-submit [--jobs 3000] [--rounds 5] [--json PATH]
 
 One private redis-server; model `bench`. Rounds alternate the cases, each
 submitting `--jobs` single-job calls through `QueueClient.submit`:
@@ -26,14 +26,12 @@ from typing import Annotated, Any
 
 import typer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import sluice.jobs  # noqa: E402
-from sluice.config import parse_config  # noqa: E402
-from sluice.jobs import NewJob  # noqa: E402
-from sluice.queue import QueueClient  # noqa: E402
-from sluice.queue.client import connect  # noqa: E402
-from sluice.redis_server import start_redis  # noqa: E402
+import sluice.jobs
+from sluice.config import parse_config
+from sluice.jobs import NewJob
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import start_redis
 
 # None in a tree from before access control: only the open case runs there.
 OWNER: Any = getattr(sluice.jobs, "Owner", None)

@@ -40,12 +40,12 @@ from sluice.client import Client
 from sluice.config import parse_config
 from sluice.errors import ConfigError, SluiceError
 from sluice.jobs import BULK_RANK
-from sluice.loadgen.driver import LoadSpec
-from sluice.loadgen.stack import Stack
-from sluice.loadgen.stack_bench import phase
-from sluice.loadgen.workload import LengthBand, text_of
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from sluicebench.loadgen.driver import LoadSpec
+from sluicebench.loadgen.stack import Stack
+from sluicebench.loadgen.stack_bench import phase
+from sluicebench.loadgen.workload import LengthBand, text_of
 
 TARGET_P99_RATIO = 1.10
 TARGET_IDLE_SHARE = 0.70

@@ -18,10 +18,10 @@ from typing import Any
 
 import yaml
 
-from sluice.loadgen.driver import LoadSpec
-from sluice.loadgen.stack import Stack
-from sluice.loadgen.stack_bench import phase
-from sluice.loadgen.workload import LengthBand
+from sluicebench.loadgen.driver import LoadSpec
+from sluicebench.loadgen.stack import Stack
+from sluicebench.loadgen.stack_bench import phase
+from sluicebench.loadgen.workload import LengthBand
 
 TARGET_SHORT_P99_RATIO = 5.0
 MODELS = ("mix_buckets", "mix_one")

@@ -1,6 +1,6 @@
 """claim.lua with vs without its malformed-record check (ADR 0071): jobs/s claimed.
 
-.venv/bin/python bench/claim_check.py [--jobs 20000] [--rounds 3] [--batch 32]
+sluice bench claim-check [--jobs 20000] [--rounds 3] [--batch 32]
                                       [--before-rev 3257be9~1] [--json PATH]
 
 Both scripts run against the same embedded Redis, alternating, each draining
@@ -15,20 +15,18 @@ import argparse
 import json
 import statistics
 import subprocess
-import sys
 import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sluice.config import parse_config
+from sluice.jobs import NewJob
+from sluice.queue.client import QueueClient, connect
+from sluice.queue.scripts import script_source
+from sluice.redis_server import start_redis
 
-from sluice.config import parse_config  # noqa: E402
-from sluice.jobs import NewJob  # noqa: E402
-from sluice.queue.client import QueueClient, connect  # noqa: E402
-from sluice.queue.scripts import script_source  # noqa: E402
-from sluice.redis_server import start_redis  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]  # the git checkout (for --before-rev)
 
 
 def _old_claim(rev: str) -> str:
@@ -54,14 +52,16 @@ def _drain(qc: QueueClient, script: Any, jobs: int, batch: int) -> float:
     return taken / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="sluice bench claim-check", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--jobs", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--before-rev", default="3257be9~1")
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     batching = {"max_batch": args.batch, "max_batch_tokens": 10**6}
     cfg = parse_config({"models": {"m": {"handler": "synthetic", "batching": batching}}})
     server = start_redis()

@@ -21,22 +21,22 @@ from typing import Any
 import redis
 
 from sluice import keys
-from sluice.bench import noop
-from sluice.bench.redis_count import (
-    CountingConnection,
-    counting_client,
-    read_commandstats,
-    reset_commandstats,
-    reset_round_trips,
-)
-from sluice.bench.report import render, summary
-from sluice.bench.rq_baseline import RqResult, median_run, run_rq
 from sluice.config import ModelConfig, parse_config
 from sluice.errors import SluiceError
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.scripts import SCRIPT_NAMES, script_source
 from sluice.redis_server import start_redis
+from sluicebench import noop
+from sluicebench.redis_count import (
+    CountingConnection,
+    counting_client,
+    read_commandstats,
+    reset_commandstats,
+    reset_round_trips,
+)
+from sluicebench.report import render, summary
+from sluicebench.rq_baseline import RqResult, median_run, run_rq
 
 MODEL = "bench"
 SUBMIT_CHUNK = 256  # jobs per submit call: what a busy gateway might group

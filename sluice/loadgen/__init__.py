@@ -1,1 +1,0 @@
-"""The load generator behind ``sluice bench load`` and the stack benchmarks (bench/stack.py)."""

@@ -1,0 +1,314 @@
+"""Every ``sluice bench ...`` command: the measurement package's one entry.
+
+sluice/cli.py lists this module among its plugins; nothing else in the product
+imports sluicebench. Commands import their benchmark inside, so ``sluice --help``
+stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from sluice.cli_common import (
+    EXIT_CONFIG,
+    ApiKeyOpt,
+    ConfigOpt,
+    JsonOpt,
+    fail,
+    load_required,
+    write_json,
+)
+from sluice.errors import ConfigError, SluiceError
+
+BENCH_CONFIG = Path(__file__).resolve().parent.parent / "bench" / "autoscaler_sim.yaml"
+# Benchmarks kept as argparse programs: ``sluice bench NAME ARGS`` hands ARGS over.
+SCRIPTS = {
+    "bulk": "bulk",
+    "faults": "faults",
+    "dashboard": "dashboard",
+    "claim-check": "claim_check",
+    "strict-json": "strict_json",
+}
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    from sluicebench.loadgen.soak_cli import soak_cmd
+    from sluicebench.scripts.auth_submit import cli as auth_submit_cmd
+
+    bench_app.command("queue")(bench_queue)
+    bench_app.command("gateway")(bench_cmd)
+    bench_app.command("gateway-stall")(bench_stall_cmd)
+    bench_app.command("worker")(bench_worker_cmd)
+    bench_app.command("worker-fleet")(bench_fleet_cmd)
+    bench_app.command("autoscaler")(bench_autoscaler_cmd)
+    bench_app.command("dispatch")(bench_dispatch_cmd)
+    bench_app.command("load")(load_cmd)
+    bench_app.command("stack")(stack_cmd)
+    bench_app.command("soak")(soak_cmd)
+    bench_app.command("auth-submit")(auth_submit_cmd)
+    for name, module in SCRIPTS.items():
+        bench_app.command(name, **_PASS_THROUGH)(_script_cmd(module))
+
+
+_PASS_THROUGH: dict[str, Any] = {
+    "context_settings": {"allow_extra_args": True, "ignore_unknown_options": True},
+    "add_help_option": False,
+}
+
+
+def _script_cmd(module: str) -> Any:
+    def run(ctx: typer.Context) -> None:
+        import importlib
+
+        importlib.import_module(f"sluicebench.scripts.{module}").main(list(ctx.args))
+
+    run.__doc__ = _first_doc_line(module)
+    return run
+
+
+def _first_doc_line(module: str) -> str:
+    """The script's summary line, read without importing it (``sluice --help`` stays fast)."""
+    import ast
+
+    path = Path(__file__).resolve().parent / "scripts" / f"{module}.py"
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return doc.splitlines()[0] + " (--help for its options)" if doc else ""
+
+
+def load_cmd(
+    url: Annotated[str, typer.Option(help="The gateway's base URL.")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name.")],
+    rate: Annotated[float | None, typer.Option(help="Open loop: Poisson jobs/s.")] = None,
+    concurrency: Annotated[
+        int | None, typer.Option(help="Closed loop: jobs kept outstanding.")
+    ] = None,
+    trace: Annotated[
+        Path | None, typer.Option(help="Open loop: CSV with time_s and cost (words) columns.")
+    ] = None,
+    duration_s: Annotated[float | None, typer.Option(help="Stop sending after this.")] = None,
+    jobs: Annotated[int | None, typer.Option(help="Stop after sending this many.")] = None,
+    warmup_s: Annotated[float, typer.Option(help="Leave jobs sent before this out.")] = 0.0,
+    mix: Annotated[
+        str, typer.Option(help="Input lengths in words, LO-HI:WEIGHT,...")
+    ] = "5-20:0.70,40-100:0.25,200-300:0.05",
+    seed: Annotated[int, typer.Option(help="Workload and arrival seed.")] = 1,
+    timeout_s: Annotated[float, typer.Option(help="Give up on a job after this.")] = 120.0,
+    submit_only: Annotated[
+        bool, typer.Option(help="Only POST (the gateway's submit capacity).")
+    ] = False,
+    engine: Annotated[
+        str, typer.Option(help="HTTP engine: auto (lean for http://), lean or httpx.")
+    ] = "auto",
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    json_path: JsonOpt = None,
+    api_key: ApiKeyOpt = None,
+) -> None:
+    """Load a gateway: open loop (--rate, --trace) or closed (--concurrency); latency per bucket."""
+    from sluicebench.loadgen.driver import LoadSpec, run_load
+    from sluicebench.loadgen.report import print_summary
+    from sluicebench.loadgen.workload import load_trace, parse_mix
+
+    if api_key:  # the HTTP engines send $SLUICE_API_KEY
+        os.environ["SLUICE_API_KEY"] = api_key
+
+    try:
+        spec = LoadSpec(
+            url=url, model=model, rate=rate, concurrency=concurrency,
+            trace=load_trace(trace) if trace else None, duration_s=duration_s, jobs=jobs,
+            warmup_s=warmup_s, bands=parse_mix(mix), seed=seed, job_timeout_s=timeout_s,
+            submit_only=submit_only, engine=engine, progress=progress,
+        )  # fmt: skip
+        spec.check()
+        out = run_load(spec)
+    except ConfigError as e:
+        fail(str(e), 2)
+    print_summary(out, _console())
+    write_json(json_path, out)
+    if out["sent"] and not out["succeeded"]:
+        raise typer.Exit(1)  # nothing got through: a script should notice
+
+
+def stack_cmd(
+    only: Annotated[str, typer.Option(help="scaling, mixed or both.")] = "both",
+    workers: Annotated[str, typer.Option(help="Benchmark 1: worker counts.")] = "1,2,5,10",
+    base_ms: Annotated[float, typer.Option(help="Benchmark 1: synthetic ms per batch.")] = 10.0,
+    max_batch: Annotated[int, typer.Option(help="Benchmark 1: jobs per batch.")] = 1,
+    gateway_workers: Annotated[int, typer.Option(help="uvicorn processes.")] = 1,
+    scaling_duration_s: Annotated[float, typer.Option(help="Benchmark 1: s per phase.")] = 6.0,
+    mixed_workers: Annotated[int, typer.Option(help="Benchmark 2: workers.")] = 4,
+    mixed_batch: Annotated[int, typer.Option(help="Benchmark 2: max_batch.")] = 8,
+    mixed_base_ms: Annotated[float, typer.Option(help="Benchmark 2: ms per batch.")] = 10.0,
+    per_token_ms: Annotated[float, typer.Option(help="Benchmark 2: ms per padded word.")] = 1.0,
+    mixed_duration_s: Annotated[float, typer.Option(help="Benchmark 2: s per case.")] = 30.0,
+    pin_short: Annotated[
+        int, typer.Option(help="Benchmark 2: of the bucketed workers, this many short-only.")
+    ] = 0,
+    util_of: Annotated[
+        str, typer.Option(help="Benchmark 2: utilisation of the buckets' capacity, or own.")
+    ] = "buckets",
+    overlap: Annotated[
+        bool, typer.Option(help="Benchmark 2: workers prefetch the next batch.")
+    ] = True,
+    workdir: Annotated[Path, typer.Option(help="Configs and process logs.")] = Path(
+        "/tmp/sluice-bench-stack"
+    ),
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    json_path: JsonOpt = None,
+) -> None:
+    """Issue 6 benchmarks 1 (scaling) and 2 (mixed load) on a real stack of processes."""
+    from sluicebench.loadgen.mixed_bench import MixedParams, run_mixed
+    from sluicebench.loadgen.stack_bench import run_scaling
+    from sluicebench.loadgen.stack_report import print_mixed, print_scaling
+
+    if only not in ("both", "scaling", "mixed") or util_of not in ("buckets", "own"):
+        fail("--only is scaling, mixed or both; --util-of is buckets or own", 2)
+    workdir.mkdir(parents=True, exist_ok=True)
+    console, out = _console(), {}
+    if only in ("both", "scaling"):
+        counts = [int(n) for n in workers.split(",") if n]
+        out["scaling"] = run_scaling(workdir, workers=counts, base_ms=base_ms, max_batch=max_batch,
+                                     duration_s=scaling_duration_s, progress=progress,
+                                     gateway_workers=gateway_workers)  # fmt: skip
+        print_scaling(out["scaling"], console)
+        write_json(json_path, out)  # the first half survives a failure in the second
+    if only in ("both", "mixed"):
+        params = MixedParams(workers=mixed_workers, max_batch=mixed_batch, base_ms=mixed_base_ms,
+                             per_token_ms=per_token_ms, overlap=overlap,
+                             duration_s=mixed_duration_s, util_of=util_of,
+                             pin_short=pin_short)  # fmt: skip
+        out["mixed"] = run_mixed(workdir, params, progress=progress)
+        print_mixed(out["mixed"], console)
+    write_json(json_path, out)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped to a file or a CI log: wide enough that the tables are not squeezed.
+    return Console() if sys.stdout.isatty() else Console(width=150)
+
+
+def bench_cmd(
+    rates: Annotated[str, typer.Option(help="Comma-separated offered rates (req/s).")] = "500,1000",
+    duration_s: Annotated[float, typer.Option(help="Seconds per measured run.")] = 5.0,
+    processes: Annotated[str, typer.Option(help="uvicorn process counts to compare.")] = "1,2",
+    longpoll_rate: Annotated[float, typer.Option(help="Jobs/s in the long-poll test.")] = 500.0,
+    json_path: JsonOpt = None,
+    keys: Annotated[
+        bool, typer.Option(help="Also the gateway with API keys configured, side by side.")
+    ] = False,
+) -> None:
+    """Gateway submit throughput and latency vs a bare FastAPI+Redis endpoint; long-poll wake-up."""
+    from sluicebench.gateway_bench import main
+
+    main(
+        rates=[float(r) for r in rates.split(",") if r],
+        duration_s=duration_s,
+        processes=[int(p) for p in processes.split(",") if p],
+        longpoll_rate=longpoll_rate,
+        json_path=json_path,
+        keys=keys,
+    )
+
+
+def bench_stall_cmd(json_path: JsonOpt = None) -> None:
+    """Longest event-loop gap while a large input is estimated: inline, thread, now."""
+    from sluicebench.gateway_stall import main
+
+    main(json_path=json_path)
+
+
+def bench_worker_cmd(
+    texts: Annotated[int, typer.Option(help="Texts per run.")] = 480,
+    max_batch: Annotated[int, typer.Option(help="Batch size.")] = 32,
+    seed: Annotated[int, typer.Option(help="Text generator seed.")] = 7,
+    threads: Annotated[int, typer.Option(help="torch CPU threads (0 = default).")] = 0,
+    rounds: Annotated[int, typer.Option(help="Rounds; ratios are per round, medians.")] = 3,
+    json_path: JsonOpt = None,
+) -> None:
+    """MiniLM worker vs in-process batching, and size buckets vs one bucket."""
+    from sluicebench.worker_bench import main as run
+
+    run(
+        texts=texts,
+        max_batch=max_batch,
+        seed=seed,
+        threads=threads,
+        rounds=rounds,
+        json_path=json_path,
+    )
+
+
+def bench_fleet_cmd(
+    workers: Annotated[int, typer.Option(help="Synthetic worker processes.")] = 20,
+    jobs: Annotated[int, typer.Option(help="Jobs the fleet drains.")] = 2000,
+    idle_s: Annotated[float, typer.Option(help="Seconds of idle CPU measured.")] = 5.0,
+    json_path: JsonOpt = None,
+) -> None:
+    """Many synthetic workers on this machine: start-up, idle CPU, memory, drain, exit."""
+    from sluicebench.worker_fleet import main as run
+
+    run(workers=workers, jobs=jobs, idle_s=idle_s, json_path=json_path)
+
+
+def bench_autoscaler_cmd(
+    config: ConfigOpt = None,
+    traces: Annotated[str, typer.Option(help="Comma-separated trace specs.")] = ",".join(
+        ("step", "step:1.5", "spike", "spike:1.5", "diurnal", "noisy")),
+    json_path: JsonOpt = None,
+) -> None:  # fmt: skip
+    """Sluice's policy vs the oracle and three baselines on the built-in traces."""
+    from autoscaler.sim import replay
+
+    cfg = load_required(config or BENCH_CONFIG)
+    try:
+        _, mc = replay.pick_model(dict(cfg.models), None)
+        out = replay.bench_cmd(mc, traces.split(","), list(replay.BENCH_POLICIES), None)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    write_json(json_path, out)
+
+
+def bench_dispatch_cmd(
+    config: ConfigOpt = None,
+    json_path: JsonOpt = None,
+) -> None:  # fmt: skip
+    """Pull with buckets vs pull-fifo, round-robin, least-connections and power-of-two,
+    on the mixed trace at 70% and 90% utilisation (simulated, about 2 s)."""
+    from autoscaler.sim import dispatch, dispatch_report, replay
+
+    cfg = load_required(config or BENCH_CONFIG)
+    try:
+        _, mc = replay.pick_model(dict(cfg.models), None)
+        setup = dispatch_report.Setup("mixed", dispatch.STRATEGIES,
+                                      dispatch_report.BENCH_UTILIZATIONS)  # fmt: skip
+        out = dispatch_report.dispatch_cmd(mc, setup, None)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    write_json(json_path, out)
+
+
+def bench_queue(
+    jobs: Annotated[int, typer.Option(help="Jobs per run.")] = 10_000,
+    rq_jobs: Annotated[int, typer.Option(help="Jobs for the RQ baseline.")] = 1_000,
+    batch_sizes: Annotated[str, typer.Option(help="Comma-separated batch sizes.")] = "1,8,32,128",
+    workers: Annotated[str, typer.Option(help="Comma-separated worker process counts.")] = "1,4",
+    json_path: JsonOpt = None,
+    repeat: Annotated[int, typer.Option(help="Runs per case; the median is reported.")] = 3,
+) -> None:
+    """Queue hop: submit + claim + complete with a no-op handler, vs RQ on one server."""
+    from sluicebench.queue_hop import main as run
+
+    try:
+        run(
+            jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers,
+            json_path=json_path, repeats=repeat,
+        )  # fmt: skip
+    except SluiceError as e:
+        fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
+

@@ -1,0 +1,1 @@
+"""The load generator behind ``sluice bench load``, ``stack``, ``soak`` and ``bulk``."""
