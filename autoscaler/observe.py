@@ -27,21 +27,19 @@ from typing import Any
 
 import redis
 
-from autoscaler import waits
 from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
-from sluice import keys, registry
+from sluice import keys, registry, waits
 from sluice.backoff import Reconnect
 from sluice.bulk.ops import parse_report
-from sluice.config import PRIORITIES, ModelConfig
+from sluice.config import ModelConfig
 from sluice.errors import RedisUnavailable
-from sluice.jobs import BULK_RANK, PRIORITY_SCORE_SCALE, QueueStats
+from sluice.jobs import ClassHeads, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
+from sluice.queue.scripts import Call
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
-PRIO_SCALE = float(PRIORITY_SCORE_SCALE)  # queue score = priority rank * 1e12 + sequence
-LOW_RANK = PRIORITIES.index("low")
 # A coordinator reports every poll; one silent this long is dead (the reaper resumes it).
 
 
@@ -148,20 +146,13 @@ class Observer:
         return Snapshot(obs, tuple(reading.workers), tuple(reading.stale_workers))
 
     def _read(self, model: str) -> Reading:
-        cfg = self.models[model]
         stats = self.client.stats(model)
         r = self.client.redis
-        names = cfg.bucket_names
         pipe = r.pipeline(transaction=False)
         pipe.time()
-        for b in names:
-            q = keys.queue_key(model, b)
-            pipe.zcount(q, "-inf", f"({LOW_RANK * PRIO_SCALE:.0f}")
-            lo, hi = BULK_RANK * PRIO_SCALE, (BULK_RANK + 1) * PRIO_SCALE
-            pipe.zcount(q, f"{lo:.0f}", f"({hi:.0f}")
-            for rank in range(len(PRIORITIES)):
-                lo, hi = rank * PRIO_SCALE, (rank + 1) * PRIO_SCALE
-                pipe.zrangebyscore(q, f"{lo:.0f}", f"({hi:.0f}", start=0, num=1)
+        classes = self.client.ops.class_heads(model)
+        for cmd in classes.commands:
+            pipe.execute_command(*cmd)
         wall = self.wall()
         windows = waits.recent_windows(wall)
         for w in windows:
@@ -171,24 +162,19 @@ class Observer:
         for cmd in wcall.commands:
             pipe.execute_command(*cmd)
         replies = pipe.execute()
-        return self._parse(model, stats, replies, len(names), len(windows), wcall)
+        return self._parse(model, stats, replies, classes, len(windows), wcall)
 
-    def _parse(self, model: str, stats: QueueStats, replies: list[Any], n_buckets: int,
-               n_windows: int, wcall: Any) -> Reading:  # fmt: skip
+    def _parse(self, model: str, stats: QueueStats, replies: list[Any],
+               classes: Call[ClassHeads], n_windows: int, wcall: Any) -> Reading:  # fmt: skip
         secs, micros = replies[0]
         server_ms = int(secs) * 1000 + int(micros) // 1000
-        per_bucket = 2 + len(PRIORITIES)
-        non_low, bulk_counts, heads = 0, [], []
-        for i in range(n_buckets):
-            chunk = replies[1 + i * per_bucket : 1 + (i + 1) * per_bucket]
-            non_low += int(chunk[0])
-            bulk_counts.append(int(chunk[1]))
-            heads += [ids[0] for ids in chunk[2:] if ids]  # ranks 0..2: bulk waits by design
-        at = 1 + n_buckets * per_bucket
+        at = 1 + len(classes.commands)
+        heads = classes.parse(replies[1:at])
+        non_low, bulk_counts = heads.above_low, heads.bulk_counts
         counts = waits.merge(replies[at : at + n_windows])
         bulk = _bulk_split(stats, bulk_counts, replies[at + n_windows], server_ms)
         workers, stale = wcall.parse(replies[at + n_windows + 1 :])
-        oldest = self._oldest_wait_ms(model, heads, server_ms)
+        oldest = self._oldest_wait_ms(model, heads.heads, server_ms)
         return Reading(self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers,
                        bulk, stale)  # fmt: skip
 

@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import Any
 
 from sluice.config import PRIORITIES
+from sluice.records import SCORE_SCALE
 
 
 class JobStatus(StrEnum):
@@ -29,9 +30,7 @@ class JobStatus(StrEnum):
 # while an interactive job heads a served queue, never batched with one (ADR 0090).
 BULK = "bulk"
 BULK_RANK = len(PRIORITIES)
-# A queue entry's score: priority rank x this + the model's arrival sequence. The Lua
-# scripts write the same literal (1e12); tests/unit/test_score_scale.py ties them.
-PRIORITY_SCORE_SCALE = 10**12
+PRIORITY_SCORE_SCALE = SCORE_SCALE  # the queue score's layout: sluice/records.py
 # Bulk ids are "<model>.bulk<hex>" and their items' job ids "<bulk id>-<line>"; an
 # interactive job's token is hex only, so it can never hold this mark.
 BULK_ID_MARK = ".bulk"
@@ -296,3 +295,17 @@ class QueueStats:
     @property
     def queued_cost(self) -> int:
         return sum(b.queued_cost for b in self.buckets)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassHeads:
+    """A model's queue by priority class, read with the stats (what the autoscaler needs).
+
+    ``above_low``: high and normal jobs queued; ``bulk_counts``: bulk items per
+    bucket (in bucket order); ``heads``: the oldest job id of each interactive
+    class in each bucket that has one (bulk waits by design, so it has none).
+    """
+
+    above_low: int
+    bulk_counts: list[int]
+    heads: list[str]

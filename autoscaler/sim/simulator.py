@@ -18,11 +18,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from autoscaler import waits
 from autoscaler.observation import Observation
 from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S
 from autoscaler.sim.controllers import Controller, Oracle
 from autoscaler.sim.traces import Trace
+from sluice import waits
 from sluice.config import AutoscalingConfig
 
 DRAIN_AFTER_S = 600.0  # keep simulating this long after the last arrival

@@ -19,7 +19,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from autoscaler.waits import WINDOW_S, recent_windows, window_start
+from sluice.waits import WINDOW_S, recent_windows, window_start
 from gateway.dashboard import view
 from gateway.dashboard.verdict import Signals, verdict
 from gateway.redis_io import RedisGate, run_reads

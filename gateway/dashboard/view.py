@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaler.waits import BOUNDS_MS, merge
+from sluice.waits import BOUNDS_MS, merge
 from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
 
 RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live

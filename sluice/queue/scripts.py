@@ -18,9 +18,11 @@ from sluice import keys
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import JobConflict, JobNotFound, QueueFull, RateLimited
 from sluice.jobs import (
+    BULK_RANK,
     Batch,
     BucketStats,
     ClaimedJob,
+    ClassHeads,
     JobRecord,
     NewJob,
     Outcome,
@@ -31,10 +33,12 @@ from sluice.jobs import (
     new_job_id,
     priority_rank,
 )
+from sluice.records import SCORE_SCALE, lua_constants, score_range
 
 T = TypeVar("T")
 SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
 RECLAIM_LIMIT = 256
+_LOW_RANK = PRIORITIES.index("low")
 
 
 @cache
@@ -45,9 +49,10 @@ def common_source() -> str:
 
 @cache
 def script_source(name: str) -> str:
-    """The script body with the shared helpers prepended."""
+    """The script body with the record layouts (sluice/records.py) and the shared
+    helpers prepended."""
     lua = resources.files("sluice.queue") / "lua"
-    return common_source() + "\n" + (lua / f"{name}.lua").read_text()
+    return lua_constants() + common_source() + "\n" + (lua / f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +249,30 @@ class QueueOps:
             ]
             counters = {k: v for k, v in raw.items() if not k.startswith("cost:")}
             return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters)
+
+        return Call(parse, commands=cmds)
+
+    def class_heads(self, model: str) -> Call[ClassHeads]:
+        """Counts and oldest entries by priority class, from the queue scores (whose
+        layout only this package knows: sluice/records.py)."""
+        names = self.model(model).bucket_names
+        per_bucket = 2 + len(PRIORITIES)
+        cmds: list[tuple[Any, ...]] = []
+        for b in names:
+            q = keys.queue_key(model, b)
+            cmds.append(("ZCOUNT", q, "-inf", f"({_LOW_RANK * SCORE_SCALE}"))  # high, normal
+            cmds.append(("ZCOUNT", q, *score_range(BULK_RANK)))
+            for rank in range(len(PRIORITIES)):
+                cmds.append(("ZRANGEBYSCORE", q, *score_range(rank), "LIMIT", 0, 1))
+
+        def parse(r: list[Any]) -> ClassHeads:
+            above_low, bulk_counts, heads = 0, [], []
+            for i in range(len(names)):
+                chunk = r[i * per_bucket : (i + 1) * per_bucket]
+                above_low += int(chunk[0])
+                bulk_counts.append(int(chunk[1]))
+                heads += [ids[0] for ids in chunk[2:] if ids]
+            return ClassHeads(above_low, bulk_counts, heads)
 
         return Call(parse, commands=cmds)
 

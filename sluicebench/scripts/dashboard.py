@@ -24,7 +24,7 @@ from typing import Any
 import httpx
 import redis
 
-from autoscaler.waits import window_start
+from sluice.waits import window_start
 from gateway.app import create_app
 from gateway.dashboard.feed import DashboardFeed
 from sluice import keys, registry

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from autoscaler.waits import window_start
+from sluice.waits import window_start
 from sluice import keys
 from sluice.jobs import NewJob, Outcome
 from tests.gateway.conftest import Harness, gateway_config, kind, make_gateway  # noqa: F401

@@ -70,9 +70,9 @@ local BULK, LOW = 3, 2
 local P1 = 22  -- ARGV index of the first served queue's bucket name
 local overdue_factor, prio_wait = tonumber(ARGV[16]), tonumber(ARGV[21])
 
--- A class's jobs in arrival order: scores [rank * 1e12, (rank + 1) * 1e12).
+-- A class's jobs in arrival order: scores [rank * SCORE_SCALE, (rank + 1) * SCORE_SCALE).
 local function class_range(queue, rank, limit)
-  return redis.call('ZRANGEBYSCORE', queue, int(rank * 1e12), '(' .. int((rank + 1) * 1e12),
+  return redis.call('ZRANGEBYSCORE', queue, int(rank * SCORE_SCALE), '(' .. int((rank + 1) * SCORE_SCALE),
                     'LIMIT', 0, limit)
 end
 
@@ -137,7 +137,7 @@ local bulk_best, bulk_enq = 0, now + 1
 for k = Q1, #KEYS do
   local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
   if #head > 0 then
-    local prio = math.floor(tonumber(head[2]) / 1e12)
+    local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
     local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
     if prio >= BULK then
       if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
@@ -191,7 +191,7 @@ if bound and bound > 0 then max_cost = math.max(1, math.floor(max_cost / bound))
 local out = {bucket, now, 0, n_reclaimed}
 local taken, widest, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
-local bounds = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+local bounds = WAIT_BOUNDS_MS
 local rem, lease, dropped, recount = {}, {}, 0, false
 
 local function lease_job(id, jk, f, cost)
@@ -240,7 +240,7 @@ local function consider(id)
     table.insert(ended, id)
   elseif taken > 0 and (taken + 1) * math.max(widest, cost) > max_cost then
     return false  -- over budget (padded): it stays at the front for the next batch
-  elseif not bulk_batch and math.floor(tonumber(f[9]) / 1e12) >= BULK then
+  elseif not bulk_batch and math.floor(tonumber(f[9]) / SCORE_SCALE) >= BULK then
     return false  -- bulk items follow every interactive one: none joins this batch
   else
     lease_job(id, jk, f, cost)
@@ -283,13 +283,13 @@ if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if recount then recount_cost(stats, queue, bucket, jprefix) end
 if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
 if taken > 0 and not bulk_batch then
-  local hkey = hprefix .. int(math.floor(now / 10000) * 10)
+  local hkey = hprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
   for slot, count in pairs(wait_hist) do
     local label = bounds[slot] and int(bounds[slot]) or 'inf'
     redis.call('HINCRBY', hkey, label, count)
   end
   redis.call('HINCRBY', hkey, 'count', taken)
-  redis.call('EXPIRE', hkey, 3600)
+  redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
 end
 out[3] = n_expired
 publish_ended(channel, ended)

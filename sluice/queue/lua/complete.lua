@@ -25,8 +25,8 @@ local reporter, wprefix, eprefix, n = ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[1
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
--- Same bounds as claim.lua's queue-wait histogram (autoscaler/waits.py BOUNDS_MS).
-local bounds = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000}
+-- Same layout as claim.lua's queue-wait histogram (sluice/records.py).
+local bounds = WAIT_BOUNDS_MS
 local e2e_hist = {}
 
 for i = 0, n - 1 do
@@ -85,12 +85,12 @@ if #done_ids > 0 then
 end
 if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
 if #done_ids > 0 then
-  local hkey = eprefix .. int(math.floor(now / 10000) * 10)
+  local hkey = eprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
   for slot, count in pairs(e2e_hist) do
     redis.call('HINCRBY', hkey, bounds[slot] and int(bounds[slot]) or 'inf', count)
   end
   redis.call('HINCRBY', hkey, 'count', #done_ids)
-  redis.call('EXPIRE', hkey, 3600)
+  redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
 end
 publish_ended(channel, ended)
 -- The reporting worker's batch is over: it holds no bulk batch now (last: a write

@@ -103,7 +103,7 @@ for i = 0, n - 1 do
     if rel_deadline > 0 then deadline = now + rel_deadline end
     -- Score: priority class first, then arrival order (a per-model sequence).
     k = k + 1
-    local score = int(prio * 1e12 + base + k)
+    local score = int(prio * SCORE_SCALE + base + k)
     redis.call('HSET', jprefix .. id, 'id', id, 'bucket', bucket, 'cost', int(cost),
       'prio', int(prio), 'status', 'queued', 'input', ARGV[b + 4], 'meta', ARGV[b + 5],
       'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', ARGV[b + 7])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autoscaler import waits
+from sluice import waits
 from autoscaler.sim import simulator, traces
 from autoscaler.sim.controllers import Fixed, Ongoing, QueueLength, SluicePolicy, parse_policy
 from sluice.cli import app

@@ -1,8 +1,9 @@
 """Queue-wait histograms: the claim script's buckets, read back as a p99.
 
 The claim script (sluice/queue/lua/claim.lua) adds each claimed job's wait to a
-hash per 10 s window; the observer sums the recent windows and the simulator
-keeps the same histograms, so both feed decide() the same kind of number.
+hash per window (layout in sluice/records.py); the autoscaler's observer sums the
+recent windows, the dashboard draws them, and the simulator keeps the same
+histograms, so all of them see the same kind of number.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 
-WINDOW_S = 10  # the claim script's window length
-BOUNDS_MS: tuple[float, ...] = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
-LABELS: tuple[str, ...] = (*(str(b) for b in BOUNDS_MS), "inf")
+from sluice.records import WAIT_BOUNDS_MS, WAIT_LABELS, WAIT_WINDOW_S
+
+WINDOW_S = WAIT_WINDOW_S  # the claim script's window length
+BOUNDS_MS: tuple[float, ...] = WAIT_BOUNDS_MS
+LABELS: tuple[str, ...] = WAIT_LABELS
 INF_WAIT_MS = 120_000.0  # what the open-ended bucket reports (finite, JSON-safe)
 RECENT_S = 30.0  # p99 over the windows of the last 30 s: recent enough to end with a breach
 
