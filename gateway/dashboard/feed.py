@@ -19,7 +19,6 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from sluice.waits import WINDOW_S, recent_windows, window_start
 from gateway.dashboard import view
 from gateway.dashboard.verdict import Signals, verdict
 from gateway.redis_io import RedisGate, run_reads
@@ -28,6 +27,7 @@ from sluice.config import ModelConfig
 from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
 from sluice.registry import WorkerInfo, list_workers_call
+from sluice.waits import WINDOW_S, recent_windows, window_start
 
 LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
 DEAD_SHOWN = 5

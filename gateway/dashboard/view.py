@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.waits import BOUNDS_MS, merge
 from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
+from sluice.waits import BOUNDS_MS, merge
 
 RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live
 GROWTH_SPAN_S = 10.0  # "is the queue growing" looks this far back

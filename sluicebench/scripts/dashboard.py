@@ -24,7 +24,6 @@ from typing import Any
 import httpx
 import redis
 
-from sluice.waits import window_start
 from gateway.app import create_app
 from gateway.dashboard.feed import DashboardFeed
 from sluice import keys, registry
@@ -33,6 +32,7 @@ from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.redis_server import start_redis
 from sluice.registry import WorkerInfo
+from sluice.waits import window_start
 
 SCENARIOS = (
     ("idle (no viewer)", 0, True), ("1 viewer", 1, True),

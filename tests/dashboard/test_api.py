@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from sluice.waits import window_start
 from sluice import keys
 from sluice.jobs import NewJob, Outcome
+from sluice.waits import window_start
 from tests.gateway.conftest import Harness, gateway_config, kind, make_gateway  # noqa: F401
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sluice import waits
 from autoscaler.sim import simulator, traces
 from autoscaler.sim.controllers import Fixed, Ongoing, QueueLength, SluicePolicy, parse_policy
+from sluice import waits
 from sluice.cli import app
 from sluice.config import AutoscalingConfig
 from sluice.errors import ConfigError
