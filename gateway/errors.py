@@ -1,13 +1,17 @@
-"""The one mapping from Sluice's errors to HTTP, and the error body every route uses.
+"""The one mapping from Sluice's errors to HTTP, and the error body every answer uses.
 
 Every error response is ``{"error": {"type", "message"}}``. Client mistakes are
-4xx, an unreachable or slow Redis is 503, and only a bug is 500.
+4xx, an unreachable or slow Redis is 503, and only a bug is 500. Routes raise
+and the exception handlers answer; ASGI code that answers before routing (the
+body guard, the access guards) calls :func:`send_error`, so both send the same
+status, headers and bytes for the same error.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -15,6 +19,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import Receive, Scope, Send
 
 from sluice.errors import (
     ConfigError,
@@ -65,16 +70,58 @@ def status_for(e: SluiceError) -> int:
     return 500
 
 
+WS_POLICY_VIOLATION = 1008  # the close code of a WebSocket refused before it is accepted
+
+
 def error_response(
-    status: int, type_: str, message: str, retry_after_s: float | None = None
+    status: int,
+    type_: str,
+    message: str,
+    retry_after_s: float | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    headers = {}
+    """The error body with its status; ``headers`` are set after the table's own."""
+    fixed = {}
     if retry_after_s is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
+        fixed["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     if status == 401:  # RFC 9110: a 401 names the scheme it wants
-        headers["WWW-Authenticate"] = 'Bearer realm="sluice"'
+        fixed["WWW-Authenticate"] = 'Bearer realm="sluice"'
     body = {"error": {"type": type_, "message": message}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    resp = JSONResponse(body, status_code=status, headers=fixed)
+    for k, v in (headers or {}).items():
+        resp.headers[k] = v
+    return resp
+
+
+def response_for(
+    e: SluiceError | StarletteHTTPException, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """The table's answer to ``e``: what a route that raises it answers, plus ``headers``."""
+    if isinstance(e, SluiceError):
+        return error_response(status_for(e), e.type, str(e), e.retry_after_s, headers)
+    type_ = HTTP_TYPES.get(e.status_code, "http_error")
+    extra = {**(e.headers or {}), **(headers or {})}
+    return error_response(e.status_code, type_, str(e.detail), None, extra)
+
+
+async def send_error(
+    e: SluiceError | StarletteHTTPException,
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer ``e`` from ASGI code instead of the app: over HTTP :func:`response_for`'s
+    response; a WebSocket is closed before it is accepted with 1008 (policy
+    violation), which the server answers ``403`` (ASGI spec).
+
+    Not the ``websocket.http.response`` denial extension, though it could carry the
+    JSON error: uvicorn logs an ERROR line for each upgrade denied that way, which
+    anyone could then fill the log with, with no key."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
+        return
+    await response_for(e, headers)(scope, receive, send)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -84,7 +131,7 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 async def _sluice_error(_: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, SluiceError)
-    return error_response(status_for(e), e.type, str(e), e.retry_after_s)
+    return response_for(e)
 
 
 async def _validation_error(_: Request, e: Exception) -> JSONResponse:
@@ -110,11 +157,7 @@ def _json_message(err: Any) -> str:
 
 async def _http_error(_: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, StarletteHTTPException)
-    type_ = HTTP_TYPES.get(e.status_code, "http_error")
-    resp = error_response(e.status_code, type_, str(e.detail))
-    for k, v in (e.headers or {}).items():
-        resp.headers[k] = v
-    return resp
+    return response_for(e)
 
 
 async def _redis_error(_: Request, e: Exception) -> JSONResponse:

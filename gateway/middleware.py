@@ -1,38 +1,33 @@
-"""Pure ASGI middleware (no per-request task or body copy): body limits, media type, metrics."""
+"""Pure ASGI middleware (no per-request task or body copy): body limits, media type, metrics.
+
+Refusals (413, 415) go through :func:`gateway.errors.send_error`: the bytes a route
+raising the same error answers, with ``Connection: close`` since the body is unread.
+"""
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gateway.errors import send_error
 from gateway.metrics import GatewayMetrics
 from sluice.bulk.lines import MEDIA_TYPES as JSONL_MEDIA_TYPES
+from sluice.errors import UnsupportedMediaType
 
 BODY_METHODS = ("POST", "PUT", "PATCH")
 KNOWN_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
+# The client may still be sending a body nobody will read: close after answering.
+CLOSE = {"Connection": "close"}
+
+
 class BodyTooLarge(HTTPException):
     def __init__(self, limit: int) -> None:
-        # Close: the client is still sending a body nobody will read.
-        super().__init__(
-            413, f"request body is over the limit of {limit} bytes", {"Connection": "close"}
-        )
-
-
-async def _send_error(send: Send, status: int, type_: str, message: str) -> None:
-    body = json.dumps({"error": {"type": type_, "message": message}}).encode()
-    await send({
-        "type": "http.response.start", "status": status,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close")],
-    })  # fmt: skip
-    await send({"type": "http.response.body", "body": body})
+        super().__init__(413, f"request body is over the limit of {limit} bytes", CLOSE)
 
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
@@ -83,18 +78,16 @@ class BodyGuard:
         length = _header(scope, b"content-length")
         declared = int(length) if length and length.isdigit() else None
         if declared is not None and declared > limit:
-            return await _send_error(
-                send, 413, "input_too_large", f"request body is over the limit of {limit} bytes"
-            )
+            # The same answer as a chunked body that passes the limit (BodyTooLarge).
+            return await send_error(BodyTooLarge(limit), scope, receive, send)
         # Transfer-Encoding wins over Content-Length (RFC 9112 6.3): with both, the
         # declared length says nothing about what arrives, so count it.
         chunked = _header(scope, b"transfer-encoding") is not None
         ctype = _header(scope, b"content-type")
         if (declared or chunked) and not (_is_jsonl(ctype) if bulk else _is_json(ctype)):
             want = "a JSONL file (application/x-ndjson)" if bulk else "application/json"
-            return await _send_error(
-                send, 415, "unsupported_media_type", f"the request body must be {want}"
-            )
+            err = UnsupportedMediaType(f"the request body must be {want}")
+            return await send_error(err, scope, receive, send, CLOSE)
         if not chunked:  # the HTTP server delivers no more than a declared length
             return await self.app(scope, receive, send)
         seen = 0

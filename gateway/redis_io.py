@@ -41,7 +41,11 @@ def connect(
         socket_connect_timeout=timeout_s, socket_keepalive=True,
         retry=Retry(NoBackoff(), 1), health_check_interval=30,
     )  # fmt: skip
-    return aioredis.Redis(connection_pool=pool)
+    client = aioredis.Redis(connection_pool=pool)
+    # The client owns its pool, so aclose() closes its sockets too (what
+    # Redis.from_pool does, which redis-py 5.0.0 lacks); they leaked otherwise.
+    client.auto_close_connection_pool = True
+    return client
 
 
 async def bounded(aw: Awaitable[T], timeout_s: float, slots: asyncio.Semaphore | None = None) -> T:

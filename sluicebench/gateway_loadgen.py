@@ -126,6 +126,8 @@ async def open_loop(
         res.sent += 1
     await asyncio.gather(*tasks)
     res.elapsed_s = max(duration_s, loop.time() - start)
+    while not pool.empty():  # an open socket left to the GC is a ResourceWarning
+        await pool.get_nowait().close()
     return res
 
 

@@ -32,16 +32,58 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # Tiers whose tests start redis-server processes of their own (through the CLI,
 # `sluice up` or RedisServer) rather than through the redis_server fixture.
-_OWN_SERVER_TIERS = ("bulk", "cli", "e2e", "faults", "redis", "workers")
+_OWN_SERVER_TIERS = ("bench", "bulk", "cli", "e2e", "faults", "redis", "workers")
+# A test module that calls one of these starts a server of its own.
+_SERVER_STARTERS = ("start_redis(", "RedisServer(")
+# Tests elsewhere that start one indirectly, through a benchmark's main or script.
+# A path here that no longer exists stops the collection (a moved file must be
+# named again); a test missing here fails `make test-fast`, which finds no
+# redis-server.
+_OWN_SERVER_TESTS = (
+    "gateway/test_bench.py",
+    "security/test_bench_auth_submit.py",
+    "security/test_bench_keys.py",
+    "unit/test_bench_scripts.py::test_a_script_whose_benchmark_spawns_processes_runs",
+)
+# The parameter value that puts a test on a real Redis: fixtures parametrized
+# ["fake", "real"] (tests/gateway/conftest.py's `kind`, the fuzz tests' servers)
+# run each test on fakeredis and on a real server.
+_REAL_REDIS_PARAM = "real"
+
+
+def _starts_a_server(path: Path, starts: dict[Path, bool]) -> bool:
+    if path not in starts:
+        source = path.read_text() if path.suffix == ".py" else ""
+        starts[path] = any(s in source for s in _SERVER_STARTERS)
+    return starts[path]
+
+
+def _on_real_redis(item: pytest.Item, rel: str, starts: dict[Path, bool]) -> bool:
+    if rel.split("/", 1)[0] in _OWN_SERVER_TIERS:
+        return True
+    if "redis_server" in getattr(item, "fixturenames", ()):
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if any(isinstance(v, str) and v == _REAL_REDIS_PARAM for v in params.values()):
+        return True
+    name = f"{rel}::{getattr(item, 'originalname', item.name)}"
+    if rel in _OWN_SERVER_TESTS or name in _OWN_SERVER_TESTS:
+        return True
+    return _starts_a_server(Path(str(item.path)), starts)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that runs on a real redis-server ``redis``, so that
-    ``make test-redis62`` can run them all again on another Redis version."""
+    ``make test-redis62`` can run them all again on another Redis version and
+    ``make test-fast`` (``-m "not redis"``) runs none of them."""
     tests_dir = Path(__file__).resolve().parent
+    stale = [t for t in _OWN_SERVER_TESTS if not (tests_dir / t.split("::")[0]).exists()]
+    if stale:
+        raise pytest.UsageError(f"tests/conftest.py _OWN_SERVER_TESTS names missing {stale}")
+    starts: dict[Path, bool] = {}
     for item in items:
-        tier = Path(str(item.path)).resolve().relative_to(tests_dir).parts[0]
-        if tier in _OWN_SERVER_TIERS or "redis_server" in getattr(item, "fixturenames", ()):
+        rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
+        if _on_real_redis(item, rel, starts):
             item.add_marker(pytest.mark.redis)
 
 

@@ -138,6 +138,8 @@ def test_autoscaler_cli_dry_run_starts_and_stops_on_sigterm(config_path: Path,
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=20)
     reader.join(20)
+    if proc.stdout is not None:  # the pipe is ours to close (a ResourceWarning otherwise)
+        proc.stdout.close()
     out = "".join(lines)
     assert proc.returncode == 0, out
     assert "dry-run backend" in out

@@ -33,6 +33,16 @@ def _start_sluice_redis(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
+def _reap(proc: subprocess.Popen[str]) -> None:
+    """Kill ``proc`` if it still runs, and close its pipes (a ResourceWarning otherwise)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
     # Durability is checked by reading the key back from a second server on the same
     # directory, not by an AOF file name: Redis 6.2 writes appendonly.aof, Redis 7 a
@@ -49,8 +59,7 @@ def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
         with pytest.raises(redis.exceptions.ConnectionError):
             redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        _reap(proc)
     again, url = _start_sluice_redis(tmp_path / "data")
     try:
         client = redis.Redis.from_url(url)
@@ -59,8 +68,7 @@ def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
         again.send_signal(signal.SIGTERM)
         assert again.wait(15) == 0
     finally:
-        if again.poll() is None:
-            again.kill()
+        _reap(again)
 
 
 def test_redis_binary_chosen_by_environment(tmp_path: Path) -> None:
@@ -138,6 +146,7 @@ def test_redis_dies_with_a_killed_parent() -> None:
     server_pid = int(parent.stdout.readline())
     parent.kill()
     parent.wait(10)
+    _reap(parent)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and psutil.pid_exists(server_pid):
         if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:

@@ -66,6 +66,7 @@ def served() -> Iterator[tuple[WorkerMetrics, int]]:
     port, server = metrics.serve(0, addr="127.0.0.1")
     yield metrics, port
     server.shutdown()
+    server.server_close()  # shutdown() leaves the listening socket open
 
 
 def test_worker_ready_follows_the_state_gauge(served: tuple[WorkerMetrics, int]) -> None:

@@ -54,6 +54,7 @@ class TlsProxy:
         self._ready.set()
         self._loop.run_forever()
         server.close()
+        self._loop.close()  # its self-pipe sockets are a ResourceWarning otherwise
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
