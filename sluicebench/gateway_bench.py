@@ -163,6 +163,8 @@ async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -
     await asyncio.gather(*tasks)
     elapsed = loop.time() - start
     await r.aclose()
+    while not conns.empty():
+        await conns.get_nowait().close()
     res = RunResult(rate, n, n - bad, bad, elapsed, wake_ms)
     return {"jobs_per_s": rate, "jobs": n, "not_succeeded": bad,
             "p50_ms": round(res.pct(0.5), 2), "p99_ms": round(res.pct(0.99), 2),

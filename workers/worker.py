@@ -211,6 +211,7 @@ class Worker:
             log.warning("could not deregister: %s", e)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()  # type: ignore[attr-defined]
+            self._metrics_server.server_close()  # type: ignore[attr-defined]
         self.handler.close()
 
     # -- the batch loop -------------------------------------------------------
