@@ -58,6 +58,7 @@ up: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sluice gateway workers autoscaler sluicebench tests
+	$(VENV)/bin/ruff format --check sluice gateway workers autoscaler sluicebench tests
 	$(VENV)/bin/mypy sluice gateway workers autoscaler sluicebench
 
 bench: $(STAMP)

@@ -53,33 +53,54 @@ def autoscaler_cmd(
         fail(str(e))
     stop = stop_event_on_signals()
     logging.getLogger("sluice.autoscaler").info(
-        "autoscaler: %s backend, models %s", which, list(cfg.models))
+        "autoscaler: %s backend, models %s", which, list(cfg.models)
+    )
     loop.run(stop)
 
 
 def simulate_cmd(
-    trace: Annotated[str | None, typer.Option(
-        help="step, spike, diurnal, noisy, mixed (NAME:FACTOR) or a CSV of time_s,cost. "
-             "Required for policies; with --dispatch the default is mixed.")] = None,
+    trace: Annotated[
+        str | None,
+        typer.Option(
+            help="step, spike, diurnal, noisy, mixed (NAME:FACTOR) or a CSV of time_s,cost. "
+            "Required for policies; with --dispatch the default is mixed."
+        ),
+    ] = None,
     config: ConfigOpt = None,
     model: Annotated[str | None, typer.Option(help="Model (if the file has several).")] = None,
-    policy: Annotated[str, typer.Option(help="Comma-separated: sluice, fixed:N, queue-length[:T], "
-                                             "ongoing[:T]. The oracle always runs.")] = "sluice",
-    service_rate: Annotated[float | None, typer.Option(
-        help="Cost units/s per replica (default: the model's configured or derived rate).")] = None,
-    cold_start_s: Annotated[float | None, typer.Option(
-        help="Simulated cold start (default: the policy's cold_start_s).")] = None,
+    policy: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated: sluice, fixed:N, queue-length[:T], "
+            "ongoing[:T]. The oracle always runs."
+        ),
+    ] = "sluice",
+    service_rate: Annotated[
+        float | None,
+        typer.Option(
+            help="Cost units/s per replica (default: the model's configured or derived rate)."
+        ),
+    ] = None,
+    cold_start_s: Annotated[
+        float | None,
+        typer.Option(help="Simulated cold start (default: the policy's cold_start_s)."),
+    ] = None,
     json_path: JsonOpt = None,
     plot: Annotated[Path | None, typer.Option(help="Draw replicas, queue, p99 to a PNG.")] = None,
-    dispatch: Annotated[str | None, typer.Option(
-        help="Compare dispatch on fixed replicas instead of policies. Comma-separated: pull, "
-             "pull-fifo, round-robin, least-connections, power-of-two.")] = None,
+    dispatch: Annotated[
+        str | None,
+        typer.Option(
+            help="Compare dispatch on fixed replicas instead of policies. Comma-separated: pull, "
+            "pull-fifo, round-robin, least-connections, power-of-two."
+        ),
+    ] = None,
     replicas: Annotated[int, typer.Option(help="--dispatch: workers.")] = 8,
-    utilization: Annotated[str, typer.Option(
-        help="--dispatch with the mixed trace: comma-separated offered loads.")] = "0.7,0.9",
+    utilization: Annotated[
+        str, typer.Option(help="--dispatch with the mixed trace: comma-separated offered loads.")
+    ] = "0.7,0.9",
     jobs: Annotated[int, typer.Option(help="--dispatch: jobs per mixed trace.")] = 40_000,
     seed: Annotated[int, typer.Option(help="--dispatch: mixed trace and power-of-two seed.")] = 5,
-) -> None:  # fmt: skip
+) -> None:
     """Replay a trace through the policy (and baselines) before deploying it; or, with
     --dispatch, compare pull against push dispatch on the same trace and workers."""
     from autoscaler.sim import dispatch_report, replay
@@ -91,15 +112,25 @@ def simulate_cmd(
             if plot is not None:
                 raise ConfigError("--plot draws policy replays; --dispatch prints a table only")
             setup = dispatch_report.Setup(
-                trace or "mixed", dispatch_report.parse_strategies(dispatch),
-                dispatch_report.parse_utilizations(utilization), replicas, jobs, seed)  # fmt: skip
+                trace or "mixed",
+                dispatch_report.parse_strategies(dispatch),
+                dispatch_report.parse_utilizations(utilization),
+                replicas,
+                jobs,
+                seed,
+            )
             out = dispatch_report.dispatch_cmd(mc, setup, service_rate)
         elif trace is None:
             raise ConfigError("--trace is required (or pass --dispatch)")
         else:
             out = replay.simulate_cmd(
-                mc, trace, [p.strip() for p in policy.split(",") if p.strip()],
-                service_rate, cold_start_s, plot)  # fmt: skip
+                mc,
+                trace,
+                [p.strip() for p in policy.split(",") if p.strip()],
+                service_rate,
+                cold_start_s,
+                plot,
+            )
     except ConfigError as e:
         fail(str(e), EXIT_CONFIG)
     write_json(json_path, out)

@@ -52,17 +52,32 @@ class Entry:
 
     def fields(self) -> dict[str, Any]:
         return {
-            "at_ms": self.at_ms, "current": self.current, "desired": self.desired,
-            "reason": self.reason, "needed": round(self.needed, 2), "ready": self.ready,
-            "starting": self.starting, "queued": self.queued, "p99_wait_ms": self.p99_wait_ms,
-        }  # fmt: skip
+            "at_ms": self.at_ms,
+            "current": self.current,
+            "desired": self.desired,
+            "reason": self.reason,
+            "needed": round(self.needed, 2),
+            "ready": self.ready,
+            "starting": self.starting,
+            "queued": self.queued,
+            "p99_wait_ms": self.p99_wait_ms,
+        }
 
 
 def entry(d: Decision, obs: Observation | None, at_ms: int) -> Entry:
     if obs is None or obs.missing:
         return Entry(at_ms, d.current, d.desired, d.reason, d.needed)
-    return Entry(at_ms, d.current, d.desired, d.reason, d.needed, obs.ready, obs.starting,
-                 obs.queued, obs.p99_wait_ms)  # fmt: skip
+    return Entry(
+        at_ms,
+        d.current,
+        d.desired,
+        d.reason,
+        d.needed,
+        obs.ready,
+        obs.starting,
+        obs.queued,
+        obs.p99_wait_ms,
+    )
 
 
 def commands(model: str, e: Entry, period_s: float, changed: bool) -> list[tuple[Any, ...]]:

@@ -44,17 +44,26 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
         return None if x is None else round(x, 2)
 
     fields: dict[str, object] = {
-        "event": "autoscaler_decision", "model": model, "current": d.current,
-        "desired": d.desired, "reason": d.reason, "needed": r(d.needed),
-    }  # fmt: skip
+        "event": "autoscaler_decision",
+        "model": model,
+        "current": d.current,
+        "desired": d.desired,
+        "reason": d.reason,
+        "needed": r(d.needed),
+    }
     if obs is not None:
         fields.update(
-            ready=obs.ready, starting=obs.starting, queued=obs.queued,
-            queued_cost=r(obs.queued_cost), arrival_rate_cost=r(obs.arrival_rate_cost),
+            ready=obs.ready,
+            starting=obs.starting,
+            queued=obs.queued,
+            queued_cost=r(obs.queued_cost),
+            arrival_rate_cost=r(obs.arrival_rate_cost),
             arrival_rate_cost_recent=r(obs.arrival_rate_cost_recent),
-            service_rate=r(obs.service_rate), p99_wait_ms=obs.p99_wait_ms,
-            oldest_wait_ms=r(obs.oldest_wait_ms), in_flight=obs.in_flight,
-        )  # fmt: skip
+            service_rate=r(obs.service_rate),
+            p99_wait_ms=obs.p99_wait_ms,
+            oldest_wait_ms=r(obs.oldest_wait_ms),
+            in_flight=obs.in_flight,
+        )
     return fields
 
 
@@ -62,11 +71,17 @@ class Autoscaler:
     """Every model's loop. ``upkeep`` and ``decisions`` default to ones on the
     observer's queue client (:func:`autoscaler.service.build` passes its own)."""
 
-    def __init__(self, source: PolicySource, observer: Observer, backend: Backend,
-                 metrics: AutoscalerMetrics | None = None,
-                 clock: Callable[[], float] = time.monotonic, *,
-                 upkeep: Upkeep | None = None,
-                 decisions: DecisionLog | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: PolicySource,
+        observer: Observer,
+        backend: Backend,
+        metrics: AutoscalerMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        upkeep: Upkeep | None = None,
+        decisions: DecisionLog | None = None,
+    ) -> None:
         self.source = source
         self.observer = observer
         self.backend = backend
@@ -118,15 +133,17 @@ class Autoscaler:
             self._scale(model, d.desired, workers)
         return d
 
-    def _observation(self, model: str, snap: Snapshot | None,
-                     workers: list[WorkerInfo]) -> Observation:  # fmt: skip
+    def _observation(
+        self, model: str, snap: Snapshot | None, workers: list[WorkerInfo]
+    ) -> Observation:
         """The read's Observation with the backend's count (and its cold start, if it
         measures one); without a read, an Observation decide() holds on."""
         self.backend.observe(model, workers)
         current = self.backend.current(model)
         if snap is None:
-            return Observation(current=current, queued=None, queued_cost=None,
-                               arrival_rate_cost=None)  # fmt: skip
+            return Observation(
+                current=current, queued=None, queued_cost=None, arrival_rate_cost=None
+            )
         obs = snap.observation
         cold = self.backend.cold_start_s(model)
         return replace(obs, current=current, cold_start_s=cold or obs.cold_start_s)

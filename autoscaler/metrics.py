@@ -11,27 +11,48 @@ class AutoscalerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.desired = Gauge("sluice_autoscaler_desired_replicas",
-                             "Replicas the policy asked for.", ["model"], registry=r)  # fmt: skip
-        self.current = Gauge("sluice_autoscaler_current_replicas",
-                             "Replicas running or starting (not draining).", ["model"],
-                             registry=r)  # fmt: skip
-        self.decisions = Counter("sluice_autoscaler_decisions_total",
-                                 "Scaling decisions by direction and reason.",
-                                 ["model", "direction", "reason"], registry=r)  # fmt: skip
-        self.reload_errors = Counter("sluice_autoscaler_config_reload_errors_total",
-                                     "Config reloads rejected (the last good policy stayed).",
-                                     registry=r)  # fmt: skip
-        self.backend_errors = Counter("sluice_autoscaler_backend_errors_total",
-                                      "Backend actions that failed.", ["model"],
-                                      registry=r)  # fmt: skip
+        self.desired = Gauge(
+            "sluice_autoscaler_desired_replicas",
+            "Replicas the policy asked for.",
+            ["model"],
+            registry=r,
+        )
+        self.current = Gauge(
+            "sluice_autoscaler_current_replicas",
+            "Replicas running or starting (not draining).",
+            ["model"],
+            registry=r,
+        )
+        self.decisions = Counter(
+            "sluice_autoscaler_decisions_total",
+            "Scaling decisions by direction and reason.",
+            ["model", "direction", "reason"],
+            registry=r,
+        )
+        self.reload_errors = Counter(
+            "sluice_autoscaler_config_reload_errors_total",
+            "Config reloads rejected (the last good policy stayed).",
+            registry=r,
+        )
+        self.backend_errors = Counter(
+            "sluice_autoscaler_backend_errors_total",
+            "Backend actions that failed.",
+            ["model"],
+            registry=r,
+        )
 
-        self.reclaimed = Counter("sluice_autoscaler_reclaimed_leases_total",
-                                 "Expired leases the loop requeued or dead-lettered.",
-                                 ["model"], registry=r)  # fmt: skip
-        self.reclaim_errors = Counter("sluice_autoscaler_reclaim_errors_total",
-                                      "Reclaims that failed (Redis errors).", ["model"],
-                                      registry=r)  # fmt: skip
+        self.reclaimed = Counter(
+            "sluice_autoscaler_reclaimed_leases_total",
+            "Expired leases the loop requeued or dead-lettered.",
+            ["model"],
+            registry=r,
+        )
+        self.reclaim_errors = Counter(
+            "sluice_autoscaler_reclaim_errors_total",
+            "Reclaims that failed (Redis errors).",
+            ["model"],
+            registry=r,
+        )
 
     def record(self, model: str, d: Decision) -> None:
         self.desired.labels(model).set(d.desired)

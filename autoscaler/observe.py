@@ -82,8 +82,9 @@ class Snapshot:
     stale_workers: tuple[str, ...] = ()  # lapsed registry entries, for the upkeep step
 
 
-def _bulk_split(stats: QueueStats, bulk_counts: list[int], reports: dict[str, Any],
-                now_ms: int) -> BulkSignals:  # fmt: skip
+def _bulk_split(
+    stats: QueueStats, bulk_counts: list[int], reports: dict[str, Any], now_ms: int
+) -> BulkSignals:
     """Bulk items per bucket (exact, ZCOUNT of the rank-3 scores) and their cost: the
     bucket's queued cost times their share of its jobs. Jobs of one bucket are of one
     size class, and the split is exact for a bucket holding only one kind. The backlog
@@ -124,8 +125,12 @@ class Observer:
     """Keeps each model's counter samples between reads (for the rate windows); writes
     nothing to Redis."""
 
-    def __init__(self, client: QueueClient, models: dict[str, ModelConfig],
-                 wall: Callable[[], float] = time.time) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: QueueClient,
+        models: dict[str, ModelConfig],
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
         self.models = models
         self.wall = wall
@@ -164,8 +169,15 @@ class Observer:
         replies = pipe.execute()
         return self._parse(model, stats, replies, classes, len(windows), wcall)
 
-    def _parse(self, model: str, stats: QueueStats, replies: list[Any],
-               classes: Call[ClassHeads], n_windows: int, wcall: Any) -> Reading:  # fmt: skip
+    def _parse(
+        self,
+        model: str,
+        stats: QueueStats,
+        replies: list[Any],
+        classes: Call[ClassHeads],
+        n_windows: int,
+        wcall: Any,
+    ) -> Reading:
         secs, micros = replies[0]
         server_ms = int(secs) * 1000 + int(micros) // 1000
         at = 1 + len(classes.commands)
@@ -175,8 +187,9 @@ class Observer:
         bulk = _bulk_split(stats, bulk_counts, replies[at + n_windows], server_ms)
         workers, stale = wcall.parse(replies[at + n_windows + 1 :])
         oldest = self._oldest_wait_ms(model, heads.heads, server_ms)
-        return Reading(self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers,
-                       bulk, stale)  # fmt: skip
+        return Reading(
+            self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers, bulk, stale
+        )
 
     def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
         if not heads:
@@ -193,8 +206,10 @@ class Observer:
         arrived = c.get("arrived_cost", 0) - c.get("bulk_arrived_cost", 0)
         now = Sample(rd.now_s, arrived, c.get("completed_cost", 0))
         samples = self.samples.setdefault(model, deque())
-        if samples and (now.arrived_cost < samples[-1].arrived_cost
-                        or now.completed_cost < samples[-1].completed_cost):  # fmt: skip
+        if samples and (
+            now.arrived_cost < samples[-1].arrived_cost
+            or now.completed_cost < samples[-1].completed_cost
+        ):
             samples.clear()  # counters went back (Redis flushed): rates start over
         span = self.models[model].autoscaling.metrics_window_s
         long, short = _rate(samples, now, span), _rate(samples, now, min(span, RECENT_RATE_S))
@@ -205,13 +220,22 @@ class Observer:
         queued = max(0, rd.stats.queued - bulk.queued)
         queued_cost = max(0.0, rd.stats.queued_cost - bulk.queued_cost) if queued else 0.0
         return Observation(
-            current=current, ready=counts.get("ready", 0), starting=counts.get("starting", 0),
-            draining=counts.get("draining", 0), queued=queued,
-            queued_cost=queued_cost, queued_non_low=rd.queued_non_low,
-            in_flight=rd.stats.in_flight, arrival_rate_cost=long[0] if long else None,
+            current=current,
+            ready=counts.get("ready", 0),
+            starting=counts.get("starting", 0),
+            draining=counts.get("draining", 0),
+            queued=queued,
+            queued_cost=queued_cost,
+            queued_non_low=rd.queued_non_low,
+            in_flight=rd.stats.in_flight,
+            arrival_rate_cost=long[0] if long else None,
             arrival_rate_cost_recent=short[0] if short else None,
-            completion_rate_cost=long[1] if long else None, service_rate=rate,
-            p99_wait_ms=rd.p99_wait_ms, oldest_wait_ms=rd.oldest_wait_ms, cold_start_s=cold,
-            bulk_queued=bulk.queued, bulk_queued_cost=bulk.queued_cost,
+            completion_rate_cost=long[1] if long else None,
+            service_rate=rate,
+            p99_wait_ms=rd.p99_wait_ms,
+            oldest_wait_ms=rd.oldest_wait_ms,
+            cold_start_s=cold,
+            bulk_queued=bulk.queued,
+            bulk_queued_cost=bulk.queued_cost,
             bulk_backlog_cost=bulk.backlog_cost,
-        )  # fmt: skip
+        )

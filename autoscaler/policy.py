@@ -25,10 +25,23 @@ MIN_RATE_COVERAGE = 0.5
 
 # Bounded reason labels (they become a Prometheus label).
 REASONS = (
-    "missing-metrics", "no-service-rate", "steady", "load", "backlog", "tolerance",
-    "slo-breach", "low-priority-cap", "wake", "idle", "min", "max", "stabilizing",
-    "orphaned-jobs", "bulk", "bulk-wake",
-)  # fmt: skip
+    "missing-metrics",
+    "no-service-rate",
+    "steady",
+    "load",
+    "backlog",
+    "tolerance",
+    "slo-breach",
+    "low-priority-cap",
+    "wake",
+    "idle",
+    "min",
+    "max",
+    "stabilizing",
+    "orphaned-jobs",
+    "bulk",
+    "bulk-wake",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +107,9 @@ def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) ->
     return drain, "backlog"
 
 
-def _starting_suffice(p: AutoscalingConfig, obs: Observation, mu: float, lam: float,
-                      backlog: float, cold_s: float) -> bool:  # fmt: skip
+def _starting_suffice(
+    p: AutoscalingConfig, obs: Observation, mu: float, lam: float, backlog: float, cold_s: float
+) -> bool:
     """Will the replicas already starting drain the backlog within backlog_drain_s of
     being ready? Then a backlog that grows while they start asks for no more."""
     at_ready = backlog + max(0.0, lam - obs.ready * mu) * cold_s  # at most one cold start
@@ -189,8 +203,15 @@ def _hold_without_rate(p: AutoscalingConfig, obs: Observation, state: PolicyStat
     wake = cur == 0 and (obs.queued or 0) > 0 and p.max_replicas > 0
     orphans = not wake and _orphaned(obs) and p.max_replicas > 0
     bulk = not (wake or orphans) and bulk_policy.wakes(p, obs)
-    reason = ("wake" if wake else "orphaned-jobs" if orphans else "bulk-wake" if bulk
-              else "missing-metrics")  # fmt: skip
+    reason = (
+        "wake"
+        if wake
+        else "orphaned-jobs"
+        if orphans
+        else "bulk-wake"
+        if bulk
+        else "missing-metrics"
+    )
     return Decision(cur, 1 if wake or orphans or bulk else cur, reason, float(cur), state)
 
 
@@ -217,17 +238,23 @@ def decide(
     if obs.arrival_rate_cost is None:
         return _hold_without_rate(policy, obs, state)
     p, cur = policy, obs.current
-    active = ((obs.queued or 0) > 0 or obs.in_flight > 0 or (obs.arrival_rate_cost or 0) > 0
-              or bulk_policy.keeps_active(p, obs))  # fmt: skip
+    active = (
+        (obs.queued or 0) > 0
+        or obs.in_flight > 0
+        or (obs.arrival_rate_cost or 0) > 0
+        or bulk_policy.keeps_active(p, obs)
+    )
     last_active = now_s if active or state.last_active_s is None else state.last_active_s
     measured = obs.service_rate if obs.service_rate and obs.service_rate > 0 else None
     mu = measured or state.service_rate or p.service_rate_cost_per_s
     cold_s = obs.cold_start_s or state.cold_start_s or p.cold_start_s
     new_state = replace(
-        state, last_active_s=last_active, service_rate=mu,
+        state,
+        last_active_s=last_active,
+        service_rate=mu,
         cold_start_s=obs.cold_start_s or state.cold_start_s,
         started_s=now_s if state.started_s is None else state.started_s,
-    )  # fmt: skip
+    )
     if mu is None:
         return _hold_without_service_rate(p, obs, new_state)
     floor = _floor(p, obs, last_active, now_s)

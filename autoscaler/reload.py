@@ -22,8 +22,9 @@ log = logging.getLogger("sluice.autoscaler")
 class PolicySource:
     """``check()`` once per period: cheap (one stat) unless the file changed."""
 
-    def __init__(self, path: Path, initial: SluiceConfig,
-                 on_error: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, path: Path, initial: SluiceConfig, on_error: Callable[[str], None] | None = None
+    ) -> None:
         self.path = path
         self.config = initial
         self.on_error = on_error or (lambda msg: None)
@@ -53,10 +54,16 @@ class PolicySource:
         self.last_error = None
         known, fresh = set(self.config.models), set(new.models)
         if known != fresh:
-            log.warning("autoscaler: models changed (%s -> %s); restart to apply",
-                        sorted(known), sorted(fresh))  # fmt: skip
-        changed = [m for m in known & fresh
-                   if new.models[m].autoscaling != self.config.models[m].autoscaling]  # fmt: skip
+            log.warning(
+                "autoscaler: models changed (%s -> %s); restart to apply",
+                sorted(known),
+                sorted(fresh),
+            )
+        changed = [
+            m
+            for m in known & fresh
+            if new.models[m].autoscaling != self.config.models[m].autoscaling
+        ]
         self.config = new
         log.info("autoscaler: config reloaded from %s; policy changed for %s", self.path, changed)
         return True

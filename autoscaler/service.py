@@ -41,8 +41,13 @@ def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> B
     raise ConfigError(f"backend {name!r}: use one of {', '.join(BACKENDS)}")
 
 
-def build(cfg: SluiceConfig, config_path: Path, redis_url: str, backend: str | None = None,
-          metrics_port: int | None = None) -> Autoscaler:  # fmt: skip
+def build(
+    cfg: SluiceConfig,
+    config_path: Path,
+    redis_url: str,
+    backend: str | None = None,
+    metrics_port: int | None = None,
+) -> Autoscaler:
     """The loop for every model of ``cfg``; serves /metrics if a port is set."""
     metrics = AutoscalerMetrics()
     port = cfg.autoscaler.metrics_port if metrics_port is None else metrics_port
@@ -51,14 +56,19 @@ def build(cfg: SluiceConfig, config_path: Path, redis_url: str, backend: str | N
     source = PolicySource(config_path, cfg, on_error=lambda _msg: metrics.reload_errors.inc())
     client = QueueClient(connect(redis_url), dict(cfg.models))
     act = make_backend(backend or cfg.autoscaler.backend, cfg, config_path, redis_url)
-    return Autoscaler(source, Observer(client, dict(cfg.models)), act, metrics,
-                      upkeep=Upkeep(client, metrics), decisions=DecisionLog(client.redis))
+    return Autoscaler(
+        source,
+        Observer(client, dict(cfg.models)),
+        act,
+        metrics,
+        upkeep=Upkeep(client, metrics),
+        decisions=DecisionLog(client.redis),
+    )
 
 
 def start_thread(loop: Autoscaler) -> tuple[threading.Thread, threading.Event]:
     """Run the loop in a daemon thread; set the event to stop it (it drains local workers)."""
     stop = threading.Event()
-    thread = threading.Thread(target=loop.run, args=(stop,), name="sluice-autoscaler",
-                              daemon=True)  # fmt: skip
+    thread = threading.Thread(target=loop.run, args=(stop,), name="sluice-autoscaler", daemon=True)
     thread.start()
     return thread, stop

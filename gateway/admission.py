@@ -68,9 +68,13 @@ def clamp_retry(seconds: float) -> int:
 
 
 def retry_after_full(
-    err: QueueFull, limits: Limits, new_jobs: int, new_cost: int, rate: Rate,
+    err: QueueFull,
+    limits: Limits,
+    new_jobs: int,
+    new_cost: int,
+    rate: Rate,
     owner: Owner | None = None,
-) -> int:  # fmt: skip
+) -> int:
     """Seconds until enough backlog drains for this request to fit its priority's limits
     (or, for an API key over its cap, until enough of the key's own jobs could end)."""
     if err.reason == "owner_jobs" and owner is not None:

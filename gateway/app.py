@@ -29,10 +29,13 @@ When API keys are configured, send `Authorization: Bearer <key>` (or `X-API-Key`
 
 
 def create_app(
-    cfg: SluiceConfig, redis_url: str | None = None, *,
-    redis: aioredis.Redis | None = None, pubsub_redis: aioredis.Redis | None = None,
+    cfg: SluiceConfig,
+    redis_url: str | None = None,
+    *,
+    redis: aioredis.Redis | None = None,
+    pubsub_redis: aioredis.Redis | None = None,
     keyring: KeyRing | None = None,
-) -> FastAPI:  # fmt: skip
+) -> FastAPI:
     """The app for one config; pass ``redis`` (and ``pubsub_redis``) to inject clients.
 
     API keys come from ``cfg.auth`` (its secret file and env var are read here)

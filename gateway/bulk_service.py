@@ -62,8 +62,12 @@ def _enqueue(enqueue: Callable[[str], Any], bulk_id: str) -> None:
     try:
         enqueue(bulk_id)
     except Exception as e:  # noqa: BLE001 - the reaper starts it: accepted is never lost
-        log.warning("bulk %s: could not queue its coordinator on RQ (%s); a bulk worker's "
-                    "reaper will start it", bulk_id, redact(str(e)))  # fmt: skip
+        log.warning(
+            "bulk %s: could not queue its coordinator on RQ (%s); a bulk worker's "
+            "reaper will start it",
+            bulk_id,
+            redact(str(e)),
+        )
 
 
 async def get(st: GatewayState, bulk_id: str, owner: str | None) -> BulkState:
@@ -80,15 +84,25 @@ def view(b: BulkState) -> dict[str, Any]:
     running = b.state in ("running", "queued", "cancelling")
     eta = round(left / b.rate_per_s, 1) if running and b.rate_per_s > 0 else None
     return {
-        "id": b.id, "model": b.model, "state": b.state,
-        "counts": {"total": b.total, "done": b.done, "succeeded": b.succeeded,
-                   "failed": b.failed, "remaining": left, "fed": b.cursor},
-        "rate_per_s": b.rate_per_s if running else None, "eta_s": eta,
+        "id": b.id,
+        "model": b.model,
+        "state": b.state,
+        "counts": {
+            "total": b.total,
+            "done": b.done,
+            "succeeded": b.succeeded,
+            "failed": b.failed,
+            "remaining": left,
+            "fed": b.cursor,
+        },
+        "rate_per_s": b.rate_per_s if running else None,
+        "eta_s": eta,
         "created_at": b.created_ms / 1000,
         "started_at": b.started_ms / 1000 if b.started_ms else None,
         "finished_at": b.finished_ms / 1000 if b.finished_ms else None,
-        "error": b.error, "output": f"/v1/bulk/{b.id}/output",
-    }  # fmt: skip
+        "error": b.error,
+        "output": f"/v1/bulk/{b.id}/output",
+    }
 
 
 async def output(st: GatewayState, b: BulkState) -> AsyncIterator[bytes]:

@@ -22,8 +22,9 @@ from sluice.errors import ConfigError
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("gateway")(gateway_cmd)
-    keys_app = typer.Typer(help="API keys (see docs/config.md, Access control).",
-                           no_args_is_help=True)  # fmt: skip
+    keys_app = typer.Typer(
+        help="API keys (see docs/config.md, Access control).", no_args_is_help=True
+    )
     keys_app.command("new")(keys_new_cmd)
     app.add_typer(keys_app, name="keys")
 
@@ -59,11 +60,17 @@ def gateway_cmd(
         _serve_with_admin(cfg.gateway, host, port, workers, log_level)
         return
     uvicorn.run(
-        "gateway.app:app_from_env", factory=True,
-        host=host or cfg.gateway.host, port=port or cfg.gateway.port, workers=workers,
-        loop="uvloop", http="httptools", log_level=log_level, access_log=False,
+        "gateway.app:app_from_env",
+        factory=True,
+        host=host or cfg.gateway.host,
+        port=port or cfg.gateway.port,
+        workers=workers,
+        loop="uvloop",
+        http="httptools",
+        log_level=log_level,
+        access_log=False,
         timeout_graceful_shutdown=5,
-    )  # fmt: skip
+    )
 
 
 def _serve_with_admin(
@@ -75,11 +82,14 @@ def _serve_with_admin(
     from gateway.serve import serve_both, servers
 
     if workers > 1:
-        fail("--workers > 1 with gateway.admin_port: run one gateway process per container",
-             EXIT_CONFIG)  # fmt: skip
+        fail(
+            "--workers > 1 with gateway.admin_port: run one gateway process per container",
+            EXIT_CONFIG,
+        )
     assert gw.admin_port is not None
-    both = servers(app_from_env(), host or gw.host, port or gw.port, gw.admin_host,
-                   gw.admin_port, log_level)  # fmt: skip
+    both = servers(
+        app_from_env(), host or gw.host, port or gw.port, gw.admin_host, gw.admin_port, log_level
+    )
     # serve_both re-raises the signal it stopped for, like uvicorn.run: SIGINT's is
     # a KeyboardInterrupt, which uvicorn.run swallows too.
     with contextlib.suppress(KeyboardInterrupt):
@@ -101,5 +111,3 @@ def keys_new_cmd(
     typer.echo(f"  {key}")
     typer.echo("add this line under auth.keys in the config (or to the keys file / env var):")
     typer.echo(f"  {config_line(name, key, admin)}")
-
-

@@ -87,9 +87,14 @@ def _ended(status: str) -> bool:
 
 class Completions:
     def __init__(
-        self, r: aioredis.Redis, channels: list[str], *, reads: aioredis.Redis | None = None,
-        timeout_s: float = 2.0, idle_ping_s: float = IDLE_PING_S,
-    ) -> None:  # fmt: skip
+        self,
+        r: aioredis.Redis,
+        channels: list[str],
+        *,
+        reads: aioredis.Redis | None = None,
+        timeout_s: float = 2.0,
+        idle_ping_s: float = IDLE_PING_S,
+    ) -> None:
         self.redis = r
         self.reads = reads if reads is not None else r  # for the re-check after a subscribe
         self.channels = channels
@@ -97,8 +102,9 @@ class Completions:
         self.idle_ping_s = idle_ping_s
         self.connected = asyncio.Event()
         self.reconnects = 0  # subscriptions lost (errors or silence) since start
-        self.retry = Reconnect(log, "gateway completions", base_s=RECONNECT_BASE_S,
-                               cap_s=RECONNECT_MAX_S)  # fmt: skip
+        self.retry = Reconnect(
+            log, "gateway completions", base_s=RECONNECT_BASE_S, cap_s=RECONNECT_MAX_S
+        )
         self._waiters: dict[str, set[asyncio.Future[float | None]]] = {}
         self.closing = False  # set on SIGTERM: every wait ends at once with ShuttingDown
 

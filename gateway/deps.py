@@ -30,9 +30,13 @@ IdempotencyKey = Annotated[
 
 # The same header documented for a route that reads it from the request itself.
 IDEMPOTENCY_DOC = {
-    "parameters": [{
-        "name": "Idempotency-Key", "in": "header", "required": False,
-        "description": "A replay with the same key returns the same job.",
-        "schema": {"type": "string", "maxLength": 200},
-    }],
-}  # fmt: skip
+    "parameters": [
+        {
+            "name": "Idempotency-Key",
+            "in": "header",
+            "required": False,
+            "description": "A replay with the same key returns the same job.",
+            "schema": {"type": "string", "maxLength": 200},
+        }
+    ],
+}

@@ -19,21 +19,30 @@ class GatewayMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
-            "sluice_http_requests_total", "HTTP requests by route template and status",
-            ["route", "method", "status"], registry=r,
-        )  # fmt: skip
+            "sluice_http_requests_total",
+            "HTTP requests by route template and status",
+            ["route", "method", "status"],
+            registry=r,
+        )
         self.latency = Histogram(
-            "sluice_http_request_duration_seconds", "HTTP request latency by route template",
-            ["route", "method"], buckets=LATENCY_BUCKETS, registry=r,
-        )  # fmt: skip
+            "sluice_http_request_duration_seconds",
+            "HTTP request latency by route template",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.submitted = Counter(
-            "sluice_jobs_submitted_total", "Jobs accepted into a queue",
-            ["model", "bucket", "priority"], registry=r,
-        )  # fmt: skip
+            "sluice_jobs_submitted_total",
+            "Jobs accepted into a queue",
+            ["model", "bucket", "priority"],
+            registry=r,
+        )
         self.rejected = Counter(
-            "sluice_jobs_rejected_total", "Jobs refused by admission control or validation",
-            ["model", "reason"], registry=r,
-        )  # fmt: skip
+            "sluice_jobs_rejected_total",
+            "Jobs refused by admission control or validation",
+            ["model", "reason"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "sluice_queue_depth",
             "Queued jobs per bucket (snapshot)",
@@ -51,9 +60,11 @@ class GatewayMetrics:
             "sluice_workers", "Live workers by state (snapshot)", ["model", "state"], registry=r
         )
         self.drain_rate = Gauge(
-            "sluice_gateway_drain_rate", "Cost/s the gateway assumes for Retry-After",
-            ["model"], registry=r,
-        )  # fmt: skip
+            "sluice_gateway_drain_rate",
+            "Cost/s the gateway assumes for Retry-After",
+            ["model"],
+            registry=r,
+        )
         self.snapshot_age = Gauge(
             "sluice_gateway_snapshot_age_seconds",
             "Age of the newest queue snapshot",
@@ -62,21 +73,24 @@ class GatewayMetrics:
         self.wake = Histogram(
             "sluice_gateway_longpoll_wake_seconds",
             "From a completion notification reaching the gateway to its long-poll answer",
-            buckets=WAKE_BUCKETS, registry=r,
-        )  # fmt: skip
+            buckets=WAKE_BUCKETS,
+            registry=r,
+        )
         self.bulk_submitted = Counter(
             "sluice_bulk_jobs_submitted_total", "Bulk files accepted", ["model"], registry=r
         )
         self.bulk_running = Gauge(
             "sluice_bulk_jobs_running",
             "Bulk jobs whose coordinator reported within a minute (snapshot)",
-            ["model"], registry=r,
-        )  # fmt: skip
+            ["model"],
+            registry=r,
+        )
         self.bulk_backlog = Gauge(
             "sluice_bulk_backlog_cost",
             "Unfinished bulk work in cost units, queued and not yet fed (snapshot)",
-            ["model"], registry=r,
-        )  # fmt: skip
+            ["model"],
+            registry=r,
+        )
         self._submitted: dict[tuple[str, str, str], Counter] = {}
         self.waiters = Gauge(
             "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r

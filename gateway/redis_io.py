@@ -36,11 +36,15 @@ def connect(
     ``blocking_reads`` is for the pub/sub connection, which waits for messages.
     """
     pool = aioredis.ConnectionPool.from_url(
-        url, decode_responses=True, max_connections=max_connections,
+        url,
+        decode_responses=True,
+        max_connections=max_connections,
         socket_timeout=None if blocking_reads else timeout_s,
-        socket_connect_timeout=timeout_s, socket_keepalive=True,
-        retry=Retry(NoBackoff(), 1), health_check_interval=30,
-    )  # fmt: skip
+        socket_connect_timeout=timeout_s,
+        socket_keepalive=True,
+        retry=Retry(NoBackoff(), 1),
+        health_check_interval=30,
+    )
     client = aioredis.Redis(connection_pool=pool)
     # The client owns its pool, so aclose() closes its sockets too (what
     # Redis.from_pool does, which redis-py 5.0.0 lacks); they leaked otherwise.

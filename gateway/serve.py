@@ -22,8 +22,11 @@ from starlette.types import ASGIApp
 from gateway.auth import Listener
 
 COMMON: dict[str, Any] = {
-    "loop": "uvloop", "http": "httptools", "access_log": False, "timeout_graceful_shutdown": 5,
-}  # fmt: skip
+    "loop": "uvloop",
+    "http": "httptools",
+    "access_log": False,
+    "timeout_graceful_shutdown": 5,
+}
 EXIT_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -51,10 +54,22 @@ class _Server(uvicorn.Server):
 def servers(
     app: ASGIApp, host: str, port: int, admin_host: str, admin_port: int, log_level: str
 ) -> list[_Server]:
-    api = uvicorn.Config(Listener(app, admin=False), host=host, port=port,
-                         log_level=log_level, lifespan="on", **COMMON)  # fmt: skip
-    admin = uvicorn.Config(Listener(app, admin=True), host=admin_host, port=admin_port,
-                           log_level=log_level, lifespan="off", **COMMON)  # fmt: skip
+    api = uvicorn.Config(
+        Listener(app, admin=False),
+        host=host,
+        port=port,
+        log_level=log_level,
+        lifespan="on",
+        **COMMON,
+    )
+    admin = uvicorn.Config(
+        Listener(app, admin=True),
+        host=admin_host,
+        port=admin_port,
+        log_level=log_level,
+        lifespan="off",
+        **COMMON,
+    )
     return [_Server(api), _Server(admin)]
 
 

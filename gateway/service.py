@@ -131,9 +131,14 @@ def _admit(st: GatewayState, model: str, cfg: ModelConfig, spec: Spec, cost: int
 
 def _accepted(model: str, job: NewJob, sub: Submitted, truncated: bool) -> dict[str, Any]:
     return {
-        "id": sub.id, "status": "queued", "model": model, "bucket": job.bucket,
-        "cost": job.cost, "priority": job.priority, "truncated": truncated,
-    }  # fmt: skip
+        "id": sub.id,
+        "status": "queued",
+        "model": model,
+        "bucket": job.bucket,
+        "cost": job.cost,
+        "priority": job.priority,
+        "truncated": truncated,
+    }
 
 
 def _build_jobs(
@@ -149,7 +154,7 @@ def _build_jobs(
             deadline_ms=spec.deadline_ms,
             metadata=spec.metadata,
             idempotency_key=(f"{key}:{i}" if batch else key) if key else None,
-        )  # fmt: skip
+        )
         for i, (value, e) in enumerate(zip(inputs, estimates, strict=True))
     ]
 
@@ -182,8 +187,9 @@ async def submit(
         elif rec is None:  # gone twice in a row: nothing true to answer with
             raise JobNotFound(f"job {sub.id!r} expired while replaying its idempotency key")
         else:  # a replay answers with the job the key created, as it is now
-            view.update(status=rec.status.value, bucket=rec.bucket, cost=rec.cost,
-                        priority=rec.priority)  # fmt: skip
+            view.update(
+                status=rec.status.value, bucket=rec.bucket, cost=rec.cost, priority=rec.priority
+            )
         views.append(view)
     return views, not any(s.created for s in subs)
 
@@ -193,9 +199,11 @@ async def _enqueue(
 ) -> list[Submitted]:
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
-        return await st.call(st.queue.submit(
-            model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
-        ))  # fmt: skip
+        return await st.call(
+            st.queue.submit(
+                model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
+            )
+        )
     except QueueFull as e:
         load = st.snapshots.load(model) or _empty_load()
         e.retry_after_s = retry_after_full(
@@ -235,9 +243,7 @@ async def get(st: GatewayState, job_id: str, owner: str | None = None) -> JobRec
     return rec
 
 
-async def wait(
-    st: GatewayState, job_id: str, wait_s: float, owner: str | None = None
-) -> JobRecord:
+async def wait(st: GatewayState, job_id: str, wait_s: float, owner: str | None = None) -> JobRecord:
     """The job once it ends, or as it is after ``wait_s`` seconds.
 
     The waiter is registered before the job is read, so a completion that lands
@@ -268,7 +274,15 @@ async def cancel(st: GatewayState, job_id: str, owner: str | None = None) -> str
 
 def job_view(rec: JobRecord) -> dict[str, Any]:
     return {
-        "id": rec.id, "model": rec.model, "status": rec.status.value, "bucket": rec.bucket,
-        "cost": rec.cost, "priority": rec.priority, "result": rec.result, "error": rec.error,
-        "attempts": rec.attempts, "metadata": rec.metadata, "timings": rec.timings,
-    }  # fmt: skip
+        "id": rec.id,
+        "model": rec.model,
+        "status": rec.status.value,
+        "bucket": rec.bucket,
+        "cost": rec.cost,
+        "priority": rec.priority,
+        "result": rec.result,
+        "error": rec.error,
+        "attempts": rec.attempts,
+        "metadata": rec.metadata,
+        "timings": rec.timings,
+    }

@@ -70,9 +70,12 @@ def _bulk_reports(model: str) -> Call[dict[str, str]]:
 
 class Snapshots:
     def __init__(
-        self, r: aioredis.Redis, models: dict[str, ModelConfig], metrics: GatewayMetrics,
+        self,
+        r: aioredis.Redis,
+        models: dict[str, ModelConfig],
+        metrics: GatewayMetrics,
         call: RedisGate,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.redis = r
         self.models = models
         self.ops = QueueOps(models)

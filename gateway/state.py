@@ -36,22 +36,29 @@ log = logging.getLogger("sluice.gateway")
 
 class GatewayState:
     def __init__(
-        self, cfg: SluiceConfig, redis_url: str | None = None, *,
-        redis: aioredis.Redis | None = None, pubsub_redis: aioredis.Redis | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        cfg: SluiceConfig,
+        redis_url: str | None = None,
+        *,
+        redis: aioredis.Redis | None = None,
+        pubsub_redis: aioredis.Redis | None = None,
+    ) -> None:
         self.cfg = cfg
         self.gw = cfg.gateway
         self.timeout_s = cfg.gateway.redis_timeout_s
         url = redis_url or cfg.redis_url or "redis://127.0.0.1:6379/0"
         self.redis = (
-            redis if redis is not None
+            redis
+            if redis is not None
             else connect(url, self.timeout_s, max_connections=cfg.gateway.redis_max_connections)
-        )  # fmt: skip
+        )
         self.pubsub_redis = (
-            pubsub_redis if pubsub_redis is not None
-            else redis if redis is not None
+            pubsub_redis
+            if pubsub_redis is not None
+            else redis
+            if redis is not None
             else connect(url, self.timeout_s, blocking_reads=True)
-        )  # fmt: skip
+        )
         models = dict(cfg.models)
         self.call = RedisGate(self.timeout_s, cfg.gateway.redis_max_connections)
         self.queue = AsyncQueueClient(self.redis, models)
@@ -60,9 +67,11 @@ class GatewayState:
         self.metrics = GatewayMetrics()
         self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
         self.completions = Completions(
-            self.pubsub_redis, [keys.done_channel(m) for m in models],
-            reads=self.redis, timeout_s=self.timeout_s,
-        )  # fmt: skip
+            self.pubsub_redis,
+            [keys.done_channel(m) for m in models],
+            reads=self.redis,
+            timeout_s=self.timeout_s,
+        )
         self._tasks: list[asyncio.Task[Any]] = []
         self.queue.register(bulk_scripts())
         self.bulk = BulkOps(list(models), cfg.bulk.ttl_s)
@@ -117,8 +126,11 @@ class GatewayState:
 
     def _closing(self, signum: int) -> None:
         n = self.completions.close()
-        log.info("%s: ended %d long-poll(s) (503, retry) before shutting down",
-                 signal.Signals(signum).name, n)  # fmt: skip
+        log.info(
+            "%s: ended %d long-poll(s) (503, retry) before shutting down",
+            signal.Signals(signum).name,
+            n,
+        )
 
     async def stop(self) -> None:
         for t in self._tasks:

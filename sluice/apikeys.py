@@ -130,7 +130,9 @@ def load_keyring(auth: AuthConfig, environ: Mapping[str, str] | None = None) -> 
     if dup:
         raise ConfigError(f"auth: key names must be unique, repeated: {dup}")
     _refuse_shared_hashes(entries)
-    return KeyRing([
-        ApiKey(e.name, bytes.fromhex(e.hash.removeprefix("sha256:")), e.admin, _owner(e, auth))
-        for e in entries
-    ])  # fmt: skip
+    return KeyRing(
+        [
+            ApiKey(e.name, bytes.fromhex(e.hash.removeprefix("sha256:")), e.admin, _owner(e, auth))
+            for e in entries
+        ]
+    )

@@ -69,15 +69,19 @@ class Outage:
             return f"{self.what}: Redis unavailable ({error}); retrying with backoff"
         if now - self.reminded_at >= self.remind_every_s:
             self.reminded_at = now
-            return (f"{self.what}: Redis still unavailable after {now - self.since:.0f} s "
-                    f"({self.failures} failed tries; last: {error})")  # fmt: skip
+            return (
+                f"{self.what}: Redis still unavailable after {now - self.since:.0f} s "
+                f"({self.failures} failed tries; last: {error})"
+            )
         return None
 
     def recovered(self, now: float) -> str | None:
         if self.since is None:
             return None
-        msg = (f"{self.what}: Redis answers again after {now - self.since:.1f} s "
-               f"({self.failures} failed tries)")  # fmt: skip
+        msg = (
+            f"{self.what}: Redis answers again after {now - self.since:.1f} s "
+            f"({self.failures} failed tries)"
+        )
         self.since, self.failures = None, 0
         return msg
 
@@ -87,9 +91,15 @@ class Reconnect:
     (a worker's batch and prefetch threads share one), logging to ``log``."""
 
     def __init__(
-        self, log: logging.Logger, what: str, *, base_s: float = 0.1, cap_s: float = 2.0,
-        remind_every_s: float = 60.0, clock: Callable[[], float] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        log: logging.Logger,
+        what: str,
+        *,
+        base_s: float = 0.1,
+        cap_s: float = 2.0,
+        remind_every_s: float = 60.0,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.log = log
         self.outage = Outage(what, remind_every_s)
         self.backoff = Backoff(base_s, cap_s)

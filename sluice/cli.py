@@ -134,8 +134,17 @@ def submit_cmd(
         cfg = load_required(config) if config else None
         host, port = (cfg.gateway.host, cfg.gateway.port) if cfg else ("127.0.0.1", 8000)
         url = f"http://{host}:{port}"
-    code = run_submit(url, model, values, priority=priority, deadline_ms=deadline_ms,
-                      wait=wait, timeout_s=timeout_s, as_json=as_json, api_key=api_key)  # fmt: skip
+    code = run_submit(
+        url,
+        model,
+        values,
+        priority=priority,
+        deadline_ms=deadline_ms,
+        wait=wait,
+        timeout_s=timeout_s,
+        as_json=as_json,
+        api_key=api_key,
+    )
     raise typer.Exit(code)
 
 

@@ -28,9 +28,12 @@ JsonOpt = Annotated[
 ]
 ApiKeyOpt = Annotated[
     str | None,
-    typer.Option(envvar="SLUICE_API_KEY", show_envvar=True,
-                 help="API key, when the gateway has keys configured."),
-]  # fmt: skip
+    typer.Option(
+        envvar="SLUICE_API_KEY",
+        show_envvar=True,
+        help="API key, when the gateway has keys configured.",
+    ),
+]
 
 EXIT_CONFIG = 2
 EXIT_UNAVAILABLE = 3

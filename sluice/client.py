@@ -79,12 +79,20 @@ class Client:
     """A synchronous client; thread-safe, so ``map`` shares one connection pool."""
 
     def __init__(
-        self, base_url: str, *, timeout_s: float = 70.0, max_retries: int = 20,
-        transport: httpx.BaseTransport | None = None, api_key: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 70.0,
+        max_retries: int = 20,
+        transport: httpx.BaseTransport | None = None,
+        api_key: str | None = None,
+    ) -> None:
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/"), timeout=timeout_s, limits=limits, transport=transport,
+            base_url=base_url.rstrip("/"),
+            timeout=timeout_s,
+            limits=limits,
+            transport=transport,
             headers=auth_headers(api_key),
         )
         self.max_retries = max_retries
@@ -121,14 +129,22 @@ class Client:
         return resp
 
     def submit(
-        self, model: str, input: Any, *, priority: str | None = None,
-        deadline_ms: int | None = None, metadata: dict[str, Any] | None = None,
+        self,
+        model: str,
+        input: Any,
+        *,
+        priority: str | None = None,
+        deadline_ms: int | None = None,
+        metadata: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """Queue one job; returns the gateway's job description (``id``, ``bucket``, ...)."""
         body: dict[str, Any] = {"input": input}
-        for name, value in (("priority", priority), ("deadline_ms", deadline_ms),
-                            ("metadata", metadata)):  # fmt: skip
+        for name, value in (
+            ("priority", priority),
+            ("deadline_ms", deadline_ms),
+            ("metadata", metadata),
+        ):
             if value is not None:
                 body[name] = value
         # Every submit carries a key, so a retry after a dropped connection can
@@ -201,9 +217,14 @@ class Client:
                 if line:
                     yield json.loads(line)
 
-    def bulk_wait(self, bulk_id: str, *, timeout_s: float = 3600.0, poll_s: float = 1.0,
-                  on_progress: Callable[[dict[str, Any]], None] | None = None,
-                  ) -> dict[str, Any]:  # fmt: skip
+    def bulk_wait(
+        self,
+        bulk_id: str,
+        *,
+        timeout_s: float = 3600.0,
+        poll_s: float = 1.0,
+        on_progress: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """Poll until the bulk job ends; its final state (TimeoutError past timeout_s)."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -217,9 +238,15 @@ class Client:
             time.sleep(poll_s)
 
     def map(
-        self, model: str, inputs: Iterable[Any], *, concurrency: int = 16,
-        progress: bool = False, timeout_s: float = 600.0, **options: Any,
-    ) -> list[Any]:  # fmt: skip
+        self,
+        model: str,
+        inputs: Iterable[Any],
+        *,
+        concurrency: int = 16,
+        progress: bool = False,
+        timeout_s: float = 600.0,
+        **options: Any,
+    ) -> list[Any]:
         """Run every input through the model; results in input order.
 
         At most ``concurrency`` jobs are outstanding at once; a failed job raises

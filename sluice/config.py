@@ -318,9 +318,7 @@ class ApiKeyConfig(_Strict):
     @classmethod
     def _name(cls, v: str) -> str:
         if not KEY_NAME_RE.match(v):
-            raise ValueError(
-                f"key name {v!r} must be 1-64 letters, digits, '_', '.', '@' or '-'"
-            )
+            raise ValueError(f"key name {v!r} must be 1-64 letters, digits, '_', '.', '@' or '-'")
         return v
 
     @field_validator("hash")

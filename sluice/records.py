@@ -23,8 +23,20 @@ SCORE_SCALE = 10**12  # a priority rank's share of the queue score (seq < 1e12)
 WAIT_WINDOW_S = 10  # one histogram hash per window of this length
 WAIT_HIST_TTL_S = 3600  # each window's hash expires this long after its last write
 WAIT_BOUNDS_MS: tuple[int, ...] = (
-    5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000,
-)  # fmt: skip
+    5,
+    10,
+    25,
+    50,
+    100,
+    250,
+    500,
+    1000,
+    2500,
+    5000,
+    10000,
+    30000,
+    60000,
+)
 WAIT_LABELS: tuple[str, ...] = (*(str(b) for b in WAIT_BOUNDS_MS), "inf")
 
 
@@ -36,11 +48,13 @@ def score_range(rank: int) -> tuple[str, str]:
 def lua_constants() -> str:
     """The layouts above as Lua locals, for the start of every script."""
     bounds = ", ".join(str(b) for b in WAIT_BOUNDS_MS)
-    return "\n".join((
-        "-- Generated from sluice/records.py: edit there, not here.",
-        f"local SCORE_SCALE = {SCORE_SCALE}",
-        f"local WAIT_WINDOW_MS = {WAIT_WINDOW_S * 1000}",
-        f"local WAIT_HIST_TTL_S = {WAIT_HIST_TTL_S}",
-        f"local WAIT_BOUNDS_MS = {{{bounds}}}",
-        "",
-    ))  # fmt: skip
+    return "\n".join(
+        (
+            "-- Generated from sluice/records.py: edit there, not here.",
+            f"local SCORE_SCALE = {SCORE_SCALE}",
+            f"local WAIT_WINDOW_MS = {WAIT_WINDOW_S * 1000}",
+            f"local WAIT_HIST_TTL_S = {WAIT_HIST_TTL_S}",
+            f"local WAIT_BOUNDS_MS = {{{bounds}}}",
+            "",
+        )
+    )

@@ -154,17 +154,37 @@ class RedisServer:
             workdir = self._tmp.name
             persistence = ["--appendonly", "no"]
         return [
-            self.binary, *self._secret_conf(workdir), "--port", str(self.port), "--bind", self.host,
-            "--dir", workdir, "--save", "", *persistence,
-            "--daemonize", "no", "--protected-mode", "yes", "--loglevel", "warning",
-            "--logfile", str(Path(workdir) / "redis.log"), "--databases", "16",
-        ]  # fmt: skip
+            self.binary,
+            *self._secret_conf(workdir),
+            "--port",
+            str(self.port),
+            "--bind",
+            self.host,
+            "--dir",
+            workdir,
+            "--save",
+            "",
+            *persistence,
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--loglevel",
+            "warning",
+            "--logfile",
+            str(Path(workdir) / "redis.log"),
+            "--databases",
+            "16",
+        ]
 
     def start(self) -> RedisServer:
         args = self._args()
         self._log = Path(args[args.index("--logfile") + 1])
         self.proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             preexec_fn=die_with_parent,
         )
         client = redis.Redis(
@@ -232,8 +252,11 @@ class RedisServer:
 
 
 def start_redis(
-    data_dir: str | os.PathLike[str] | None = None, port: int | None = None, attempts: int = 5,
-    appendfsync: str = "everysec", password: str | None = None,
+    data_dir: str | os.PathLike[str] | None = None,
+    port: int | None = None,
+    attempts: int = 5,
+    appendfsync: str = "everysec",
+    password: str | None = None,
 ) -> RedisServer:
     """Start a server on a free port, retrying if another process took the port first."""
     last: Exception | None = None

@@ -25,10 +25,14 @@ def queues_table(q: QueueClient, cfg: SluiceConfig) -> Table:
         for i, b in enumerate(stats.buckets):
             first = i == 0
             table.add_row(
-                name if first else "", b.bucket, str(b.queued), str(b.queued_cost),
-                str(stats.in_flight) if first else "", str(stats.dead_lettered) if first else "",
+                name if first else "",
+                b.bucket,
+                str(b.queued),
+                str(b.queued_cost),
+                str(stats.in_flight) if first else "",
+                str(stats.dead_lettered) if first else "",
                 *((str(stats.counters.get(c, 0)) if first else "") for c in STATUS_COUNTERS),
-            )  # fmt: skip
+            )
     return table
 
 
@@ -40,9 +44,15 @@ def workers_table(q: QueueClient, cfg: SluiceConfig) -> Table:
         live, _stale = q.run(list_workers_call(name))
         for w in live:
             table.add_row(
-                name, w.id, w.state, w.device, ",".join(w.buckets), str(w.jobs),
-                f"{w.service_rate:.0f}", "yes" if w.busy else "no",
-            )  # fmt: skip
+                name,
+                w.id,
+                w.state,
+                w.device,
+                ",".join(w.buckets),
+                str(w.jobs),
+                f"{w.service_rate:.0f}",
+                "yes" if w.busy else "no",
+            )
     return table
 
 
@@ -60,8 +70,17 @@ def bulk_table(q: QueueClient, cfg: SluiceConfig) -> Table | None:
                 b = q.run(ops.get(bulk_id))
             except JobNotFound:
                 continue
-            rows.append((name, b.id, b.state, f"{b.done}/{b.total}", str(b.failed),
-                         f"{b.rate_per_s:.1f}", str(b.slices)))  # fmt: skip
+            rows.append(
+                (
+                    name,
+                    b.id,
+                    b.state,
+                    f"{b.done}/{b.total}",
+                    str(b.failed),
+                    f"{b.rate_per_s:.1f}",
+                    str(b.slices),
+                )
+            )
     if not rows:
         return None
     table = Table(title="Bulk jobs", title_justify="left")
@@ -77,12 +96,17 @@ def job_table(rec: JobRecord) -> Table:
     table.add_column("field")
     table.add_column("value")
     rows = {
-        "model": rec.model, "status": rec.status.value, "bucket": rec.bucket,
-        "cost": str(rec.cost), "priority": rec.priority, "attempts": str(rec.attempts),
-        "queue wait ms": str(rec.timings.get("queue_wait_ms")), "run ms": str(rec.run_ms),
+        "model": rec.model,
+        "status": rec.status.value,
+        "bucket": rec.bucket,
+        "cost": str(rec.cost),
+        "priority": rec.priority,
+        "attempts": str(rec.attempts),
+        "queue wait ms": str(rec.timings.get("queue_wait_ms")),
+        "run ms": str(rec.run_ms),
         "error": json.dumps(rec.error) if rec.error else "",
         "result": json.dumps(rec.result)[:200] if rec.result is not None else "",
-    }  # fmt: skip
+    }
     for k, v in rows.items():
         table.add_row(k, v)
     return table

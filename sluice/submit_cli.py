@@ -45,21 +45,35 @@ def jobs_table(jobs: list[dict[str, Any]]) -> Table:
         err = j.get("error")
         outcome = f"{err['type']}: {err['message']}" if err else _summary(j.get("result"))
         table.add_row(
-            j["id"], j["status"], str(j.get("bucket", "")), str(j.get("cost", "")),
-            str(t.get("queue_wait_ms", "")), str(t.get("run_ms", "")),
+            j["id"],
+            j["status"],
+            str(j.get("bucket", "")),
+            str(j.get("cost", "")),
+            str(t.get("queue_wait_ms", "")),
+            str(t.get("run_ms", "")),
             outcome if j["status"] not in ("queued", "running") else "",
-        )  # fmt: skip
+        )
     return table
 
 
 def submit(
-    url: str, model: str, values: list[Any], *, priority: str | None, deadline_ms: int | None,
-    wait: bool, timeout_s: float, api_key: str | None = None,
-) -> list[dict[str, Any]]:  # fmt: skip
+    url: str,
+    model: str,
+    values: list[Any],
+    *,
+    priority: str | None,
+    deadline_ms: int | None,
+    wait: bool,
+    timeout_s: float,
+    api_key: str | None = None,
+) -> list[dict[str, Any]]:
     with Client(url, timeout_s=timeout_s + 10, api_key=api_key) as c:
         opts: dict[str, Any] = {"priority": priority, "deadline_ms": deadline_ms}
-        jobs = (c.submit_many(model, values, **opts) if len(values) > 1
-                else [c.submit(model, values[0], **opts)])  # fmt: skip
+        jobs = (
+            c.submit_many(model, values, **opts)
+            if len(values) > 1
+            else [c.submit(model, values[0], **opts)]
+        )
         if not wait:
             return jobs
         done = []
@@ -72,13 +86,29 @@ def submit(
 
 
 def run_submit(
-    url: str, model: str, values: list[Any], *, priority: str | None, deadline_ms: int | None,
-    wait: bool, timeout_s: float, as_json: bool, api_key: str | None = None,
-) -> int:  # fmt: skip
+    url: str,
+    model: str,
+    values: list[Any],
+    *,
+    priority: str | None,
+    deadline_ms: int | None,
+    wait: bool,
+    timeout_s: float,
+    as_json: bool,
+    api_key: str | None = None,
+) -> int:
     """Prints the jobs; returns the exit code (1 if any waited-for job did not succeed)."""
     try:
-        jobs = submit(url, model, values, priority=priority, deadline_ms=deadline_ms,
-                      wait=wait, timeout_s=timeout_s, api_key=api_key)  # fmt: skip
+        jobs = submit(
+            url,
+            model,
+            values,
+            priority=priority,
+            deadline_ms=deadline_ms,
+            wait=wait,
+            timeout_s=timeout_s,
+            api_key=api_key,
+        )
     except SluiceClientError as e:
         print(f"sluice: error: {e}", file=sys.stderr)
         return 1

@@ -70,9 +70,13 @@ class Stack:
         # never on a command line (which any local user can read with `ps`).
         env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
         proc = subprocess.Popen(
-            [*sluice_argv(), *args], stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-            preexec_fn=die_with_parent, env=env,
-        )  # fmt: skip
+            [*sluice_argv(), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            preexec_fn=die_with_parent,
+            env=env,
+        )
         child = Child(name, proc, log)
         self.children.append(child)
         return child

@@ -25,7 +25,7 @@ def curl_example(gateway: str, cfg: SluiceConfig) -> str:
     model = model or next(iter(cfg.models))
     auth = cfg.auth
     keyed = bool(auth.keys or auth.keys_file or auth.keys_env)
-    header = "-H \"Authorization: Bearer $SLUICE_API_KEY\" " if keyed else ""
+    header = '-H "Authorization: Bearer $SLUICE_API_KEY" ' if keyed else ""
     return (
         f"curl -s -X POST {gateway}/v1/models/{model}/predict {header}"
         "-H 'Content-Type: application/json' -d '{\"input\": \"Sluice is up\"}'"
@@ -33,18 +33,20 @@ def curl_example(gateway: str, cfg: SluiceConfig) -> str:
 
 
 def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
-    return "\n".join([
-        "Sluice is up.",
-        f"  gateway  {urls.gateway}",
-        f"  docs     {urls.gateway}/docs   metrics {urls.admin or urls.gateway}/metrics",
-        f"  dashboard {urls.admin or urls.gateway}/dashboard",
-        f"  redis    {redact_url(urls.redis)}",
-        f"  models   {', '.join(cfg.models)}",
-        f"  logs     {urls.logs}",
-        "Try:",
-        f"  {curl_example(urls.gateway, cfg)}",
-        "Ctrl-C drains the workers and stops everything.",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "Sluice is up.",
+            f"  gateway  {urls.gateway}",
+            f"  docs     {urls.gateway}/docs   metrics {urls.admin or urls.gateway}/metrics",
+            f"  dashboard {urls.admin or urls.gateway}/dashboard",
+            f"  redis    {redact_url(urls.redis)}",
+            f"  models   {', '.join(cfg.models)}",
+            f"  logs     {urls.logs}",
+            "Try:",
+            f"  {curl_example(urls.gateway, cfg)}",
+            "Ctrl-C drains the workers and stops everything.",
+        ]
+    )
 
 
 def _watch(stack: Stack, status: LiveStatus, stop: threading.Event, console: Console) -> str:
@@ -84,9 +86,13 @@ class _Null:
 
 
 def run_up(
-    cfg: SluiceConfig, config_path: Path, redis_url: str | None, host: str | None,
-    port: int | None, data_dir: Path | None,
-) -> None:  # fmt: skip
+    cfg: SluiceConfig,
+    config_path: Path,
+    redis_url: str | None,
+    host: str | None,
+    port: int | None,
+    data_dir: Path | None,
+) -> None:
     if redis_url:
         check_redis(redis_url)
     stack = Stack(cfg, config_path)

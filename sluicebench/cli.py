@@ -118,11 +118,21 @@ def load_cmd(
 
     try:
         spec = LoadSpec(
-            url=url, model=model, rate=rate, concurrency=concurrency,
-            trace=load_trace(trace) if trace else None, duration_s=duration_s, jobs=jobs,
-            warmup_s=warmup_s, bands=parse_mix(mix), seed=seed, job_timeout_s=timeout_s,
-            submit_only=submit_only, engine=engine, progress=progress,
-        )  # fmt: skip
+            url=url,
+            model=model,
+            rate=rate,
+            concurrency=concurrency,
+            trace=load_trace(trace) if trace else None,
+            duration_s=duration_s,
+            jobs=jobs,
+            warmup_s=warmup_s,
+            bands=parse_mix(mix),
+            seed=seed,
+            job_timeout_s=timeout_s,
+            submit_only=submit_only,
+            engine=engine,
+            progress=progress,
+        )
         spec.check()
         out = run_load(spec)
     except ConfigError as e:
@@ -171,16 +181,28 @@ def stack_cmd(
     console, out = _console(), {}
     if only in ("both", "scaling"):
         counts = [int(n) for n in workers.split(",") if n]
-        out["scaling"] = run_scaling(workdir, workers=counts, base_ms=base_ms, max_batch=max_batch,
-                                     duration_s=scaling_duration_s, progress=progress,
-                                     gateway_workers=gateway_workers)  # fmt: skip
+        out["scaling"] = run_scaling(
+            workdir,
+            workers=counts,
+            base_ms=base_ms,
+            max_batch=max_batch,
+            duration_s=scaling_duration_s,
+            progress=progress,
+            gateway_workers=gateway_workers,
+        )
         print_scaling(out["scaling"], console)
         write_json(json_path, out)  # the first half survives a failure in the second
     if only in ("both", "mixed"):
-        params = MixedParams(workers=mixed_workers, max_batch=mixed_batch, base_ms=mixed_base_ms,
-                             per_token_ms=per_token_ms, overlap=overlap,
-                             duration_s=mixed_duration_s, util_of=util_of,
-                             pin_short=pin_short)  # fmt: skip
+        params = MixedParams(
+            workers=mixed_workers,
+            max_batch=mixed_batch,
+            base_ms=mixed_base_ms,
+            per_token_ms=per_token_ms,
+            overlap=overlap,
+            duration_s=mixed_duration_s,
+            util_of=util_of,
+            pin_short=pin_short,
+        )
         out["mixed"] = run_mixed(workdir, params, progress=progress)
         print_mixed(out["mixed"], console)
     write_json(json_path, out)
@@ -259,9 +281,10 @@ def bench_fleet_cmd(
 def bench_autoscaler_cmd(
     config: ConfigOpt = None,
     traces: Annotated[str, typer.Option(help="Comma-separated trace specs.")] = ",".join(
-        ("step", "step:1.5", "spike", "spike:1.5", "diurnal", "noisy")),
+        ("step", "step:1.5", "spike", "spike:1.5", "diurnal", "noisy")
+    ),
     json_path: JsonOpt = None,
-) -> None:  # fmt: skip
+) -> None:
     """Sluice's policy vs the oracle and three baselines on the built-in traces."""
     from autoscaler.sim import replay
 
@@ -277,7 +300,7 @@ def bench_autoscaler_cmd(
 def bench_dispatch_cmd(
     config: ConfigOpt = None,
     json_path: JsonOpt = None,
-) -> None:  # fmt: skip
+) -> None:
     """Pull with buckets vs pull-fifo, round-robin, least-connections and power-of-two,
     on the mixed trace at 70% and 90% utilisation (simulated, about 2 s)."""
     from autoscaler.sim import dispatch, dispatch_report, replay
@@ -285,8 +308,9 @@ def bench_dispatch_cmd(
     cfg = load_required(config or BENCH_CONFIG)
     try:
         _, mc = replay.pick_model(dict(cfg.models), None)
-        setup = dispatch_report.Setup("mixed", dispatch.STRATEGIES,
-                                      dispatch_report.BENCH_UTILIZATIONS)  # fmt: skip
+        setup = dispatch_report.Setup(
+            "mixed", dispatch.STRATEGIES, dispatch_report.BENCH_UTILIZATIONS
+        )
         out = dispatch_report.dispatch_cmd(mc, setup, None)
     except ConfigError as e:
         fail(str(e), EXIT_CONFIG)
@@ -306,9 +330,12 @@ def bench_queue(
 
     try:
         run(
-            jobs=jobs, rq_jobs=rq_jobs, batch_sizes=batch_sizes, workers=workers,
-            json_path=json_path, repeats=repeat,
-        )  # fmt: skip
+            jobs=jobs,
+            rq_jobs=rq_jobs,
+            batch_sizes=batch_sizes,
+            workers=workers,
+            json_path=json_path,
+            repeats=repeat,
+        )
     except SluiceError as e:
         fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
-

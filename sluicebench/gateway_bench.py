@@ -37,19 +37,29 @@ from sluicebench.gateway_loadgen import Conn, RunResult, closed_loop, open_loop
 MODEL = "bench"
 BODY = b'{"input": "the quick brown fox jumps over the lazy dog"}'
 CONFIG: dict[str, Any] = {
-    "models": {MODEL: {
-        "handler": "synthetic", "cost": {"method": "words"},
-        "queue": {"max_queued_jobs": 10_000_000, "max_queued_cost": 1_000_000_000},
-        "autoscaling": {"min_replicas": 0},
-    }},
-}  # fmt: skip
+    "models": {
+        MODEL: {
+            "handler": "synthetic",
+            "cost": {"method": "words"},
+            "queue": {"max_queued_jobs": 10_000_000, "max_queued_cost": 1_000_000_000},
+            "autoscaling": {"min_replicas": 0},
+        }
+    },
+}
 BENCH_KEY = "sk_bench-0123456789abcdef0123456789abcdef"
 # Limits far above the offered load: the per-key code runs, nothing is refused.
-AUTH: dict[str, Any] = {"keys": [
-    {"name": "bench", "hash": hash_key(BENCH_KEY), "rate_limit_per_s": 1e9, "burst": 10**9,
-     "max_queued_jobs": 10**9},
-    *({"name": f"other{i}", "hash": hash_key(f"sk_other{i}")} for i in range(4)),
-]}  # fmt: skip
+AUTH: dict[str, Any] = {
+    "keys": [
+        {
+            "name": "bench",
+            "hash": hash_key(BENCH_KEY),
+            "rate_limit_per_s": 1e9,
+            "burst": 10**9,
+            "max_queued_jobs": 10**9,
+        },
+        *({"name": f"other{i}", "hash": hash_key(f"sk_other{i}")} for i in range(4)),
+    ]
+}
 KEYED = "gateway+keys"
 
 
@@ -78,13 +88,32 @@ def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
         if name == KEYED:
             cfg_path = cfg_path.with_name("sluice-keys.yaml")
             headers = f"Authorization: Bearer {BENCH_KEY}\r\n"
-        cmd = [sys.executable, "-c", "from sluice.cli import main; main()", "gateway",
-               "--config", str(cfg_path), "--redis-url", redis_url]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-c",
+            "from sluice.cli import main; main()",
+            "gateway",
+            "--config",
+            str(cfg_path),
+            "--redis-url",
+            redis_url,
+        ]
         path = f"/v1/models/{MODEL}/jobs"
     else:
-        cmd = [sys.executable, "-m", "uvicorn", "sluicebench.gateway_bare:create_bare_app",
-               "--factory", "--loop", "uvloop", "--http", "httptools",
-               "--log-level", "warning", "--no-access-log"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "sluicebench.gateway_bare:create_bare_app",
+            "--factory",
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--log-level",
+            "warning",
+            "--no-access-log",
+        ]
         path = "/bare"
     cmd += ["--port", str(port), "--workers", str(processes)]
     env = {**os.environ, BARE_URL_ENV: redis_url, "HF_HUB_OFFLINE": "1"}
@@ -116,9 +145,7 @@ async def _measure(server: Server, rates: list[float], duration_s: float) -> lis
         await open_loop(host, server.port, server.path, BODY, rate, duration_s, 202, headers=h)
         for rate in rates
     ]
-    runs.append(
-        await closed_loop(host, server.port, server.path, BODY, duration_s, 202, headers=h)
-    )
+    runs.append(await closed_loop(host, server.port, server.path, BODY, duration_s, 202, headers=h))
     return runs
 
 
@@ -166,9 +193,14 @@ async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -
     while not conns.empty():
         await conns.get_nowait().close()
     res = RunResult(rate, n, n - bad, bad, elapsed, wake_ms)
-    return {"jobs_per_s": rate, "jobs": n, "not_succeeded": bad,
-            "p50_ms": round(res.pct(0.5), 2), "p99_ms": round(res.pct(0.99), 2),
-            "max_ms": round(max(wake_ms), 2)}  # fmt: skip
+    return {
+        "jobs_per_s": rate,
+        "jobs": n,
+        "not_succeeded": bad,
+        "p50_ms": round(res.pct(0.5), 2),
+        "p99_ms": round(res.pct(0.99), 2),
+        "max_ms": round(max(wake_ms), 2),
+    }
 
 
 def _server_wake(port: int) -> dict[str, Any]:
@@ -191,20 +223,28 @@ def _server_wake(port: int) -> dict[str, Any]:
 
 
 def _print(rows: list[dict[str, Any]], ratios: dict[str, float], lp: dict[str, Any]) -> None:
-    print(f"{'server':<12} {'procs':>5} {'offered/s':>9} {'done/s':>8} {'p50 ms':>8} "
-          f"{'p99 ms':>8} {'errors':>6}")  # fmt: skip
+    print(
+        f"{'server':<12} {'procs':>5} {'offered/s':>9} {'done/s':>8} {'p50 ms':>8} "
+        f"{'p99 ms':>8} {'errors':>6}"
+    )
     for r in rows:
         offered = "max" if r["offered_rps"] is None else f"{r['offered_rps']:.0f}"
-        print(f"{r['server']:<12} {r['processes']:>5} {offered:>9} {r['throughput_rps']:>8.0f} "
-              f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}")  # fmt: skip
+        print(
+            f"{r['server']:<12} {r['processes']:>5} {offered:>9} {r['throughput_rps']:>8.0f} "
+            f"{r['p50_ms']:>8.2f} {r['p99_ms']:>8.2f} {r['errors']:>6}"
+        )
     for k, v in ratios.items():
         print(f"saturation throughput {k}: {v:.2f}")
-    print(f"long-poll wake-up (complete sent -> response) at {lp['jobs_per_s']:.0f} jobs/s: "
-          f"p50 {lp['p50_ms']:.2f} ms, p99 {lp['p99_ms']:.2f} ms, max {lp['max_ms']:.2f} ms "
-          f"({lp['jobs']} jobs, {lp['not_succeeded']} not succeeded)")  # fmt: skip
+    print(
+        f"long-poll wake-up (complete sent -> response) at {lp['jobs_per_s']:.0f} jobs/s: "
+        f"p50 {lp['p50_ms']:.2f} ms, p99 {lp['p99_ms']:.2f} ms, max {lp['max_ms']:.2f} ms "
+        f"({lp['jobs']} jobs, {lp['not_succeeded']} not succeeded)"
+    )
     share = lp.get("gateway_share", {})
-    print(f"  of which inside the gateway (notification -> answer ready, histogram bounds): "
-          f"p50 <= {share.get('p50_le_ms')} ms, p99 <= {share.get('p99_le_ms')} ms")  # fmt: skip
+    print(
+        f"  of which inside the gateway (notification -> answer ready, histogram bounds): "
+        f"p50 <= {share.get('p50_le_ms')} ms, p99 <= {share.get('p99_le_ms')} ms"
+    )
 
 
 def _ratio(sat: dict[str, float], a: str, b: str) -> float:
@@ -212,9 +252,13 @@ def _ratio(sat: dict[str, float], a: str, b: str) -> float:
 
 
 def main(
-    rates: list[float], duration_s: float, processes: list[int], longpoll_rate: float,
-    json_path: Path | None, keys: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+    rates: list[float],
+    duration_s: float,
+    processes: list[int],
+    longpoll_rate: float,
+    json_path: Path | None,
+    keys: bool = False,
+) -> dict[str, Any]:
     redis = start_redis()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-gw-"))
     cfg_path = tmp / "sluice.yaml"
@@ -242,18 +286,24 @@ def main(
     ratios: dict[str, float] = {}
     keyed: dict[str, float] = {}
     for procs in processes:
-        sat = {r["server"]: r["throughput_rps"] for r in rows
-               if r["processes"] == procs and r["offered_rps"] is None}  # fmt: skip
+        sat = {
+            r["server"]: r["throughput_rps"]
+            for r in rows
+            if r["processes"] == procs and r["offered_rps"] is None
+        }
         ratios[f"{procs} process(es)"] = _ratio(sat, "gateway", "bare")
         if keys:
             keyed[f"{KEYED}/bare, {procs} process(es)"] = _ratio(sat, KEYED, "bare")
             keyed[f"{KEYED}/gateway, {procs} process(es)"] = _ratio(sat, KEYED, "gateway")
     result = {
         "machine": {"cpus": os.cpu_count(), "loadavg_at_end": os.getloadavg()},
-        "duration_s": duration_s, "body_bytes": len(BODY), "runs": rows,
-        "saturation_ratio_gateway_over_bare": ratios, "longpoll": lp,
+        "duration_s": duration_s,
+        "body_bytes": len(BODY),
+        "runs": rows,
+        "saturation_ratio_gateway_over_bare": ratios,
+        "longpoll": lp,
         "saturation_ratio_with_keys": keyed,
-    }  # fmt: skip
+    }
     _print(rows, {f"gateway/bare, {k}": v for k, v in ratios.items()} | keyed, lp)
     write_json(json_path, result)
     return result

@@ -81,16 +81,27 @@ class RunResult:
 
     def row(self) -> dict[str, Any]:
         return {
-            "offered_rps": self.offered, "sent": self.sent, "ok": self.ok,
-            "errors": self.errors, "throughput_rps": round(self.throughput, 1),
-            "p50_ms": round(self.pct(0.50), 2), "p99_ms": round(self.pct(0.99), 2),
-        }  # fmt: skip
+            "offered_rps": self.offered,
+            "sent": self.sent,
+            "ok": self.ok,
+            "errors": self.errors,
+            "throughput_rps": round(self.throughput, 1),
+            "p50_ms": round(self.pct(0.50), 2),
+            "p99_ms": round(self.pct(0.99), 2),
+        }
 
 
 async def open_loop(
-    host: str, port: int, path: str, body: bytes, rate: float, duration_s: float,
-    ok_status: int, connections: int = 64, headers: str = "",
-) -> RunResult:  # fmt: skip
+    host: str,
+    port: int,
+    path: str,
+    body: bytes,
+    rate: float,
+    duration_s: float,
+    ok_status: int,
+    connections: int = 64,
+    headers: str = "",
+) -> RunResult:
     """Send at a fixed rate; latency counts from the scheduled send time."""
     pool: asyncio.Queue[Conn] = asyncio.Queue()
     for _ in range(connections):
@@ -132,9 +143,15 @@ async def open_loop(
 
 
 async def closed_loop(
-    host: str, port: int, path: str, body: bytes, duration_s: float, ok_status: int,
-    connections: int = 32, headers: str = "",
-) -> RunResult:  # fmt: skip
+    host: str,
+    port: int,
+    path: str,
+    body: bytes,
+    duration_s: float,
+    ok_status: int,
+    connections: int = 32,
+    headers: str = "",
+) -> RunResult:
     """Each connection sends back to back: the server's saturation throughput."""
     res = RunResult(None, 0, 0, 0, 0.0)
     loop = asyncio.get_running_loop()

@@ -43,10 +43,17 @@ async def _max_gap_ms(work: Callable[[], Awaitable[Any]]) -> float:
 
 
 async def _run(sizes: tuple[int, ...]) -> list[dict[str, Any]]:
-    cfg = parse_config({"models": {"m": {
-        "handler": "synthetic", "buckets": [128, 512],
-        "cost": {"method": "tokenizer", "truncate": True},
-    }}})  # fmt: skip
+    cfg = parse_config(
+        {
+            "models": {
+                "m": {
+                    "handler": "synthetic",
+                    "buckets": [128, 512],
+                    "cost": {"method": "tokenizer", "truncate": True},
+                }
+            }
+        }
+    )
     est = CostEstimator(cfg.models["m"])
     tok = est._tokenizer
     st: Any = type("St", (), {"estimators": {"m": est}})()

@@ -46,10 +46,17 @@ DRAIN_TIMEOUT_S = 600.0
 
 def bench_models() -> dict[str, ModelConfig]:
     """The default three buckets, so claim ranks real bucket heads; jobs go to "32"."""
-    cfg = parse_config({"models": {MODEL: {
-        "handler": "synthetic", "buckets": [32, 128, 512],
-        "batching": {"max_batch": 4096, "max_batch_tokens": 1_000_000},
-    }}})  # fmt: skip
+    cfg = parse_config(
+        {
+            "models": {
+                MODEL: {
+                    "handler": "synthetic",
+                    "buckets": [32, 128, 512],
+                    "batching": {"max_batch": 4096, "max_batch_tokens": 1_000_000},
+                }
+            }
+        }
+    )
     return dict(cfg.models)
 
 
@@ -102,8 +109,11 @@ class HopResult:
 
     def to_json(self, rq: RqResult | None) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "batch": self.batch, "workers": self.workers, "jobs": self.jobs,
-            "submit_s": round(self.submit_s, 4), "drain_s": round(self.drain_s, 4),
+            "batch": self.batch,
+            "workers": self.workers,
+            "jobs": self.jobs,
+            "submit_s": round(self.submit_s, 4),
+            "drain_s": round(self.drain_s, 4),
             "submit_jobs_per_s": round(self.submit_jobs_per_s, 1),
             "drain_jobs_per_s": round(self.drain_jobs_per_s, 1),
             "hop_jobs_per_s": round(self.hop_jobs_per_s, 1),
@@ -119,7 +129,7 @@ class HopResult:
             "worker_script_share_of_drain": round(self.worker_script_us / 1e6 / self.drain_s, 3),
             "worker_command_calls": dict(sorted(self.worker_calls.items())),
             "drain_jobs_per_s_runs": list(self.drain_runs),
-        }  # fmt: skip
+        }
         if rq is not None:
             out["drain_vs_rq_worker"] = round(self.drain_jobs_per_s / rq.worker_jobs_per_s, 1)
             out["hop_vs_rq_hop"] = round(self.hop_jobs_per_s / rq.hop_jobs_per_s, 1)
@@ -193,16 +203,21 @@ def _one_run(
     if drained != jobs or succeeded != jobs:
         raise SluiceError(f"drained {drained} and recorded {succeeded} of {jobs} jobs")
     return HopResult(
-        batch, workers, jobs, submit_s,
+        batch,
+        workers,
+        jobs,
+        submit_s,
         drain_s=max(m[3] for m in done) - min(m[2] for m in done),
-        submit_calls=calls, submit_round_trips=submit_rt,
+        submit_calls=calls,
+        submit_round_trips=submit_rt,
         submit_commands=submit_stats.total_calls,
         submit_script_us=submit_stats.usec.get("evalsha", 0),
-        batches=sum(m[5] for m in done), worker_round_trips=sum(m[6] for m in done),
+        batches=sum(m[5] for m in done),
+        worker_round_trips=sum(m[6] for m in done),
         worker_commands=worker_stats.total_calls,
         worker_script_us=worker_stats.usec.get("evalsha", 0),
         worker_calls=worker_stats.calls,
-    )  # fmt: skip
+    )
 
 
 def run_case(url: str, batch: int, workers: int, jobs: int, repeats: int = 1) -> HopResult:
@@ -279,7 +294,7 @@ def run(
             "submit_chunk": SUBMIT_CHUNK,
             "buckets": bench_models()[MODEL].bucket_names,
             "job_bucket": "32",
-        },  # fmt: skip
+        },
         "rq": rq.to_json() if rq else None,
         "cases": [c.to_json(rq) for c in cases],
         "summary": summary(cases, rq),

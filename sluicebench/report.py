@@ -40,23 +40,46 @@ def _num(x: float | None, digits: int = 0) -> str:
 
 def _table(data: dict[str, Any]) -> Table:
     t = Table(title="Queue hop: submit + claim + complete, no-op handler", box=box.SIMPLE_HEAD)
-    for name in ("", "batch", "workers", "jobs", "submit/s", "drain/s", "hop/s",
-                 "drain xRQ", "RT/batch", "cmds/job"):  # fmt: skip
+    for name in (
+        "",
+        "batch",
+        "workers",
+        "jobs",
+        "submit/s",
+        "drain/s",
+        "hop/s",
+        "drain xRQ",
+        "RT/batch",
+        "cmds/job",
+    ):
         t.add_column(name, justify="left" if not name else "right")
     rq = data["rq"]
     if rq:
         t.add_row(
-            "RQ", "1", "1", _num(rq["jobs"]), _num(rq["enqueue_jobs_per_s"]),
-            _num(rq["worker_jobs_per_s"]), _num(rq["hop_jobs_per_s"]), "1.0",
-            f"{rq['worker_round_trips_per_job']:.1f}/job", _num(rq["commands_per_job"], 1),
-        )  # fmt: skip
+            "RQ",
+            "1",
+            "1",
+            _num(rq["jobs"]),
+            _num(rq["enqueue_jobs_per_s"]),
+            _num(rq["worker_jobs_per_s"]),
+            _num(rq["hop_jobs_per_s"]),
+            "1.0",
+            f"{rq['worker_round_trips_per_job']:.1f}/job",
+            _num(rq["commands_per_job"], 1),
+        )
     for c in data["cases"]:
         t.add_row(
-            "sluice", str(c["batch"]), str(c["workers"]), _num(c["jobs"]),
-            _num(c["submit_jobs_per_s"]), _num(c["drain_jobs_per_s"]), _num(c["hop_jobs_per_s"]),
-            _num(c.get("drain_vs_rq_worker"), 1), f"{c['worker_round_trips_per_batch']:.2f}",
+            "sluice",
+            str(c["batch"]),
+            str(c["workers"]),
+            _num(c["jobs"]),
+            _num(c["submit_jobs_per_s"]),
+            _num(c["drain_jobs_per_s"]),
+            _num(c["hop_jobs_per_s"]),
+            _num(c.get("drain_vs_rq_worker"), 1),
+            f"{c['worker_round_trips_per_batch']:.2f}",
             _num(c["commands_per_job"], 1),
-        )  # fmt: skip
+        )
     return t
 
 

@@ -52,8 +52,13 @@ def bench_config(max_batch: int, threads: int) -> SluiceConfig:
 
     def model(buckets: list[int]) -> dict[str, Any]:
         batching = {"max_batch": max_batch, "max_batch_tokens": 8192, "lease_s": 60}
-        return {"handler": "embedding", "params": params, "buckets": buckets,
-                "cost": {"method": "tokenizer"}, "batching": batching}  # fmt: skip
+        return {
+            "handler": "embedding",
+            "params": params,
+            "buckets": buckets,
+            "cost": {"method": "tokenizer"},
+            "batching": batching,
+        }
 
     return parse_config({"models": {"bucketed": model([32, 128, 512]), "single": model([512])}})
 
@@ -112,14 +117,25 @@ def _in_process(handler: Handler, cfg: SluiceConfig, texts: list[str]) -> RunRes
         handler.postprocess(handler.infer(c), c)
         real, padded = real + c.real_tokens, padded + c.padded_tokens
     dt = time.perf_counter() - t0
-    return RunResult("in-process, grouped by bucket", len(texts), dt, len(texts) / dt,
-                     real / padded, len(batches))  # fmt: skip
+    return RunResult(
+        "in-process, grouped by bucket",
+        len(texts),
+        dt,
+        len(texts) / dt,
+        real / padded,
+        len(batches),
+    )
 
 
 def run_worker(
-    name: str, handler: Handler, cfg: SluiceConfig, url: str, model: str, texts: list[str],
+    name: str,
+    handler: Handler,
+    cfg: SluiceConfig,
+    url: str,
+    model: str,
+    texts: list[str],
     overlap: bool,
-) -> RunResult:  # fmt: skip
+) -> RunResult:
     r = connect(url)
     r.flushall()
     qc = QueueClient(r, dict(cfg.models))
@@ -148,8 +164,9 @@ def run_worker(
         raise RuntimeError(f"{name}: only {stats.counters.get('succeeded', 0)} jobs succeeded")
     info = worker.status.snapshot()
     r.close()
-    return RunResult(name, len(texts), dt, len(texts) / dt,
-                     worker.metrics.padding_efficiency_value, info.batches)  # fmt: skip
+    return RunResult(
+        name, len(texts), dt, len(texts) / dt, worker.metrics.padding_efficiency_value, info.batches
+    )
 
 
 def _table(results: list[RunResult], summary: dict[str, Any]) -> None:
@@ -162,8 +179,14 @@ def _table(results: list[RunResult], summary: dict[str, Any]) -> None:
     for col in ("run", "texts", "seconds", "texts/s", "padding eff.", "batches"):
         t.add_column(col, justify="left" if col == "run" else "right")
     for r in results:
-        t.add_row(r.name, str(r.texts), f"{r.seconds:.1f}", f"{r.texts_per_s:.1f}",
-                  f"{r.padding_efficiency:.2f}", str(r.batches))  # fmt: skip
+        t.add_row(
+            r.name,
+            str(r.texts),
+            f"{r.seconds:.1f}",
+            f"{r.texts_per_s:.1f}",
+            f"{r.padding_efficiency:.2f}",
+            str(r.batches),
+        )
     console = Console()
     console.print(t)
     for key, value in summary.items():
@@ -208,13 +231,13 @@ def _round(
         "in-process": run_in_process(handler, cfg, corpus),
         "worker": run_worker(
             "worker, buckets, overlap", handler, cfg, url, "bucketed", corpus, True
-        ),  # fmt: skip
+        ),
         "worker-no-overlap": run_worker(
             "worker, buckets, no overlap", handler, cfg, url, "bucketed", corpus, False
-        ),  # fmt: skip
+        ),
         "worker-one-bucket": run_worker(
             "worker, one bucket, overlap", handler, cfg, url, "single", corpus, True
-        ),  # fmt: skip
+        ),
     }
 
 
@@ -237,10 +260,18 @@ def main(
     median = {k: _median_run([r[k] for r in all_rounds]) for k in all_rounds[0]}
     summary = _summary(all_rounds)
     _table(list(median.values()), summary)
-    write_json(json_path, {
-        "params": {"texts": texts, "max_batch": max_batch, "seed": seed, "threads": threads,
-                   "rounds": rounds},
-        "median": {k: asdict(v) for k, v in median.items()},
-        "rounds": [{k: asdict(v) for k, v in r.items()} for r in all_rounds],
-        "summary": summary,
-    })  # fmt: skip
+    write_json(
+        json_path,
+        {
+            "params": {
+                "texts": texts,
+                "max_batch": max_batch,
+                "seed": seed,
+                "threads": threads,
+                "rounds": rounds,
+            },
+            "median": {k: asdict(v) for k, v in median.items()},
+            "rounds": [{k: asdict(v) for k, v in r.items()} for r in all_rounds],
+            "summary": summary,
+        },
+    )

@@ -32,11 +32,17 @@ SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
 
 
 def _config(base_ms: float, per_token_ms: float) -> dict[str, Any]:
-    return {"models": {MODEL: {
-        "handler": "synthetic", "params": {"base_ms": base_ms, "per_token_ms": per_token_ms},
-        "buckets": [32, 128, 512], "cost": {"method": "words"},
-        "batching": {"max_batch": 32, "max_batch_tokens": 8192, "lease_s": 10},
-    }}}  # fmt: skip
+    return {
+        "models": {
+            MODEL: {
+                "handler": "synthetic",
+                "params": {"base_ms": base_ms, "per_token_ms": per_token_ms},
+                "buckets": [32, 128, 512],
+                "cost": {"method": "words"},
+                "batching": {"max_batch": 32, "max_batch_tokens": 8192, "lease_s": 10},
+            }
+        }
+    }
 
 
 def _proc_cpu_s(pid: int) -> float:
@@ -81,8 +87,20 @@ def main(workers: int, jobs: int, idle_s: float, json_path: Path | None) -> None
         path.write_text(yaml.safe_dump(data))
         try:
             qc = QueueClient(connect(server.url), dict(cfg.models))
-            cmd = [*SLUICE, "worker", "-c", str(path), "-m", MODEL, "--redis-url", server.url,
-                   "--metrics-port", "-1", "--log-level", "WARNING"]  # fmt: skip
+            cmd = [
+                *SLUICE,
+                "worker",
+                "-c",
+                str(path),
+                "-m",
+                MODEL,
+                "--redis-url",
+                server.url,
+                "--metrics-port",
+                "-1",
+                "--log-level",
+                "WARNING",
+            ]
             procs = [subprocess.Popen(cmd) for _ in range(workers)]
             ready_s = _wait_ready(qc, workers, timeout_s=120)
             cpu0 = [_proc_cpu_s(p.pid) for p in procs]
@@ -99,12 +117,15 @@ def main(workers: int, jobs: int, idle_s: float, json_path: Path | None) -> None
                     p.kill()
             server.stop()
     result = {
-        "workers": workers, "all_ready_s": round(ready_s, 2),
+        "workers": workers,
+        "all_ready_s": round(ready_s, 2),
         "idle_cpu_percent_per_worker": round(100 * idle_cpu / idle_s / workers, 2),
-        "rss_mb_mean": round(sum(rss) / len(rss), 1), "rss_mb_max": round(max(rss), 1),
-        "jobs": jobs, "drain_s": round(drain_s, 2),
+        "rss_mb_mean": round(sum(rss) / len(rss), 1),
+        "rss_mb_max": round(max(rss), 1),
+        "jobs": jobs,
+        "drain_s": round(drain_s, 2),
         "exit_codes_all_zero": all(c == 0 for c in codes),
-    }  # fmt: skip
+    }
     for key, value in result.items():
         print(f"{key:>30}: {value}")
     write_json(json_path, result)

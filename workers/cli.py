@@ -43,9 +43,13 @@ def worker_cmd(
     except Exception:  # noqa: BLE001 - a setting that can never work: say why, exit 3
         check_redis(url)
     opts = WorkerOptions(
-        model=model, buckets=parse_buckets(buckets), worker_id=worker_id, overlap=overlap,
-        metrics_port=metrics_port, burst=burst,
-    )  # fmt: skip
+        model=model,
+        buckets=parse_buckets(buckets),
+        worker_id=worker_id,
+        overlap=overlap,
+        metrics_port=metrics_port,
+        burst=burst,
+    )
     try:
         worker = build_worker(cfg, url, opts, device)
     except ConfigError as e:

@@ -32,8 +32,7 @@ def wait_for_redis(
     A URL, password or TLS setting that can never work still fails at once: only
     connection refusals and timeouts are waited out.
     """
-    client = redis.Redis.from_url(url, socket_timeout=timeout_s,
-                                  socket_connect_timeout=timeout_s)  # fmt: skip
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     retry = Reconnect(log, "worker start", cap_s=5.0)
     try:
         while True:

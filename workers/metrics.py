@@ -30,10 +30,12 @@ class WorkerMetrics:
         self.padded_tokens = hist(
             "sluice_worker_batch_padded_tokens", "Padded tokens per batch.", TOKENS
         )
-        self.inference_seconds = hist("sluice_worker_inference_seconds",
-                                      "Handler time per batch.", SECONDS)  # fmt: skip
-        self.queue_wait_seconds = hist("sluice_worker_queue_wait_seconds",
-                                       "Enqueue to claim, per job.", WAIT_SECONDS)  # fmt: skip
+        self.inference_seconds = hist(
+            "sluice_worker_inference_seconds", "Handler time per batch.", SECONDS
+        )
+        self.queue_wait_seconds = hist(
+            "sluice_worker_queue_wait_seconds", "Enqueue to claim, per job.", WAIT_SECONDS
+        )
         self.real_tokens_total = Counter(
             "sluice_worker_real_tokens_total", "Tokens of the inputs themselves.", mb, registry=reg
         )
@@ -43,24 +45,39 @@ class WorkerMetrics:
             mb,
             registry=reg,
         )
-        self.jobs_total = Counter("sluice_worker_jobs_total", "Jobs ended by this worker.",
-                                  ["model", "status"], registry=reg)  # fmt: skip
+        self.jobs_total = Counter(
+            "sluice_worker_jobs_total",
+            "Jobs ended by this worker.",
+            ["model", "status"],
+            registry=reg,
+        )
         self.oom_total = Counter(
             "sluice_worker_oom_splits_total",
             "Batches split after out-of-memory.",
             ["model"],
             registry=reg,
         )
-        self.state = Gauge("sluice_worker_state", "1 for the worker's current state.",
-                           ["model", "state"], registry=reg)  # fmt: skip
-        self.padding_efficiency = Gauge("sluice_worker_padding_efficiency",
-                                        "Real / padded tokens since start.", ["model"],
-                                        registry=reg)  # fmt: skip
-        self.service_rate = Gauge("sluice_worker_service_rate",
-                                  "Cost units per busy second (recent batches).", ["model"],
-                                  registry=reg)  # fmt: skip
-        self.token_budget = Gauge("sluice_worker_token_budget", "Current claim budget.",
-                                  ["model"], registry=reg)  # fmt: skip
+        self.state = Gauge(
+            "sluice_worker_state",
+            "1 for the worker's current state.",
+            ["model", "state"],
+            registry=reg,
+        )
+        self.padding_efficiency = Gauge(
+            "sluice_worker_padding_efficiency",
+            "Real / padded tokens since start.",
+            ["model"],
+            registry=reg,
+        )
+        self.service_rate = Gauge(
+            "sluice_worker_service_rate",
+            "Cost units per busy second (recent batches).",
+            ["model"],
+            registry=reg,
+        )
+        self.token_budget = Gauge(
+            "sluice_worker_token_budget", "Current claim budget.", ["model"], registry=reg
+        )
         self._real = 0
         self._padded = 0
 

@@ -35,9 +35,13 @@ def serialisable(o: Outcome) -> Outcome:
 
 
 def send_outcomes(
-    client: QueueClient, model: str, worker_id: str, outcomes: list[Outcome],
-    delays: Sequence[float] = COMPLETE_BACKOFF_S, sleep: Callable[[float], None] = time.sleep,
-) -> bool:  # fmt: skip
+    client: QueueClient,
+    model: str,
+    worker_id: str,
+    outcomes: list[Outcome],
+    delays: Sequence[float] = COMPLETE_BACKOFF_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
     """Send one batch's outcomes as their holder; False if it gave up."""
     error: Exception | None = None
     said = False
@@ -48,8 +52,11 @@ def send_outcomes(
             _, stale = client.complete(model, outcomes, worker_id=worker_id)
             if stale:
                 # The renewal may not have seen it (the batch ended first): say it here.
-                log.warning("%d outcome(s) stale, not applied: the lease was lost and the "
-                            "job ran elsewhere or ended", stale)  # fmt: skip
+                log.warning(
+                    "%d outcome(s) stale, not applied: the lease was lost and the "
+                    "job ran elsewhere or ended",
+                    stale,
+                )
             return True
         except (TypeError, ValueError) as e:
             error, outcomes = e, [serialisable(o) for o in outcomes]  # then again
@@ -58,10 +65,19 @@ def send_outcomes(
             if delay is not None:
                 if not said:  # once per batch, not per try
                     said = True
-                    log.warning("could not send %d outcome(s), retrying for up to %.0f s: %s",
-                                len(outcomes), sum(delays), e)  # fmt: skip
+                    log.warning(
+                        "could not send %d outcome(s), retrying for up to %.0f s: %s",
+                        len(outcomes),
+                        sum(delays),
+                        e,
+                    )
                 sleep(delay)
     ids = " ".join(o.id for o in outcomes)
-    log.error("gave up sending %d outcome(s) after %d tries (%s); jobs: %s",
-              len(outcomes), len(delays) + 1, error, ids)  # fmt: skip
+    log.error(
+        "gave up sending %d outcome(s) after %d tries (%s); jobs: %s",
+        len(outcomes),
+        len(delays) + 1,
+        error,
+        ids,
+    )
     return False

@@ -103,16 +103,29 @@ class Worker:
         self.streak = FailureStreak(wc.quarantine_after_failures)
         self.metrics = WorkerMetrics(self.model)
         self.runner = BatchRunner(handler)
-        self.status = WorkerStatus(WorkerInfo(
-            id=opts.worker_id or new_worker_id(), model=self.model, host=socket.gethostname(),
-            pid=os.getpid(), device=opts.device, buckets=self.buckets, state="starting",
-            started_at=wall(), pod_name=os.environ.get(POD_NAME_ENV, ""),
-        ))  # fmt: skip
+        self.status = WorkerStatus(
+            WorkerInfo(
+                id=opts.worker_id or new_worker_id(),
+                model=self.model,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                device=opts.device,
+                buckets=self.buckets,
+                state="starting",
+                started_at=wall(),
+                pod_name=os.environ.get(POD_NAME_ENV, ""),
+            )
+        )
         self.housekeeper = Housekeeper(
-            client, self.status, heartbeat_s=wc.heartbeat_s, ttl_s=wc.heartbeat_ttl_s,
-            lease_s=self.mcfg.batching.lease_s, on_command=self._on_command, wall=wall,
+            client,
+            self.status,
+            heartbeat_s=wc.heartbeat_s,
+            ttl_s=wc.heartbeat_ttl_s,
+            lease_s=self.mcfg.batching.lease_s,
+            on_command=self._on_command,
+            wall=wall,
             on_tick=self._stopping,
-        )  # fmt: skip
+        )
         self._stop = threading.Event()  # stop claiming: drain or quarantine
         self._signalled = ""  # set by the signal handler, acted on by the threads
         self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
@@ -143,9 +156,14 @@ class Worker:
                 return EXIT_LOAD_FAILED
             if not self._stopping():
                 self._set_state("ready", ready_at=self.wall())
-                log.info("worker %s ready: model %s on %s, buckets %s, loaded in %.1f s",
-                         self.id, self.model, self.opts.device, ",".join(self.buckets),
-                         time.monotonic() - t0)  # fmt: skip
+                log.info(
+                    "worker %s ready: model %s on %s, buckets %s, loaded in %.1f s",
+                    self.id,
+                    self.model,
+                    self.opts.device,
+                    ",".join(self.buckets),
+                    time.monotonic() - t0,
+                )
                 code = self._loop()
         finally:
             self._shutdown()
@@ -276,9 +294,13 @@ class Worker:
             return None
         try:
             batch = self.client.claim(
-                self.model, self.id, buckets=self.buckets, max_batch_tokens=self.budget.current,
-                service_ms=self.bucket_ms.ms or None, bulk=bulk,
-            )  # fmt: skip
+                self.model,
+                self.id,
+                buckets=self.buckets,
+                max_batch_tokens=self.budget.current,
+                service_ms=self.bucket_ms.ms or None,
+                bulk=bulk,
+            )
         except (RedisUnavailable, RedisError) as e:
             self._stop.wait(self.redis_retry.failed(e))
             return None
@@ -323,8 +345,9 @@ class Worker:
         except Exception as e:  # noqa: BLE001 - a bug must not kill the worker holding leases
             log.exception("batch runner failed")
             msg = f"{type(e).__name__}: {e}"[:500]
-            result = BatchResult([Outcome.retry(j.id, "worker_error", msg) for j in batch.jobs],
-                                 failed=True)  # fmt: skip
+            result = BatchResult(
+                [Outcome.retry(j.id, "worker_error", msg) for j in batch.jobs], failed=True
+            )
         self._complete(result.outcomes)
         self.status.release([j.id for j in batch.jobs])
         self._account(batch, result)
@@ -346,19 +369,27 @@ class Worker:
         if not result.failed and result.succeeded:
             self.rate.add(batch.cost, result.infer_s)
             self.bucket_ms.add(batch.bucket, len(batch), result.infer_s)
-            self.metrics.observe_batch(batch.bucket, len(batch), result.padded_tokens,
-                                       result.real_tokens, result.infer_s)  # fmt: skip
+            self.metrics.observe_batch(
+                batch.bucket, len(batch), result.padded_tokens, result.real_tokens, result.infer_s
+            )
         self.streak.record(result.failed)
         self.metrics.service_rate.labels(self.model).set(self.rate.rate)
         self.metrics.token_budget.labels(self.model).set(self.budget.current)
         info = self.status.snapshot()
         self.status.update(
-            batches=info.batches + 1, jobs=info.jobs + len(batch), batch_size=len(batch),
-            failures=info.failures + (1 if result.failed else 0), service_rate=self.rate.rate,
-            extra={"token_budget": self.budget.current, "overlap": self.overlap,
-                   "padding_efficiency": round(self.metrics.padding_efficiency_value, 4),
-                   "failure_streak": self.streak.count, "handler": self.mcfg.handler},
-        )  # fmt: skip
+            batches=info.batches + 1,
+            jobs=info.jobs + len(batch),
+            batch_size=len(batch),
+            failures=info.failures + (1 if result.failed else 0),
+            service_rate=self.rate.rate,
+            extra={
+                "token_budget": self.budget.current,
+                "overlap": self.overlap,
+                "padding_efficiency": round(self.metrics.padding_efficiency_value, 4),
+                "failure_streak": self.streak.count,
+                "handler": self.mcfg.handler,
+            },
+        )
 
     def _quarantine(self, pending: Future[_Fetched | None] | None) -> int:
         log.error("worker %s quarantined after %d failed batches", self.id, self.streak.count)

@@ -143,11 +143,17 @@ class KubernetesBackend:
             except ConflictError as e:
                 if attempt == SCALE_ATTEMPTS:
                     raise ConflictError(f"{e} ({attempt} attempts; next tick retries)") from e
-                log.info("kubernetes: %s/%s changed while scaling; re-reading (%d/%d)",
-                         self.namespace, name, attempt, SCALE_ATTEMPTS)  # fmt: skip
+                log.info(
+                    "kubernetes: %s/%s changed while scaling; re-reading (%d/%d)",
+                    self.namespace,
+                    name,
+                    attempt,
+                    SCALE_ATTEMPTS,
+                )
                 continue
-            log.info("kubernetes: %s/%s replicas %d -> %d",
-                     self.namespace, name, read.replicas, desired)  # fmt: skip
+            log.info(
+                "kubernetes: %s/%s replicas %d -> %d", self.namespace, name, read.replicas, desired
+            )
             return
 
     def _patch_scale(self, name: str, desired: int, resource_version: str) -> None:
@@ -156,15 +162,24 @@ class KubernetesBackend:
         body: dict[str, Any] = {"spec": {"replicas": int(desired)}}
         if resource_version:
             body["metadata"] = {"resourceVersion": resource_version}
-        self._call(f"scale {self.namespace}/{name} to {desired}",
-                   self.apps.patch_namespaced_deployment_scale, name, self.namespace, body,
-                   _content_type=MERGE_PATCH)  # fmt: skip
+        self._call(
+            f"scale {self.namespace}/{name} to {desired}",
+            self.apps.patch_namespaced_deployment_scale,
+            name,
+            self.namespace,
+            body,
+            _content_type=MERGE_PATCH,
+        )
 
     def mark_deletion_costs(self, model: str, workers: list[WorkerInfo]) -> int:
         """Annotate each pod whose cost changed; returns how many were patched."""
         selector = self.selectors.get(model, f"app=sluice-worker-{model}")
-        pods = self._call(f"list pods ({selector})", self.core.list_namespaced_pod,
-                          self.namespace, label_selector=selector)  # fmt: skip
+        pods = self._call(
+            f"list pods ({selector})",
+            self.core.list_namespaced_pod,
+            self.namespace,
+            label_selector=selector,
+        )
         by_pod, host_matched = workers_by_pod(workers)
         if host_matched:
             self._warn_host_match(host_matched)
@@ -177,8 +192,14 @@ class KubernetesBackend:
             # Unconditional (no resourceVersion): a pod's version moves with every
             # status change, and the cost is rewritten before each scale-down anyway.
             body = {"metadata": {"annotations": {DELETION_COST: cost}}}
-            self._call(f"annotate pod {pod_name}", self.core.patch_namespaced_pod,
-                       pod_name, self.namespace, body, _content_type=MERGE_PATCH)  # fmt: skip
+            self._call(
+                f"annotate pod {pod_name}",
+                self.core.patch_namespaced_pod,
+                pod_name,
+                self.namespace,
+                body,
+                _content_type=MERGE_PATCH,
+            )
             patched += 1
         return patched
 
@@ -190,8 +211,9 @@ class KubernetesBackend:
             "kubernetes: worker(s) %s publish no pod name; matching their pods by host "
             "name, which fails for hostNetwork pods and pod names over 63 characters. "
             "Set %s from metadata.name in the worker Deployment (docs/deploy.md).",
-            ", ".join(worker_ids[:5]), POD_NAME_ENV,
-        )  # fmt: skip
+            ", ".join(worker_ids[:5]),
+            POD_NAME_ENV,
+        )
 
     def tick(self, now_s: float) -> None:
         return None

@@ -65,9 +65,16 @@ def sluice_command() -> list[str]:
 class LocalBackend:
     name = "local"
 
-    def __init__(self, cfg: SluiceConfig, config_path: Path, redis_url: str, *,
-                 command: list[str] | None = None, log_dir: Path | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        cfg: SluiceConfig,
+        config_path: Path,
+        redis_url: str,
+        *,
+        command: list[str] | None = None,
+        log_dir: Path | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cfg, self.config_path, self.redis_url = cfg, config_path, redis_url
         self.command = command or sluice_command()
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-workers-"))
@@ -151,8 +158,16 @@ class LocalBackend:
             return False
         self._seq += 1
         wid = f"local-{os.getpid()}-{self._seq}"
-        args = [*self.command, "worker", "--config", str(self.config_path), "--model", model,
-                "--worker-id", wid]  # fmt: skip
+        args = [
+            *self.command,
+            "worker",
+            "--config",
+            str(self.config_path),
+            "--model",
+            model,
+            "--worker-id",
+            wid,
+        ]
         # The URL may hold a password: the environment, not argv (which `ps` shows).
         env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
         if device is not None:
@@ -160,16 +175,19 @@ class LocalBackend:
             args += ["--device", "cuda"]
         try:
             out = (self.log_dir / f"{wid}.log").open("ab")
-            proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)  # fmt: skip
+            proc = subprocess.Popen(
+                args, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         except OSError as e:
             log.error("local: cannot start a %s worker: %s", model, e)
             self.pool.release(device, need)
             return False
         self.models[model].workers.append(
-            LocalWorker(wid, model, proc, device, self.clock(), time.time(), out))
-        log.info("local: started %s worker %s (pid %d, device %s)", model, wid, proc.pid,
-                 device or "cpu")  # fmt: skip
+            LocalWorker(wid, model, proc, device, self.clock(), time.time(), out)
+        )
+        log.info(
+            "local: started %s worker %s (pid %d, device %s)", model, wid, proc.pid, device or "cpu"
+        )
         return True
 
     def _shrink(self, model: str, n: int) -> None:
@@ -204,11 +222,18 @@ class LocalBackend:
                 log.info("local: %s worker %s drained (exit %d)", model, w.id, code)
                 continue
             st.crashes += 1
-            backoff = min(self.cfg.autoscaler.restart_backoff_s * 2 ** (st.crashes - 1),
-                          self.cfg.autoscaler.restart_backoff_max_s)  # fmt: skip
+            backoff = min(
+                self.cfg.autoscaler.restart_backoff_s * 2 ** (st.crashes - 1),
+                self.cfg.autoscaler.restart_backoff_max_s,
+            )
             st.restarts_due.append(now + backoff)
-            log.warning("local: %s worker %s exited with %d; restarting in %.1f s",
-                        model, w.id, code, backoff)  # fmt: skip
+            log.warning(
+                "local: %s worker %s exited with %d; restarting in %.1f s",
+                model,
+                w.id,
+                code,
+                backoff,
+            )
         st.workers = keep
 
     def _maybe_kill(self, st: _ModelState, w: LocalWorker, now: float) -> None:
@@ -220,8 +245,11 @@ class LocalBackend:
         info = st.info.get(w.id)
         if info is not None and info.busy:
             return
-        log.warning("local: worker %s still running %.0f s after drain; killing",
-                    w.id, now - w.draining_since)  # fmt: skip
+        log.warning(
+            "local: worker %s still running %.0f s after drain; killing",
+            w.id,
+            now - w.draining_since,
+        )
         w.proc.kill()
 
     def _release(self, w: LocalWorker) -> None:

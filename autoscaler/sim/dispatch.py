@@ -115,8 +115,9 @@ def fifo_pick(heads: list[int | None], now: float) -> int:
     return min((j, b) for b, j in enumerate(heads) if j is not None)[1]
 
 
-def _pull(trace: Trace, svc: list[float], k: int, queue_of: list[int], n_queues: int,
-          pick: Pick) -> list[float]:  # fmt: skip
+def _pull(
+    trace: Trace, svc: list[float], k: int, queue_of: list[int], n_queues: int, pick: Pick
+) -> list[float]:
     """Work-conserving by construction: the earliest free worker takes the picked head
     at once if anything waits, else the next arrival the moment it comes. Identical
     workers make "which idle worker" irrelevant, so a heap of free times is the fleet."""
@@ -207,8 +208,11 @@ def run(strategy: str, trace: Trace, fleet: Fleet, seed: int = 0) -> Run:
     elif strategy == "pull-fifo":
         start = _pull(trace, svc, k, [0] * len(svc), 1, fifo_pick)
     else:
-        choose = {"round-robin": round_robin(k), "least-connections": least_connections(k),
-                  "power-of-two": power_of_two(k, seed)}[strategy]  # fmt: skip
+        choose = {
+            "round-robin": round_robin(k),
+            "least-connections": least_connections(k),
+            "power-of-two": power_of_two(k, seed),
+        }[strategy]
         start = _push(trace, svc, k, choose)
     finish = [s + d for s, d in zip(start, svc, strict=True)]
     return Run(strategy, trace, fleet, bucket, start, finish)

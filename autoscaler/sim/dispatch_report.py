@@ -41,8 +41,9 @@ def parse_strategies(spec: str) -> tuple[str, ...]:
     names = tuple(s.strip() for s in spec.split(",") if s.strip())
     bad = [s for s in names if s not in dispatch.STRATEGIES]
     if bad or not names:
-        raise ConfigError(f"--dispatch {spec!r}: use a comma-separated list of "
-                          f"{', '.join(dispatch.STRATEGIES)}")  # fmt: skip
+        raise ConfigError(
+            f"--dispatch {spec!r}: use a comma-separated list of {', '.join(dispatch.STRATEGIES)}"
+        )
     return names
 
 
@@ -61,8 +62,12 @@ def fleet_for(model: ModelConfig, replicas: int, service_rate: float | None) -> 
         raise ConfigError(f"--replicas {replicas}: need at least 1")
     if service_rate is not None and service_rate <= 0:
         raise ConfigError(f"--service-rate {service_rate}: must be > 0")
-    return Fleet(replicas, service_rate or default_service_rate(model), tuple(model.buckets),
-                 model.batching.overdue_factor)  # fmt: skip
+    return Fleet(
+        replicas,
+        service_rate or default_service_rate(model),
+        tuple(model.buckets),
+        model.batching.overdue_factor,
+    )
 
 
 def mixed_at(utilization: float, fleet: Fleet, jobs: int, seed: int) -> traces.Trace:
@@ -91,14 +96,18 @@ def summarize(r: Run, utilization: float) -> list[dict[str, Any]]:
         js = [j for j, jb in enumerate(r.bucket) if jb == b]
         w = sorted(r.wait_s(j) for j in js)
         e = sorted(r.e2e_s(j) for j in js)
-        out.append({
-            "utilization": round(utilization, 3), "strategy": r.strategy, "class": name,
-            "jobs": len(js),
-            "wait_p50_ms": round(1000 * percentile(w, 0.5), 1),
-            "wait_p99_ms": round(1000 * percentile(w, 0.99), 1),
-            "e2e_p50_ms": round(1000 * percentile(e, 0.5), 1),
-            "e2e_p99_ms": round(1000 * percentile(e, 0.99), 1),
-        })  # fmt: skip
+        out.append(
+            {
+                "utilization": round(utilization, 3),
+                "strategy": r.strategy,
+                "class": name,
+                "jobs": len(js),
+                "wait_p50_ms": round(1000 * percentile(w, 0.5), 1),
+                "wait_p99_ms": round(1000 * percentile(w, 0.99), 1),
+                "e2e_p50_ms": round(1000 * percentile(e, 0.5), 1),
+                "e2e_p99_ms": round(1000 * percentile(e, 0.99), 1),
+            }
+        )
     return out
 
 
@@ -134,16 +143,20 @@ def _ratio(v: float | None) -> str:
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    head = (f"{'util':>5} {'strategy':<18} {'class':<6} {'jobs':>6} {'wait p50':>9} "
-            f"{'wait p99':>9} {'e2e p50':>9} {'e2e p99':>9} {'RR/p99 wait':>11} "
-            f"{'RR/p99 e2e':>10}")  # fmt: skip
+    head = (
+        f"{'util':>5} {'strategy':<18} {'class':<6} {'jobs':>6} {'wait p50':>9} "
+        f"{'wait p99':>9} {'e2e p50':>9} {'e2e p99':>9} {'RR/p99 wait':>11} "
+        f"{'RR/p99 e2e':>10}"
+    )
     print(head)
     print("-" * len(head))
     for d in rows:
-        print(f"{d['utilization']:>5.2f} {d['strategy']:<18} {d['class']:<6} {d['jobs']:>6} "
-              f"{d['wait_p50_ms']:>7.0f}ms {d['wait_p99_ms']:>7.0f}ms "
-              f"{d['e2e_p50_ms']:>7.0f}ms {d['e2e_p99_ms']:>7.0f}ms "
-              f"{_ratio(d['wait_p99_vs_rr']):>11} {_ratio(d['e2e_p99_vs_rr']):>10}")  # fmt: skip
+        print(
+            f"{d['utilization']:>5.2f} {d['strategy']:<18} {d['class']:<6} {d['jobs']:>6} "
+            f"{d['wait_p50_ms']:>7.0f}ms {d['wait_p99_ms']:>7.0f}ms "
+            f"{d['e2e_p50_ms']:>7.0f}ms {d['e2e_p99_ms']:>7.0f}ms "
+            f"{_ratio(d['wait_p99_vs_rr']):>11} {_ratio(d['e2e_p99_vs_rr']):>10}"
+        )
 
 
 def dispatch_cmd(model: ModelConfig, setup: Setup, service_rate: float | None) -> dict[str, Any]:
@@ -156,10 +169,19 @@ def dispatch_cmd(model: ModelConfig, setup: Setup, service_rate: float | None) -
     print_table(rows)
     sys.stdout.flush()  # the table before the stderr footer when both go to a terminal
     took = time.perf_counter() - t0
-    print(f"({len(rows)} rows in {took:.1f} s; {fleet.replicas} workers at "
-          f"{fleet.service_rate:g} units/s; RR/p99 = round-robin's p99 / this one's)",
-          file=sys.stderr)  # fmt: skip
-    return {"trace": setup.trace, "replicas": fleet.replicas,
-            "service_rate_cost_per_s": fleet.service_rate, "buckets": list(fleet.buckets),
-            "overdue_factor": fleet.overdue_factor, "jobs_per_trace": setup.jobs,
-            "seed": setup.seed, "seconds": round(took, 1), "results": rows}  # fmt: skip
+    print(
+        f"({len(rows)} rows in {took:.1f} s; {fleet.replicas} workers at "
+        f"{fleet.service_rate:g} units/s; RR/p99 = round-robin's p99 / this one's)",
+        file=sys.stderr,
+    )
+    return {
+        "trace": setup.trace,
+        "replicas": fleet.replicas,
+        "service_rate_cost_per_s": fleet.service_rate,
+        "buckets": list(fleet.buckets),
+        "overdue_factor": fleet.overdue_factor,
+        "jobs_per_trace": setup.jobs,
+        "seed": setup.seed,
+        "seconds": round(took, 1),
+        "results": rows,
+    }

@@ -32,9 +32,12 @@ def pick_model(models: dict[str, ModelConfig], name: str | None) -> tuple[str, M
 
 
 def run_trace(
-    trace: traces.Trace, model: ModelConfig, policies: list[str],
-    service_rate: float | None = None, cold_start_s: float | None = None,
-) -> list[SimResult]:  # fmt: skip
+    trace: traces.Trace,
+    model: ModelConfig,
+    policies: list[str],
+    service_rate: float | None = None,
+    cold_start_s: float | None = None,
+) -> list[SimResult]:
     """The oracle first, then each policy, all from the same warm start."""
     p = model.autoscaling
     mu = service_rate or default_service_rate(model)
@@ -63,15 +66,19 @@ def rows(results: list[SimResult]) -> list[dict[str, Any]]:
 
 
 def print_table(all_rows: list[dict[str, Any]]) -> None:
-    head = (f"{'trace':<11} {'policy':<14} {'jobs':>7} {'SLO met':>8} {'p99 wait':>9} "
-            f"{'replica-s':>10} {'vs oracle':>9} {'events':>6} {'flaps':>5} {'peak':>4}")
+    head = (
+        f"{'trace':<11} {'policy':<14} {'jobs':>7} {'SLO met':>8} {'p99 wait':>9} "
+        f"{'replica-s':>10} {'vs oracle':>9} {'events':>6} {'flaps':>5} {'peak':>4}"
+    )
     print(head)
     print("-" * len(head))
     for d in all_rows:
-        print(f"{d['trace']:<11} {d['policy']:<14} {d['jobs']:>7} "
-              f"{100 * d['slo_attainment']:>7.2f}% {d['p99_wait_ms']:>7.0f}ms "
-              f"{d['replica_seconds']:>10.0f} {d['replica_seconds_vs_oracle']:>8.2f}x "
-              f"{d['scale_events']:>6} {d['flaps']:>5} {d['max_replicas']:>4}")  # fmt: skip
+        print(
+            f"{d['trace']:<11} {d['policy']:<14} {d['jobs']:>7} "
+            f"{100 * d['slo_attainment']:>7.2f}% {d['p99_wait_ms']:>7.0f}ms "
+            f"{d['replica_seconds']:>10.0f} {d['replica_seconds_vs_oracle']:>8.2f}x "
+            f"{d['scale_events']:>6} {d['flaps']:>5} {d['max_replicas']:>4}"
+        )
 
 
 def plot(results: list[SimResult], path: Path) -> None:
@@ -98,9 +105,14 @@ def plot(results: list[SimResult], path: Path) -> None:
     print(f"wrote {path}", file=sys.stderr)
 
 
-def simulate_cmd(model: ModelConfig, trace_spec: str, policies: list[str],
-                 service_rate: float | None, cold_start_s: float | None,
-                 plot_path: Path | None) -> dict[str, Any]:  # fmt: skip
+def simulate_cmd(
+    model: ModelConfig,
+    trace_spec: str,
+    policies: list[str],
+    service_rate: float | None,
+    cold_start_s: float | None,
+    plot_path: Path | None,
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     trace = traces.resolve(trace_spec)
     results = run_trace(trace, model, policies, service_rate, cold_start_s)
@@ -110,12 +122,16 @@ def simulate_cmd(model: ModelConfig, trace_spec: str, policies: list[str],
         plot(results, plot_path)
     took = time.perf_counter() - t0
     print(f"({len(results)} runs in {took:.1f} s)", file=sys.stderr)
-    return {"trace": trace.name, "results": table,
-            "oracle_replica_seconds": results[0].replica_seconds}  # fmt: skip
+    return {
+        "trace": trace.name,
+        "results": table,
+        "oracle_replica_seconds": results[0].replica_seconds,
+    }
 
 
-def bench_cmd(model: ModelConfig, trace_specs: list[str], policies: list[str],
-              cold_start_s: float | None) -> dict[str, Any]:  # fmt: skip
+def bench_cmd(
+    model: ModelConfig, trace_specs: list[str], policies: list[str], cold_start_s: float | None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     all_rows: list[dict[str, Any]] = []
     for spec in trace_specs:
@@ -123,5 +139,8 @@ def bench_cmd(model: ModelConfig, trace_specs: list[str], policies: list[str],
     print_table(all_rows)
     took = time.perf_counter() - t0
     print(f"({len(all_rows)} runs in {took:.1f} s)", file=sys.stderr)
-    return {"results": all_rows, "seconds": round(took, 1),
-            "policy": model.autoscaling.model_dump()}  # fmt: skip
+    return {
+        "results": all_rows,
+        "seconds": round(took, 1),
+        "policy": model.autoscaling.model_dump(),
+    }

@@ -89,8 +89,15 @@ class _Fleet:
 
 
 class _Sim:
-    def __init__(self, trace: Trace, ctl: Controller, policy: AutoscalingConfig,
-                 service_rate: float, cold_start_s: float, initial: int) -> None:  # fmt: skip
+    def __init__(
+        self,
+        trace: Trace,
+        ctl: Controller,
+        policy: AutoscalingConfig,
+        service_rate: float,
+        cold_start_s: float,
+        initial: int,
+    ) -> None:
         self.trace, self.ctl, self.p = trace, ctl, policy
         self.mu, self.cold_s = service_rate, cold_start_s
         self.fleet = _Fleet(idle=list(range(initial)), next_id=initial)
@@ -129,14 +136,20 @@ class _Sim:
         ready = len(f.idle) + len(f.busy) - len(f.draining)
         oldest = (t - self.trace.times_s[self.queue[0]]) * 1000.0 if self.queue else 0.0
         return Observation(
-            current=f.current, ready=ready, starting=len(f.starting), draining=len(f.draining),
-            queued=len(self.queue), queued_cost=max(0.0, self.queued_cost),
-            in_flight=len(f.busy), arrival_rate_cost=_rate(self.window_cost, span, t),
+            current=f.current,
+            ready=ready,
+            starting=len(f.starting),
+            draining=len(f.draining),
+            queued=len(self.queue),
+            queued_cost=max(0.0, self.queued_cost),
+            in_flight=len(f.busy),
+            arrival_rate_cost=_rate(self.window_cost, span, t),
             arrival_rate_cost_recent=_rate(self.recent_cost, short, t),
             service_rate=self.mu if ready > 0 else None,
-            p99_wait_ms=waits.quantile_ms(counts) if counts else None, oldest_wait_ms=oldest,
+            p99_wait_ms=waits.quantile_ms(counts) if counts else None,
+            oldest_wait_ms=oldest,
             cold_start_s=self.cold_s if f.next_id > 0 else None,
-        )  # fmt: skip
+        )
 
     def tick(self, t: float) -> None:
         obs = self.observe(t)
@@ -176,8 +189,13 @@ class _Sim:
             t_done = f.busy[0][0] if f.busy else math.inf
             t_ready = f.starting[0][0] if f.starting else math.inf
             t = min(t_arr, t_done, t_ready, next_tick)
-            if t > end or (i >= n and not self.queue and not f.busy and t == next_tick
-                           and t > self.trace.duration_s):  # fmt: skip
+            if t > end or (
+                i >= n
+                and not self.queue
+                and not f.busy
+                and t == next_tick
+                and t > self.trace.duration_s
+            ):
                 break
             self.replica_s += f.alive * (t - t_prev)
             t_prev = t
@@ -208,8 +226,14 @@ def _flaps(events: list[int]) -> int:
     return sum(1 for a, b in zip(events, events[1:], strict=False) if a != b)
 
 
-def simulate(trace: Trace, ctl: Controller, policy: AutoscalingConfig, service_rate: float,
-             cold_start_s: float, initial: int) -> SimResult:  # fmt: skip
+def simulate(
+    trace: Trace,
+    ctl: Controller,
+    policy: AutoscalingConfig,
+    service_rate: float,
+    cold_start_s: float,
+    initial: int,
+) -> SimResult:
     """Run one controller over one trace; waits are judged against the policy's SLO."""
     sim = _Sim(trace, ctl, policy, service_rate, cold_start_s, initial)
     sim.run()
@@ -219,12 +243,18 @@ def simulate(trace: Trace, ctl: Controller, policy: AutoscalingConfig, service_r
     met = sum(1 for w in ws if w <= slo_s)
     p99 = ws[min(n - 1, math.ceil(0.99 * n) - 1)] * 1000.0 if n else 0.0
     return SimResult(
-        policy=ctl.name, trace=trace.name, jobs=n, slo_attainment=met / n if n else 1.0,
-        p99_wait_ms=round(p99, 1), mean_wait_ms=round(1000.0 * sum(ws) / n, 1) if n else 0.0,
-        replica_seconds=round(sim.replica_s, 1), scale_events=len(sim.events),
-        flaps=_flaps(sim.events), max_replicas=max((x[1] for x in sim.timeline), default=initial),
+        policy=ctl.name,
+        trace=trace.name,
+        jobs=n,
+        slo_attainment=met / n if n else 1.0,
+        p99_wait_ms=round(p99, 1),
+        mean_wait_ms=round(1000.0 * sum(ws) / n, 1) if n else 0.0,
+        replica_seconds=round(sim.replica_s, 1),
+        scale_events=len(sim.events),
+        flaps=_flaps(sim.events),
+        max_replicas=max((x[1] for x in sim.timeline), default=initial),
         timeline=sim.timeline,
-    )  # fmt: skip
+    )
 
 
 def _rate_estimate(trace: Trace) -> Any:
@@ -248,8 +278,9 @@ def _rate_estimate(trace: Trace) -> Any:
     return est
 
 
-def oracle(trace: Trace, policy: AutoscalingConfig, service_rate: float,
-           cold_start_s: float) -> Oracle:  # fmt: skip
+def oracle(
+    trace: Trace, policy: AutoscalingConfig, service_rate: float, cold_start_s: float
+) -> Oracle:
     """Perfect foresight at the policy's target utilisation: at each tick, the replicas
     the highest rate between now and one cold start (plus a period) ahead needs, so a
     new replica is ready when the load arrives; no hysteresis beyond that."""

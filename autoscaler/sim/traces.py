@@ -56,22 +56,40 @@ def poisson(
     return Trace(name, times, costs, duration_s, rate, _mean_cost())
 
 
-def step(base: float = 30.0, factor: float = 2.0, at_s: float = 600.0,
-         duration_s: float = 1800.0, seed: int = 1) -> Trace:  # fmt: skip
+def step(
+    base: float = 30.0,
+    factor: float = 2.0,
+    at_s: float = 600.0,
+    duration_s: float = 1800.0,
+    seed: int = 1,
+) -> Trace:
     """Load doubles at 10 min and stays."""
-    return poisson("step", lambda t: base * (factor if t >= at_s else 1.0),
-                   base * factor, duration_s, seed)  # fmt: skip
+    return poisson(
+        "step", lambda t: base * (factor if t >= at_s else 1.0), base * factor, duration_s, seed
+    )
 
 
-def spike(base: float = 30.0, factor: float = 3.0, at_s: float = 600.0, length_s: float = 60.0,
-          duration_s: float = 1800.0, seed: int = 2) -> Trace:  # fmt: skip
+def spike(
+    base: float = 30.0,
+    factor: float = 3.0,
+    at_s: float = 600.0,
+    length_s: float = 60.0,
+    duration_s: float = 1800.0,
+    seed: int = 2,
+) -> Trace:
     """A 60 s burst at three times the base rate."""
-    return poisson("spike", lambda t: base * (factor if at_s <= t < at_s + length_s else 1.0),
-                   base * factor, duration_s, seed)  # fmt: skip
+    return poisson(
+        "spike",
+        lambda t: base * (factor if at_s <= t < at_s + length_s else 1.0),
+        base * factor,
+        duration_s,
+        seed,
+    )
 
 
-def diurnal(peak: float = 40.0, trough_share: float = 0.1, duration_s: float = 3600.0,
-            seed: int = 3) -> Trace:  # fmt: skip
+def diurnal(
+    peak: float = 40.0, trough_share: float = 0.1, duration_s: float = 3600.0, seed: int = 3
+) -> Trace:
     """A day compressed into an hour: trough at both ends, peak in the middle."""
     lo = trough_share
 
@@ -81,8 +99,13 @@ def diurnal(peak: float = 40.0, trough_share: float = 0.1, duration_s: float = 3
     return poisson("diurnal", rate, peak, duration_s, seed)
 
 
-def noisy(base: float = 30.0, noise: float = 0.2, change_s: float = 10.0,
-          duration_s: float = 1800.0, seed: int = 4) -> Trace:  # fmt: skip
+def noisy(
+    base: float = 30.0,
+    noise: float = 0.2,
+    change_s: float = 10.0,
+    duration_s: float = 1800.0,
+    seed: int = 4,
+) -> Trace:
     """Steady on average; the rate jumps by up to +-20% every 10 s on top of Poisson noise."""
     rng = random.Random(seed * 7919)
     n = int(duration_s / change_s) + 1
@@ -94,8 +117,14 @@ def noisy(base: float = 30.0, noise: float = 0.2, change_s: float = 10.0,
     return poisson("noisy", rate, base * (1 + noise), duration_s, seed)
 
 
-def mixed(rate: float = 80.0, duration_s: float = 1800.0, short_cost: float = 24.0,
-          long_factor: float = 10.0, long_share: float = 0.1, seed: int = 5) -> Trace:  # fmt: skip
+def mixed(
+    rate: float = 80.0,
+    duration_s: float = 1800.0,
+    short_cost: float = 24.0,
+    long_factor: float = 10.0,
+    long_share: float = 0.1,
+    seed: int = 5,
+) -> Trace:
     """Steady Poisson arrivals of two sizes: 90% short jobs, 10% ten times longer
     (the dispatch benchmark's load; 24 and 240 units land in buckets 32 and 512)."""
     rng = random.Random(seed)

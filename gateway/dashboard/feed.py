@@ -78,14 +78,21 @@ def history_reads(model: str, now_s: float) -> tuple[list[int], Call[list[Any]]]
     return starts, _many(cmds)
 
 
-def _signals(cfg: ModelConfig, stats: QueueStats, workers: list[WorkerInfo],
-             wait: dict[str, Any], rates: dict[str, float] | None,
-             samples: deque[view.CounterSample]) -> Signals:  # fmt: skip
+def _signals(
+    cfg: ModelConfig,
+    stats: QueueStats,
+    workers: list[WorkerInfo],
+    wait: dict[str, Any],
+    rates: dict[str, float] | None,
+    samples: deque[view.CounterSample],
+) -> Signals:
     return Signals(
-        queued=stats.queued, in_flight=stats.in_flight,
+        queued=stats.queued,
+        in_flight=stats.in_flight,
         ready=sum(1 for w in workers if w.state == "ready"),
         starting=sum(1 for w in workers if w.state == "starting"),
-        p99_wait_ms=wait["p99_ms"], slo_ms=cfg.autoscaling.p99_wait_slo_ms,
+        p99_wait_ms=wait["p99_ms"],
+        slo_ms=cfg.autoscaling.p99_wait_slo_ms,
         arrived_per_s=rates["arrived"] if rates else None,
         succeeded_per_s=rates["succeeded"] if rates else None,
         queue_growth=view.growth(samples),
@@ -100,10 +107,16 @@ class DashboardFeed:
     """The JSON the page polls, cached and refreshed by one task at a time."""
 
     def __init__(
-        self, r: aioredis.Redis, models: dict[str, ModelConfig], call: RedisGate, *,
-        poll_s: float = 1.0, cache: bool = True, clock: Callable[[], float] = time.monotonic,
+        self,
+        r: aioredis.Redis,
+        models: dict[str, ModelConfig],
+        call: RedisGate,
+        *,
+        poll_s: float = 1.0,
+        cache: bool = True,
+        clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.redis = r
         self.models = models
         self.ops = QueueOps(models)
@@ -172,10 +185,12 @@ class DashboardFeed:
         if not missing:
             return
         calls = [
-            Call(lambda r: dict(zip(DEAD_FIELDS, r[0], strict=True)),
-                 commands=[("HMGET", keys.job_key(m, jid), *DEAD_FIELDS)])
+            Call(
+                lambda r: dict(zip(DEAD_FIELDS, r[0], strict=True)),
+                commands=[("HMGET", keys.job_key(m, jid), *DEAD_FIELDS)],
+            )
             for m, jid in missing
-        ]  # fmt: skip
+        ]
         replies = await self.call(run_reads(self.redis, calls))
         for (_, jid), fields in zip(missing, replies, strict=True):
             self._dead[jid] = {k: v for k, v in fields.items() if v is not None}
@@ -197,10 +212,11 @@ class DashboardFeed:
             "handler": cfg.handler,
             "slo_wait_ms": cfg.autoscaling.p99_wait_slo_ms,
             "max_batch": cfg.batching.max_batch,
-            "replicas": {"min": cfg.autoscaling.min_replicas,
-                         "max": cfg.autoscaling.max_replicas},  # fmt: skip
-            "buckets": [{"bucket": b.bucket, "queued": b.queued, "queued_cost": b.queued_cost}
-                        for b in stats.buckets],  # fmt: skip
+            "replicas": {"min": cfg.autoscaling.min_replicas, "max": cfg.autoscaling.max_replicas},
+            "buckets": [
+                {"bucket": b.bucket, "queued": b.queued, "queued_cost": b.queued_cost}
+                for b in stats.buckets
+            ],
             "queued": stats.queued,
             "queued_cost": stats.queued_cost,
             "in_flight": stats.in_flight,

@@ -17,8 +17,13 @@ from gateway.dashboard.feed import DashboardFeed
 from gateway.state import GatewayState
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
-MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml",
-               ".html": "text/html", ".md": "text/plain"}  # fmt: skip
+MEDIA_TYPES = {
+    ".js": "text/javascript",
+    ".css": "text/css",
+    ".svg": "image/svg+xml",
+    ".html": "text/html",
+    ".md": "text/plain",
+}
 NO_STORE = {"Cache-Control": "no-store"}
 
 router = APIRouter(prefix="/dashboard", tags=["dashboard"], include_in_schema=False)
@@ -29,31 +34,38 @@ def feed_of(request: Request) -> DashboardFeed:
     feed: DashboardFeed | None = getattr(request.app.state, "dashboard_feed", None)
     if feed is None:
         st: GatewayState = request.app.state.gateway
-        feed = DashboardFeed(st.redis, dict(st.cfg.models), st.call,
-                             poll_s=st.gw.stats_refresh_s)  # fmt: skip
+        feed = DashboardFeed(st.redis, dict(st.cfg.models), st.call, poll_s=st.gw.stats_refresh_s)
         request.app.state.dashboard_feed = feed
     return feed
 
 
 # Every asset is served from here: nothing external may load or be sent. Sent with
 # every file, so the page reached as /dashboard/static/index.html has it too.
-CSP = ("default-src 'self'; style-src 'self' 'unsafe-inline'; "
-       "img-src 'self' data:; connect-src 'self'")  # fmt: skip
+CSP = (
+    "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'"
+)
 
 
 @router.get("", response_class=HTMLResponse)
 async def page() -> HTMLResponse:
-    return HTMLResponse((STATIC_DIR / "index.html").read_text(), headers={
-        "Cache-Control": "no-cache", "Content-Security-Policy": CSP,
-    })  # fmt: skip
+    return HTMLResponse(
+        (STATIC_DIR / "index.html").read_text(),
+        headers={
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": CSP,
+        },
+    )
 
 
 @router.get("/static/{path:path}")
 async def static(path: str) -> FileResponse:
     """A file of the package's static folder; anything else (or outside it) is 404."""
     target = (STATIC_DIR / path).resolve()
-    if (not target.is_relative_to(STATIC_DIR) or not target.is_file()
-            or target.suffix not in MEDIA_TYPES):  # fmt: skip
+    if (
+        not target.is_relative_to(STATIC_DIR)
+        or not target.is_file()
+        or target.suffix not in MEDIA_TYPES
+    ):
         raise HTTPException(404, f"no dashboard asset {path!r}")
     # Vendored files live in a versioned folder, so they can be cached for long.
     cache = "public, max-age=86400" if "/vendor/" in target.as_posix() else "no-cache"

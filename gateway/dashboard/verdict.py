@@ -40,20 +40,24 @@ def _ms(x: float) -> str:
 def verdict(s: Signals) -> Verdict:
     if s.queued > 0 and s.ready == 0:
         if s.starting:
-            return Verdict("warn", "Starting workers",
-                           f"{s.queued} queued, {s.starting} starting, none ready yet")  # fmt: skip
+            return Verdict(
+                "warn",
+                "Starting workers",
+                f"{s.queued} queued, {s.starting} starting, none ready yet",
+            )
         return Verdict("bad", "No workers", f"{s.queued} queued and no worker ready or starting")
     if s.p99_wait_ms is not None and s.p99_wait_ms > s.slo_ms:
         why = f"p99 queue wait {_ms(s.p99_wait_ms)} over the {_ms(s.slo_ms)} SLO"
         return Verdict("bad", "SLO breach", why)
     arrived, done = s.arrived_per_s, s.succeeded_per_s
     if (s.queue_growth or 0) > 0 and arrived and done is not None and arrived > BEHIND_RATIO * done:
-        return Verdict("warn", "Falling behind",
-                       f"{arrived:.1f}/s arriving, {done:.1f}/s completed, "
-                       f"queue +{s.queue_growth} in 10 s")  # fmt: skip
+        return Verdict(
+            "warn",
+            "Falling behind",
+            f"{arrived:.1f}/s arriving, {done:.1f}/s completed, queue +{s.queue_growth} in 10 s",
+        )
     if s.queued == 0 and s.in_flight == 0 and not arrived:
         return Verdict("idle", "Idle", "nothing queued, running or arriving")
     if s.p99_wait_ms is None:
         return Verdict("ok", "Keeping up", "no job waited to be claimed lately")
-    return Verdict("ok", "Keeping up",
-                   f"p99 queue wait {_ms(s.p99_wait_ms)}, SLO {_ms(s.slo_ms)}")  # fmt: skip
+    return Verdict("ok", "Keeping up", f"p99 queue wait {_ms(s.p99_wait_ms)}, SLO {_ms(s.slo_ms)}")

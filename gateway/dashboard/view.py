@@ -18,8 +18,16 @@ from sluice.waits import BOUNDS_MS, merge
 
 RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live
 GROWTH_SPAN_S = 10.0  # "is the queue growing" looks this far back
-COUNTERS = ("arrived", "succeeded", "failed", "expired", "cancelled", "retried",
-            "arrived_cost", "completed_cost")  # fmt: skip
+COUNTERS = (
+    "arrived",
+    "succeeded",
+    "failed",
+    "expired",
+    "cancelled",
+    "retried",
+    "arrived_cost",
+    "completed_cost",
+)
 
 
 def quantile_ms(counts: list[int], q: float) -> float | None:
@@ -47,8 +55,11 @@ def quantile_ms(counts: list[int], q: float) -> float | None:
 def latency(hists: list[Mapping[str, Any]]) -> dict[str, Any]:
     """p50/p99 and the sample count of histogram hashes summed."""
     counts = merge(hists)
-    return {"p50_ms": quantile_ms(counts, 0.5), "p99_ms": quantile_ms(counts, 0.99),
-            "count": sum(counts)}  # fmt: skip
+    return {
+        "p50_ms": quantile_ms(counts, 0.5),
+        "p99_ms": quantile_ms(counts, 0.99),
+        "count": sum(counts),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +83,9 @@ def rates(samples: deque[CounterSample], span_s: float = RATE_SPAN_S) -> dict[st
     dt = last.t_s - base.t_s
     if dt <= 0:
         return None
-    return {k: round(max(0, last.values.get(k, 0) - base.values.get(k, 0)) / dt, 2)
-            for k in COUNTERS}  # fmt: skip
+    return {
+        k: round(max(0, last.values.get(k, 0) - base.values.get(k, 0)) / dt, 2) for k in COUNTERS
+    }
 
 
 def growth(samples: deque[CounterSample], span_s: float = GROWTH_SPAN_S) -> int | None:
@@ -93,13 +105,22 @@ def add_sample(samples: deque[CounterSample], sample: CounterSample, keep_s: flo
 
 def worker_row(w: WorkerInfo, now_s: float) -> dict[str, Any]:
     return {
-        "id": w.id, "state": w.state, "device": w.device, "host": w.host, "pid": w.pid,
-        "busy": w.busy, "held": int(w.extra.get("held", 0) or 0), "batch_size": w.batch_size,
-        "service_rate": round(w.service_rate, 1), "jobs": w.jobs, "batches": w.batches,
-        "failures": w.failures, "buckets": w.buckets,
+        "id": w.id,
+        "state": w.state,
+        "device": w.device,
+        "host": w.host,
+        "pid": w.pid,
+        "busy": w.busy,
+        "held": int(w.extra.get("held", 0) or 0),
+        "batch_size": w.batch_size,
+        "service_rate": round(w.service_rate, 1),
+        "jobs": w.jobs,
+        "batches": w.batches,
+        "failures": w.failures,
+        "buckets": w.buckets,
         "age_s": round(max(0.0, now_s - w.started_at), 1),
         "heartbeat_age_s": round(max(0.0, now_s - w.heartbeat_at), 1) if w.heartbeat_at else None,
-    }  # fmt: skip
+    }
 
 
 def workers_view(workers: list[WorkerInfo], now_s: float) -> dict[str, Any]:
@@ -131,8 +152,19 @@ def autoscaler_view(state: Mapping[str, str], log: list[str], now_s: float) -> d
     return {"latest": latest, "decisions": decisions}
 
 
-NUMERIC = frozenset(("at_ms", "current", "desired", "needed", "ready", "starting", "queued",
-                     "p99_wait_ms", "period_s"))
+NUMERIC = frozenset(
+    (
+        "at_ms",
+        "current",
+        "desired",
+        "needed",
+        "ready",
+        "starting",
+        "queued",
+        "p99_wait_ms",
+        "period_s",
+    )
+)
 
 
 def _number(v: str) -> float | None:
@@ -157,20 +189,25 @@ def dead_letter_rows(ids: list[str], hashes: Sequence[Mapping[str, str]]) -> lis
             err = {"message": h.get("error")}
         if not isinstance(err, dict):
             err = {"message": str(err)}
-        rows.append({
-            "id": job_id, "type": str(err.get("type") or "error"),
-            "message": str(err.get("message") or "")[:300],
-            "at_ms": int(h["fin"]) if h.get("fin", "").isdigit() else None,
-            "attempts": int(h["att"]) if h.get("att", "").isdigit() else None,
-            "bucket": h.get("bucket"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "id": job_id,
+                "type": str(err.get("type") or "error"),
+                "message": str(err.get("message") or "")[:300],
+                "at_ms": int(h["fin"]) if h.get("fin", "").isdigit() else None,
+                "attempts": int(h["att"]) if h.get("att", "").isdigit() else None,
+                "bucket": h.get("bucket"),
+            }
+        )
     return rows
 
 
 def history_points(
-    windows: list[int], wait: list[Mapping[str, Any]], e2e: list[Mapping[str, Any]],
+    windows: list[int],
+    wait: list[Mapping[str, Any]],
+    e2e: list[Mapping[str, Any]],
     window_s: float,
-) -> list[dict[str, Any]]:  # fmt: skip
+) -> list[dict[str, Any]]:
     """One point per finished histogram window (its middle): latency percentiles and
     completions per second. Windows with no sample at all are left out."""
     points = []
@@ -178,9 +215,14 @@ def history_points(
         lw, le = latency([w]), latency([e])
         if not lw["count"] and not le["count"]:
             continue
-        points.append({
-            "t_s": start + window_s / 2, "wait_p50_ms": lw["p50_ms"], "wait_p99_ms": lw["p99_ms"],
-            "e2e_p50_ms": le["p50_ms"], "e2e_p99_ms": le["p99_ms"],
-            "succeeded_per_s": round(le["count"] / window_s, 2),
-        })  # fmt: skip
+        points.append(
+            {
+                "t_s": start + window_s / 2,
+                "wait_p50_ms": lw["p50_ms"],
+                "wait_p99_ms": lw["p99_ms"],
+                "e2e_p50_ms": le["p50_ms"],
+                "e2e_p99_ms": le["p99_ms"],
+                "succeeded_per_s": round(le["count"] / window_s, 2),
+            }
+        )
     return points

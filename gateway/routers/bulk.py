@@ -20,21 +20,25 @@ BulkId = Annotated[str, Path(description="The id the upload returned.", max_leng
 UPLOAD_DOC = {
     "requestBody": {
         "required": True,
-        "description": "JSONL: one JSON object a line, `{\"input\": ..., \"custom_id\": \"...\"}`"
-                       " (custom_id optional). A bad line fails alone, in the output.",
+        "description": 'JSONL: one JSON object a line, `{"input": ..., "custom_id": "..."}`'
+        " (custom_id optional). A bad line fails alone, in the output.",
         # Every media type the upload accepts (x-ndjson first): a client or fuzzer that
         # cannot send one of them (schemathesis has no x-ndjson) can send another.
-        "content": {t: {"schema": {"type": "string", "format": "binary"}}
-                    for t in sorted(MEDIA_TYPES, key=lambda t: (t != "application/x-ndjson", t))},
+        "content": {
+            t: {"schema": {"type": "string", "format": "binary"}}
+            for t in sorted(MEDIA_TYPES, key=lambda t: (t != "application/x-ndjson", t))
+        },
     },
-}  # fmt: skip
+}
 
 
 @router.post(
-    "/models/{model}/bulk", status_code=202, response_class=Json,
+    "/models/{model}/bulk",
+    status_code=202,
+    response_class=Json,
     responses={202: {"model": BulkView}, **errors(401, 404, 413, 415, 422, 503)},
     openapi_extra=UPLOAD_DOC,
-)  # fmt: skip
+)
 async def submit_bulk(model: ModelName, request: Request, st: State, key: Caller) -> Json:
     """Run every line of a JSONL file through the model in the headroom left by
     interactive traffic; answers at once with the bulk job (follow GET /v1/bulk/{id})."""
@@ -45,9 +49,10 @@ async def submit_bulk(model: ModelName, request: Request, st: State, key: Caller
 
 
 @router.get(
-    "/bulk/{bulk_id}", response_class=Json,
+    "/bulk/{bulk_id}",
+    response_class=Json,
     responses={200: {"model": BulkView}, **errors(401, 404, 422, 503)},
-)  # fmt: skip
+)
 async def get_bulk(bulk_id: BulkId, st: State, key: Caller) -> Json:
     """State, counts done / failed / total, rate and ETA."""
     rec = await bulk_service.get(st, bulk_id, key.name if key else None)
@@ -55,13 +60,16 @@ async def get_bulk(bulk_id: BulkId, st: State, key: Caller) -> Json:
 
 
 @router.get(
-    "/bulk/{bulk_id}/output", response_class=StreamingResponse,
+    "/bulk/{bulk_id}/output",
+    response_class=StreamingResponse,
     responses={
-        200: {"content": {"application/x-ndjson": {}},
-              "description": "One line per input line, in input order."},
+        200: {
+            "content": {"application/x-ndjson": {}},
+            "description": "One line per input line, in input order.",
+        },
         **errors(401, 404, 409, 422, 503),
     },
-)  # fmt: skip
+)
 async def get_bulk_output(bulk_id: BulkId, st: State, key: Caller) -> StreamingResponse:
     """The output (JSONL): per input line, its ``line`` number, ``custom_id``, ``status``
     and ``result`` or ``error``; 409 until the bulk job has ended."""
@@ -69,19 +77,22 @@ async def get_bulk_output(bulk_id: BulkId, st: State, key: Caller) -> StreamingR
     if not rec.ended:
         raise JobConflict(
             f"bulk job {bulk_id!r} is {rec.state} ({rec.done} of {rec.total} lines done); "
-            "its output is ready when it has ended", rec.state,
-        )  # fmt: skip
+            "its output is ready when it has ended",
+            rec.state,
+        )
     name = f"{bulk_id}.jsonl"
     return StreamingResponse(
-        bulk_service.output(st, rec), media_type="application/x-ndjson",
+        bulk_service.output(st, rec),
+        media_type="application/x-ndjson",
         headers={"Content-Disposition": f'attachment; filename="{name}"'},
-    )  # fmt: skip
+    )
 
 
 @router.delete(
-    "/bulk/{bulk_id}", response_model=None,
+    "/bulk/{bulk_id}",
+    response_model=None,
     responses={200: {"model": BulkCancelResult}, **errors(401, 404, 409, 422, 503)},
-)  # fmt: skip
+)
 async def cancel_bulk(bulk_id: BulkId, st: State, key: Caller) -> dict[str, Any]:
     """Stop feeding: lines that have ended keep their output, the rest (queued or
     running) are cancelled; 409 if it had ended."""

@@ -29,16 +29,19 @@ async def readyz(st: State) -> Any:
     ok = redis_ok and subscribed and not closing
     body = {
         "status": "ready" if ok else "not_ready",
-        "redis": redis_ok, "completions_subscribed": subscribed, "shutting_down": closing,
+        "redis": redis_ok,
+        "completions_subscribed": subscribed,
+        "shutting_down": closing,
         "models": sorted(st.cfg.models),
-    }  # fmt: skip
+    }
     if ok:
         return body
     why = "shutting down" if closing else "Redis is not answering"
     return JSONResponse(
         {"error": {"type": "not_ready", "message": why}, **body},
-        status_code=503, headers={"Retry-After": "1"},
-    )  # fmt: skip
+        status_code=503,
+        headers={"Retry-After": "1"},
+    )
 
 
 @router.get("/metrics", response_class=Response)

@@ -29,10 +29,12 @@ JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_
 
 
 @router.post(
-    "/models/{model}/jobs", status_code=202, response_class=Json,
+    "/models/{model}/jobs",
+    status_code=202,
+    response_class=Json,
     responses={202: {"model": JobAccepted}, **errors(401, 403, 404, 413, 415, 422, 429, 503)},
     openapi_extra=IDEMPOTENCY_DOC,
-)  # fmt: skip
+)
 async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Json:
     """Queue one job; answers at once with its id (poll or long-poll GET /v1/jobs/{id})."""
     # The hot path: the state and the header are read directly and the response is
@@ -50,13 +52,19 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Js
 
 
 @router.post(
-    "/models/{model}/jobs/batch", status_code=202, response_model=None,
+    "/models/{model}/jobs/batch",
+    status_code=202,
+    response_model=None,
     responses={202: {"model": BatchAccepted}, **errors(401, 403, 404, 413, 415, 422, 429, 503)},
-)  # fmt: skip
+)
 async def submit_batch(
-    model: ModelName, body: BatchRequest, st: State, response: Response, key: Caller,
+    model: ModelName,
+    body: BatchRequest,
+    st: State,
+    response: Response,
+    key: Caller,
     idempotency_key: IdempotencyKey = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Queue many jobs in one Redis round trip (all or none); ids in input order."""
     if len(body.inputs) > st.gw.max_batch_inputs:
         raise InvalidInput(
@@ -71,15 +79,18 @@ async def submit_batch(
 
 
 @router.get(
-    "/jobs/{job_id}", response_class=Json,
+    "/jobs/{job_id}",
+    response_class=Json,
     responses={200: {"model": JobView}, **errors(401, 404, 422, 503)},
-)  # fmt: skip
+)
 async def get_job(
-    job_id: JobId, st: State, key: Caller,
+    job_id: JobId,
+    st: State,
+    key: Caller,
     wait: Annotated[
         float, Query(ge=0, le=60, allow_inf_nan=False, description="Long-poll up to S seconds.")
     ] = 0,
-) -> Json:  # fmt: skip
+) -> Json:
     """A job's status, result or error, and timings; ``?wait=S`` answers as soon as it ends."""
     owner = key.name if key else None
     rec = await (
@@ -89,9 +100,10 @@ async def get_job(
 
 
 @router.delete(
-    "/jobs/{job_id}", response_model=None,
+    "/jobs/{job_id}",
+    response_model=None,
     responses={200: {"model": CancelResult}, **errors(401, 404, 409, 503)},
-)  # fmt: skip
+)
 async def cancel_job(job_id: JobId, st: State, key: Caller) -> dict[str, Any]:
     """Cancel a queued job; a running job is marked and its result discarded; 409 if ended."""
     previous = await service.cancel(st, job_id, key.name if key else None)

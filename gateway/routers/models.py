@@ -32,7 +32,7 @@ def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]
                 "queued_cost": b.queued_cost,
             }
             for b in stats.buckets
-        ],  # fmt: skip
+        ],
         "queued": stats.queued,
         "queued_cost": stats.queued_cost,
         "in_flight": stats.in_flight,
@@ -58,18 +58,25 @@ async def list_models(st: State) -> dict[str, Any]:
 
 
 @router.post(
-    "/models/{model}/predict", response_class=Json,
-    responses={200: {"model": JobView}, 202: {"model": JobView},
-               **errors(401, 403, 404, 413, 415, 422, 429, 503)},
-)  # fmt: skip
+    "/models/{model}/predict",
+    response_class=Json,
+    responses={
+        200: {"model": JobView},
+        202: {"model": JobView},
+        **errors(401, 403, 404, 413, 415, 422, 429, 503),
+    },
+)
 async def predict(
-    model: ModelName, body: JobRequest, st: State, key: Caller,
+    model: ModelName,
+    body: JobRequest,
+    st: State,
+    key: Caller,
     idempotency_key: IdempotencyKey = None,
     timeout: Annotated[
         float | None,
         Query(gt=0, le=60, allow_inf_nan=False, description="Wait at most this long (s)."),
     ] = None,
-) -> Json:  # fmt: skip
+) -> Json:
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
     owner = key.owner if key else None
     spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key, owner)
@@ -78,5 +85,6 @@ async def predict(
     limit = min(timeout or st.gw.predict_timeout_s, st.gw.predict_timeout_s)
     rec = await service.wait(st, job_id, limit, owner.name if owner else None)
     headers = {"Location": f"/v1/jobs/{job_id}"}
-    return Json(service.job_view(rec), status_code=200 if rec.status.terminal else 202,
-                headers=headers)  # fmt: skip
+    return Json(
+        service.job_view(rec), status_code=200 if rec.status.terminal else 202, headers=headers
+    )

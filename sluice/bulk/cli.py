@@ -27,11 +27,18 @@ def _gateway_url(url: str | None, config: Path | None) -> str:
 
 @bulk_app.command("submit")
 def submit_cmd(
-    file: Annotated[Path, typer.Argument(help="JSONL: one {\"input\": ..., \"custom_id\": ...} a line; - = stdin.")],  # noqa: E501
+    file: Annotated[
+        Path, typer.Argument(help='JSONL: one {"input": ..., "custom_id": ...} a line; - = stdin.')
+    ],  # noqa: E501
     model: Annotated[str, typer.Option("--model", "-m", help="Model name.")],
     url: UrlOpt = None,
-    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Follow it with a progress bar.")] = True,  # noqa: E501
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the output JSONL here when it ends.")] = None,  # noqa: E501
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="Follow it with a progress bar.")
+    ] = True,  # noqa: E501
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="Write the output JSONL here when it ends."),
+    ] = None,  # noqa: E501
     timeout_s: Annotated[float, typer.Option(help="How long to follow it.")] = 86400.0,
     config: ConfigOpt = None,
     api_key: ApiKeyOpt = None,
@@ -65,8 +72,9 @@ def _read(file: Path) -> bytes:
 
 
 @bulk_app.command("status")
-def status_cmd(bulk_id: str, url: UrlOpt = None, config: ConfigOpt = None,
-               api_key: ApiKeyOpt = None) -> None:  # fmt: skip
+def status_cmd(
+    bulk_id: str, url: UrlOpt = None, config: ConfigOpt = None, api_key: ApiKeyOpt = None
+) -> None:
     """A bulk job's state, counts, rate and ETA (JSON)."""
     from sluice.client import Client, SluiceClientError
 
@@ -78,9 +86,13 @@ def status_cmd(bulk_id: str, url: UrlOpt = None, config: ConfigOpt = None,
 
 
 @bulk_app.command("output")
-def output_cmd(bulk_id: str, output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
-               url: UrlOpt = None, config: ConfigOpt = None,
-               api_key: ApiKeyOpt = None) -> None:  # fmt: skip
+def output_cmd(
+    bulk_id: str,
+    output: Annotated[Path | None, typer.Option("--output", "-o")] = None,
+    url: UrlOpt = None,
+    config: ConfigOpt = None,
+    api_key: ApiKeyOpt = None,
+) -> None:
     """The output JSONL of an ended bulk job (stdout, or --output FILE)."""
     from sluice.bulk.follow import write_output
     from sluice.client import Client, SluiceClientError
@@ -93,8 +105,9 @@ def output_cmd(bulk_id: str, output: Annotated[Path | None, typer.Option("--outp
 
 
 @bulk_app.command("cancel")
-def cancel_cmd(bulk_id: str, url: UrlOpt = None, config: ConfigOpt = None,
-               api_key: ApiKeyOpt = None) -> None:  # fmt: skip
+def cancel_cmd(
+    bulk_id: str, url: UrlOpt = None, config: ConfigOpt = None, api_key: ApiKeyOpt = None
+) -> None:
     """Stop feeding a bulk job; lines that have ended keep their output, the rest are cancelled."""
     from sluice.client import Client, SluiceClientError
 

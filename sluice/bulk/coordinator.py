@@ -46,9 +46,16 @@ class Pending:
 class Coordinator:
     """Runs slices of one bulk job; ``clock``/``sleep`` are injectable for tests."""
 
-    def __init__(self, client: QueueClient, cfg: SluiceConfig, bulk_id: str, *,
-                 slice_id: str = "", clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(
+        self,
+        client: QueueClient,
+        cfg: SluiceConfig,
+        bulk_id: str,
+        *,
+        slice_id: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         client.register(scripts())
         self.client, self.cfg, self.bulk_id = client, cfg, bulk_id
         self.ops = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
@@ -155,9 +162,11 @@ class Coordinator:
             return -1
         chunk = build_chunk(self.bulk_id, cursor, lines, self.estimator)
         pairs = [(i, j.id) for i, j in zip(chunk.indexes, chunk.jobs, strict=True)]
-        reply = self.client.run(self.ops.feed(
-            self.bulk_id, self.token, cursor, cursor + n, pairs, chunk.failed, chunk.cost
-        ))  # fmt: skip
+        reply = self.client.run(
+            self.ops.feed(
+                self.bulk_id, self.token, cursor, cursor + n, pairs, chunk.failed, chunk.cost
+            )
+        )
         if reply != "ok":
             return -1 if reply == "lost" else 0
         self._submit(chunk.jobs)
@@ -175,8 +184,12 @@ class Coordinator:
             return
         q, f = self.mcfg.queue, self.cfg.gateway.shed_fraction["low"]
         try:
-            self.client.submit(self.model, jobs, max_jobs=max(1, int(q.max_queued_jobs * f)),
-                               max_cost=max(1, int(q.max_queued_cost * f)))  # fmt: skip
+            self.client.submit(
+                self.model,
+                jobs,
+                max_jobs=max(1, int(q.max_queued_jobs * f)),
+                max_cost=max(1, int(q.max_queued_cost * f)),
+            )
         except (QueueFull, RateLimited) as e:
             # Interactive traffic has the room: these lines stay checkpointed and are
             # submitted again on a later poll.
@@ -217,9 +230,12 @@ class Coordinator:
         unfed_cost = int((bulk.total - cursor) * avg)
         # Jobs fed this poll count as queued at the mean cost (they were not read back).
         queued_cost = p.queued_cost + int((queued - p.queued) * avg)
-        report = {"queued": queued, "queued_cost": queued_cost,
-                  "backlog_cost": queued_cost + p.running_cost + unfed_cost,
-                  "at_ms": int(time.time() * 1000)}  # fmt: skip
+        report = {
+            "queued": queued,
+            "queued_cost": queued_cost,
+            "backlog_cost": queued_cost + p.running_cost + unfed_cost,
+            "at_ms": int(time.time() * 1000),
+        }
         self.client.run(self.ops.report(self.bulk_id, report, round(rate, 3)))
 
 

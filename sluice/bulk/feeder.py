@@ -41,8 +41,16 @@ def build_chunk(bulk_id: str, start: int, lines: list[str], est: CostEstimator) 
         meta: dict[str, Any] = {"bulk": bulk_id, "line": index + 1}
         if line.custom_id is not None:
             meta["custom_id"] = line.custom_id
-        chunk.jobs.append(NewJob(input=line.input, bucket=e.bucket, cost=e.cost, priority=BULK,
-                                 metadata=meta, id=item_job_id(bulk_id, index)))  # fmt: skip
+        chunk.jobs.append(
+            NewJob(
+                input=line.input,
+                bucket=e.bucket,
+                cost=e.cost,
+                priority=BULK,
+                metadata=meta,
+                id=item_job_id(bulk_id, index),
+            )
+        )
         chunk.indexes.append(index)
     return chunk
 

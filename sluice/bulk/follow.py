@@ -13,16 +13,20 @@ from sluice.client import Client
 
 def follow(c: Client, view: dict[str, Any], timeout_s: float) -> dict[str, Any]:
     """Poll until the bulk job ends, drawing done/total, failures, rate and ETA."""
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[extra]}"), TimeRemainingColumn())  # fmt: skip
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[extra]}"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, transient=False) as bar:
         task = bar.add_task(view["id"], total=view["counts"]["total"], extra="")
 
         def draw(v: dict[str, Any]) -> None:
             n = v["counts"]
             rate = f"{v['rate_per_s']:.1f}/s" if v.get("rate_per_s") else ""
-            bar.update(task, completed=n["done"],
-                       extra=f"{v['state']} failed {n['failed']} {rate}")  # fmt: skip
+            bar.update(task, completed=n["done"], extra=f"{v['state']} failed {n['failed']} {rate}")
 
         return c.bulk_wait(view["id"], timeout_s=timeout_s, on_progress=draw)
 

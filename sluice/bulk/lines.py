@@ -13,10 +13,16 @@ from sluice.errors import InputTooLarge, InvalidInput, SluiceError
 BAD_LINE = "\x00"
 MAX_CUSTOM_ID = 256
 LINE_FIELDS = frozenset({"input", "custom_id"})
-MEDIA_TYPES = frozenset({
-    "application/jsonl", "application/x-ndjson", "application/ndjson",
-    "application/x-jsonlines", "application/json-lines", "text/plain",
-})  # fmt: skip
+MEDIA_TYPES = frozenset(
+    {
+        "application/jsonl",
+        "application/x-ndjson",
+        "application/ndjson",
+        "application/x-jsonlines",
+        "application/json-lines",
+        "text/plain",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +45,9 @@ def split_upload(body: bytes, max_line_bytes: int) -> list[str]:
     for raw in body.split(b"\n"):
         raw = raw.removesuffix(b"\r")
         if len(raw) > max_line_bytes:
-            out.append(f"{BAD_LINE}input_too_large:line is {len(raw)} bytes, "
-                       f"the limit is {max_line_bytes}")  # fmt: skip
+            out.append(
+                f"{BAD_LINE}input_too_large:line is {len(raw)} bytes, the limit is {max_line_bytes}"
+            )
             continue
         try:
             out.append(raw.decode("utf-8"))
@@ -91,14 +98,24 @@ def custom_id_of(text: str) -> str | None:
     return cid if isinstance(cid, str) and 0 < len(cid) <= MAX_CUSTOM_ID else None
 
 
-def output_line(line_no: int, custom_id: str | None, status: str, result: Any = None,
-                error: dict[str, Any] | None = None) -> str:  # fmt: skip
+def output_line(
+    line_no: int,
+    custom_id: str | None,
+    status: str,
+    result: Any = None,
+    error: dict[str, Any] | None = None,
+) -> str:
     """One line of the output file (``line`` is 1-based, as an editor counts)."""
     return json.dumps(
-        {"line": line_no, "custom_id": custom_id, "status": status, "result": result,
-         "error": error},
+        {
+            "line": line_no,
+            "custom_id": custom_id,
+            "status": status,
+            "result": result,
+            "error": error,
+        },
         separators=(",", ":"),
-    )  # fmt: skip
+    )
 
 
 def error_of(e: SluiceError) -> dict[str, str]:

@@ -68,7 +68,6 @@ def parse_report(raw: Any, now_ms: int) -> tuple[float, float] | None:
     return max(0.0, queued), max(0.0, backlog)
 
 
-
 @dataclass(frozen=True, slots=True)
 class BulkState:
     """A bulk job's hash, typed."""
@@ -113,14 +112,25 @@ class BulkState:
         except ValueError:
             error = None
         return cls(
-            id=bulk_id, model=model, state=raw.get("state", "failed"), total=num("total"),
-            cursor=num("cursor"), succeeded=num("succeeded"), failed=num("failed"),
-            created_ms=num("created"), started_ms=num("started") or None,
-            finished_ms=num("finished") or None, owner=raw.get("owner") or None,
-            rate_per_s=float(raw.get("rate") or 0.0), rq_job=raw.get("rq_job") or None,
-            slices=num("slices"), fed_cost=num("fed_cost"), fed_jobs=num("fed_jobs"),
-            resumes=num("resumes"), error=error,
-        )  # fmt: skip
+            id=bulk_id,
+            model=model,
+            state=raw.get("state", "failed"),
+            total=num("total"),
+            cursor=num("cursor"),
+            succeeded=num("succeeded"),
+            failed=num("failed"),
+            created_ms=num("created"),
+            started_ms=num("started") or None,
+            finished_ms=num("finished") or None,
+            owner=raw.get("owner") or None,
+            rate_per_s=float(raw.get("rate") or 0.0),
+            rq_job=raw.get("rq_job") or None,
+            slices=num("slices"),
+            fed_cost=num("fed_cost"),
+            fed_jobs=num("fed_jobs"),
+            resumes=num("resumes"),
+            error=error,
+        )
 
 
 class BulkOps:
@@ -141,15 +151,23 @@ class BulkOps:
 
     def _all_keys(self, model: str, bulk_id: str) -> list[str]:
         return [
-            keys.bulk_key(model, bulk_id), keys.bulk_active_key(model),
-            keys.bulk_backlog_key(model), keys.bulk_input_key(model, bulk_id),
-            keys.bulk_output_key(model, bulk_id), keys.bulk_pending_key(model, bulk_id),
-        ]  # fmt: skip
+            keys.bulk_key(model, bulk_id),
+            keys.bulk_active_key(model),
+            keys.bulk_backlog_key(model),
+            keys.bulk_input_key(model, bulk_id),
+            keys.bulk_output_key(model, bulk_id),
+            keys.bulk_pending_key(model, bulk_id),
+        ]
 
     def create(
-        self, model: str, bulk_id: str, lines: Sequence[str], owner: str | None,
-        now_ms: int, grace_ms: int,
-    ) -> Call[None]:  # fmt: skip
+        self,
+        model: str,
+        bulk_id: str,
+        lines: Sequence[str],
+        owner: str | None,
+        now_ms: int,
+        grace_ms: int,
+    ) -> Call[None]:
         """Store the lines, then the bulk job's hash and its active entry (one pipeline).
 
         The input's TTL comes first, so an upload cut off half way expires.
@@ -161,8 +179,16 @@ class BulkOps:
             if i == 0:
                 cmds.append(("EXPIRE", inp, self.ttl_s))
         bk = keys.bulk_key(model, bulk_id)
-        fields = {"id": bulk_id, "state": "queued", "total": len(lines), "cursor": 0,
-                  "succeeded": 0, "failed": 0, "created": now_ms, "owner": owner or ""}  # fmt: skip
+        fields = {
+            "id": bulk_id,
+            "state": "queued",
+            "total": len(lines),
+            "cursor": 0,
+            "succeeded": 0,
+            "failed": 0,
+            "created": now_ms,
+            "owner": owner or "",
+        }
         cmds.append(("HSET", bk, *[x for kv in fields.items() for x in kv]))
         cmds.append(("EXPIRE", bk, self.ttl_s))
         cmds.append(("ZADD", keys.bulk_active_key(model), now_ms + grace_ms, bulk_id))
@@ -184,8 +210,9 @@ class BulkOps:
         flat = [x for kv in fields.items() for x in kv]
         return Call(lambda _: None, commands=[("HSET", bk, *flat)])
 
-    def lease(self, bulk_id: str, token: str, lease_ms: int, mode: str,
-              slice_id: str = "") -> Call[tuple[str, str]]:  # fmt: skip
+    def lease(
+        self, bulk_id: str, token: str, lease_ms: int, mode: str, slice_id: str = ""
+    ) -> Call[tuple[str, str]]:
         model = self.model_of(bulk_id)
         ks = self._all_keys(model, bulk_id)
         ks = [ks[0], ks[1], ks[3], ks[4], ks[5]]
@@ -205,19 +232,31 @@ class BulkOps:
         args = [owner, self.ttl_s, bulk_id]
         return Call(parse, "bulk_cancel", self._all_keys(model, bulk_id), args)
 
-    def finish(self, bulk_id: str, token: str, state: str,
-               error: dict[str, Any] | None = None) -> Call[tuple[str, str]]:  # fmt: skip
+    def finish(
+        self, bulk_id: str, token: str, state: str, error: dict[str, Any] | None = None
+    ) -> Call[tuple[str, str]]:
         model = self.model_of(bulk_id)
         args = [token, state, self.ttl_s, bulk_id, json.dumps(error) if error else ""]
-        return Call(lambda r: (str(r[0]), str(r[1])), "bulk_finish",
-                    self._all_keys(model, bulk_id), args)  # fmt: skip
+        return Call(
+            lambda r: (str(r[0]), str(r[1])), "bulk_finish", self._all_keys(model, bulk_id), args
+        )
 
-    def feed(self, bulk_id: str, token: str, cursor: int, new_cursor: int,
-             jobs: Sequence[tuple[int, str]], failed: Sequence[tuple[int, str]],
-             cost: int) -> Call[str]:  # fmt: skip
+    def feed(
+        self,
+        bulk_id: str,
+        token: str,
+        cursor: int,
+        new_cursor: int,
+        jobs: Sequence[tuple[int, str]],
+        failed: Sequence[tuple[int, str]],
+        cost: int,
+    ) -> Call[str]:
         model = self.model_of(bulk_id)
-        ks = [keys.bulk_key(model, bulk_id), keys.bulk_pending_key(model, bulk_id),
-              keys.bulk_output_key(model, bulk_id)]  # fmt: skip
+        ks = [
+            keys.bulk_key(model, bulk_id),
+            keys.bulk_pending_key(model, bulk_id),
+            keys.bulk_output_key(model, bulk_id),
+        ]
         args: list[Any] = [token, cursor, new_cursor, len(jobs), cost]
         for pair in (*jobs, *failed):
             args += pair
@@ -228,8 +267,11 @@ class BulkOps:
     ) -> Call[tuple[int, int] | None]:
         """Outcomes (index, job id, output line, succeeded); None: the lease is lost."""
         model = self.model_of(bulk_id)
-        ks = [keys.bulk_key(model, bulk_id), keys.bulk_pending_key(model, bulk_id),
-              keys.bulk_output_key(model, bulk_id)]  # fmt: skip
+        ks = [
+            keys.bulk_key(model, bulk_id),
+            keys.bulk_pending_key(model, bulk_id),
+            keys.bulk_output_key(model, bulk_id),
+        ]
         args: list[Any] = [token, keys.job_prefix(model)]
         for index, job_id, line, ok in ended:
             args += [index, job_id, line, 1 if ok else 0]
@@ -265,8 +307,10 @@ class BulkOps:
         """A coordinator's poll, in one round trip: its backlog for the autoscaler and
         its rate for clients."""
         model = self.model_of(bulk_id)
-        cmds = [("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(backlog)),
-                ("HSET", keys.bulk_key(model, bulk_id), "rate", rate_per_s)]  # fmt: skip
+        cmds = [
+            ("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(backlog)),
+            ("HSET", keys.bulk_key(model, bulk_id), "rate", rate_per_s),
+        ]
         return Call(lambda _: None, commands=cmds)
 
     def force_fail(self, bulk_id: str, error: dict[str, Any]) -> Call[tuple[str, str]]:
@@ -275,8 +319,10 @@ class BulkOps:
 
     def forget(self, model: str, bulk_id: str) -> Call[None]:
         """Drop an ended (or expired) bulk job from the active set and the backlog."""
-        cmds = [("ZREM", keys.bulk_active_key(model), bulk_id),
-                ("HDEL", keys.bulk_backlog_key(model), bulk_id)]  # fmt: skip
+        cmds = [
+            ("ZREM", keys.bulk_active_key(model), bulk_id),
+            ("HDEL", keys.bulk_backlog_key(model), bulk_id),
+        ]
         return Call(lambda _: None, commands=cmds)
 
     def touch_active(self, model: str, bulk_id: str, at_ms: int) -> Call[None]:

@@ -51,18 +51,22 @@ def rq_queue(cfg: SluiceConfig, conn: redis.Redis) -> Queue:
     return Queue(cfg.bulk.rq_queue, connection=conn)
 
 
-def enqueue_slice(cfg: SluiceConfig, client: QueueClient, conn: redis.Redis,
-                  bulk_id: str) -> str:  # fmt: skip
+def enqueue_slice(cfg: SluiceConfig, client: QueueClient, conn: redis.Redis, bulk_id: str) -> str:
     """Queue the bulk job's next slice; the bulk job names it first, so only this
     slice may take the lease (an older queued one finds itself superseded)."""
     ops = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
     job_id = f"sluice-bulk-{secrets.token_hex(8)}"
     client.run(ops.set_fields(bulk_id, rq_job=job_id))
     rq_queue(cfg, conn).enqueue(
-        run_slice, bulk_id, job_id=job_id, job_timeout=int(cfg.bulk.slice_s * 2 + 60),
-        retry=Retry(max=SLICE_RETRIES), result_ttl=600, failure_ttl=7 * 86400,
+        run_slice,
+        bulk_id,
+        job_id=job_id,
+        job_timeout=int(cfg.bulk.slice_s * 2 + 60),
+        retry=Retry(max=SLICE_RETRIES),
+        result_ttl=600,
+        failure_ttl=7 * 86400,
         description=f"sluice bulk coordinator {bulk_id}",
-    )  # fmt: skip
+    )
     return job_id
 
 
@@ -79,9 +83,10 @@ class RqEnqueuer:
             timeout = self.cfg.gateway.redis_timeout_s
             self._clients = (
                 QueueClient(connect(self.url, timeout), dict(self.cfg.models)),
-                redis.Redis.from_url(self.url, socket_timeout=timeout,
-                                     socket_connect_timeout=timeout),
-            )  # fmt: skip
+                redis.Redis.from_url(
+                    self.url, socket_timeout=timeout, socket_connect_timeout=timeout
+                ),
+            )
             self._clients[0].register(scripts())
         client, conn = self._clients
         return enqueue_slice(self.cfg, client, conn, bulk_id)
@@ -124,8 +129,14 @@ def reap(cfg: SluiceConfig, client: QueueClient, conn: redis.Redis) -> list[str]
     return resumed
 
 
-def _resume(cfg: SluiceConfig, client: QueueClient, conn: redis.Redis, ops: BulkOps,
-            bulk_id: str, next_check_ms: int) -> bool:  # fmt: skip
+def _resume(
+    cfg: SluiceConfig,
+    client: QueueClient,
+    conn: redis.Redis,
+    ops: BulkOps,
+    bulk_id: str,
+    next_check_ms: int,
+) -> bool:
     model = ops.model_of(bulk_id)
     try:
         bulk = client.run(ops.get(bulk_id))
@@ -143,15 +154,21 @@ def _resume(cfg: SluiceConfig, client: QueueClient, conn: redis.Redis, ops: Bulk
         _give_up(client, ops, bulk)
         return False
     client.run(ops.set_fields(bulk_id, resumes=bulk.resumes + 1))
-    log.warning("bulk %s: coordinator lease lapsed (slice %s); resuming from line %d",
-                bulk_id, bulk.rq_job, bulk.cursor + 1)  # fmt: skip
+    log.warning(
+        "bulk %s: coordinator lease lapsed (slice %s); resuming from line %d",
+        bulk_id,
+        bulk.rq_job,
+        bulk.cursor + 1,
+    )
     enqueue_slice(cfg, client, conn, bulk_id)
     return True
 
 
 def _give_up(client: QueueClient, ops: BulkOps, bulk: BulkState) -> None:
-    message = (f"resumed {bulk.resumes} times without progress; the RQ failed job registry "
-               f"holds the slices' errors (last slice {bulk.rq_job})")  # fmt: skip
+    message = (
+        f"resumed {bulk.resumes} times without progress; the RQ failed job registry "
+        f"holds the slices' errors (last slice {bulk.rq_job})"
+    )
     error = {"type": "coordinator_failed", "message": message}
     for job_id in client.run(ops.pending(bulk.id)).values():
         try:

@@ -49,8 +49,9 @@ def run_worker(cfg: SluiceConfig, url: str, *, burst: bool = False) -> bool:
     # No read timeout: RQ blocks on its queue for minutes between jobs (BLPOP).
     conn = redis.Redis.from_url(url, socket_connect_timeout=5)
     stop = threading.Event()
-    reaper = threading.Thread(target=reaper_loop, args=(cfg, url, stop), name="bulk-reaper",
-                              daemon=True)  # fmt: skip
+    reaper = threading.Thread(
+        target=reaper_loop, args=(cfg, url, stop), name="bulk-reaper", daemon=True
+    )
     reaper.start()
     worker = Worker([rq_queue(cfg, conn)], connection=conn)
     try:

@@ -36,16 +36,24 @@ def _one_retry() -> Retry:
 def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
     """A sync client with bounded timeouts, text replies."""
     return redis.Redis.from_url(
-        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        health_check_interval=30, retry=_one_retry(),
-    )  # fmt: skip
+        url,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+        retry=_one_retry(),
+    )
 
 
 def connect_async(url: str, timeout_s: float = 5.0) -> aioredis.Redis:
     return aioredis.Redis.from_url(
-        url, decode_responses=True, socket_timeout=timeout_s, socket_connect_timeout=timeout_s,
-        health_check_interval=30, retry=AsyncRetry(ExponentialBackoff(cap=0.2, base=0.02), 1),
-    )  # fmt: skip
+        url,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+        retry=AsyncRetry(ExponentialBackoff(cap=0.2, base=0.02), 1),
+    )
 
 
 def _under_socket_timeout(r: redis.Redis | aioredis.Redis, timeout_s: float) -> float:

@@ -87,26 +87,48 @@ class QueueOps:
 
     # -- submit ---------------------------------------------------------------
     def submit(
-        self, model: str, jobs: Sequence[NewJob], *, max_jobs: int = 0, max_cost: int = 0,
+        self,
+        model: str,
+        jobs: Sequence[NewJob],
+        *,
+        max_jobs: int = 0,
+        max_cost: int = 0,
         owner: Owner | None = None,
     ) -> Call[list[Submitted]]:
         cfg = self.model(model)
         o = owner or _NO_OWNER
         args: list[Any] = [
-            keys.job_prefix(model), keys.queue_prefix(model), keys.idempotency_prefix(model),
-            max_jobs, max_cost, cfg.queue.idempotency_ttl_s, len(jobs), keys.wake_prefix(model),
-            o.name, o.max_unfinished, o.rate_per_s, max(1, o.burst),
-        ]  # fmt: skip
+            keys.job_prefix(model),
+            keys.queue_prefix(model),
+            keys.idempotency_prefix(model),
+            max_jobs,
+            max_cost,
+            cfg.queue.idempotency_ttl_s,
+            len(jobs),
+            keys.wake_prefix(model),
+            o.name,
+            o.max_unfinished,
+            o.rate_per_s,
+            max(1, o.burst),
+        ]
         for job in jobs:
             deadline = job.deadline_ms or cfg.queue.default_deadline_ms or 0
             args += [
-                job.id or new_job_id(model), job.bucket, int(job.cost),
-                priority_rank(job.priority), _dumps(job.input),
-                _dumps(job.metadata) if job.metadata else "", int(deadline),
+                job.id or new_job_id(model),
+                job.bucket,
+                int(job.cost),
+                priority_rank(job.priority),
+                _dumps(job.input),
+                _dumps(job.metadata) if job.metadata else "",
+                int(deadline),
                 _idem(o.name, job.idempotency_key),
-            ]  # fmt: skip
-        ks = [keys.stats_key(model), keys.seq_key(model), keys.owner_jobs_key(model),
-              keys.rate_limit_key(model)]  # fmt: skip
+            ]
+        ks = [
+            keys.stats_key(model),
+            keys.seq_key(model),
+            keys.owner_jobs_key(model),
+            keys.rate_limit_key(model),
+        ]
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
         return Call(_parse_submit, "submit", ks, args)
 
@@ -127,15 +149,25 @@ class QueueOps:
         b = cfg.batching
         served = list(buckets) if buckets else cfg.bucket_names
         args: list[Any] = [
-            keys.job_prefix(model), keys.queue_prefix(model), keys.wait_hist_prefix(model),
-            keys.done_channel(model), worker_id, max_batch or b.max_batch,
-            max_batch_tokens or b.max_batch_tokens, _ms(b.lease_s), b.max_attempts,
-            RECLAIM_LIMIT, cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s,
-            *(cfg.queue.priority_weights[p] for p in PRIORITIES), b.overdue_factor,
+            keys.job_prefix(model),
+            keys.queue_prefix(model),
+            keys.wait_hist_prefix(model),
+            keys.done_channel(model),
+            worker_id,
+            max_batch or b.max_batch,
+            max_batch_tokens or b.max_batch_tokens,
+            _ms(b.lease_s),
+            b.max_attempts,
+            RECLAIM_LIMIT,
+            cfg.queue.result_ttl_s,
+            cfg.queue.dead_letter_ttl_s,
+            *(cfg.queue.priority_weights[p] for p in PRIORITIES),
+            b.overdue_factor,
             keys.wake_prefix(model),
             *(_bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)),
-            cfg.bulk.reserve_workers, _ms(cfg.queue.max_priority_wait_s),
-        ]  # fmt: skip
+            cfg.bulk.reserve_workers,
+            _ms(cfg.queue.max_priority_wait_s),
+        ]
         for name in served:
             est = (service_ms or {}).get(name)
             if est is None:
@@ -152,8 +184,12 @@ class QueueOps:
 
     # -- complete, renew, reclaim, cancel ----------------------------------------
     def _ks(self, model: str) -> list[str]:
-        return [keys.inflight_key(model), keys.stats_key(model), keys.dead_letter_key(model),
-                keys.owner_jobs_key(model)]  # fmt: skip
+        return [
+            keys.inflight_key(model),
+            keys.stats_key(model),
+            keys.dead_letter_key(model),
+            keys.owner_jobs_key(model),
+        ]
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
@@ -162,10 +198,17 @@ class QueueOps:
         while that worker still holds the job (a lapsed lease cannot give it back)."""
         cfg = self.model(model)
         args: list[Any] = [
-            keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
-            cfg.queue.result_ttl_s, cfg.queue.dead_letter_ttl_s, cfg.batching.max_attempts,
-            worker_id, keys.wake_prefix(model), keys.e2e_hist_prefix(model), len(outcomes),
-        ]  # fmt: skip
+            keys.job_prefix(model),
+            keys.queue_prefix(model),
+            keys.done_channel(model),
+            cfg.queue.result_ttl_s,
+            cfg.queue.dead_letter_ttl_s,
+            cfg.batching.max_attempts,
+            worker_id,
+            keys.wake_prefix(model),
+            keys.e2e_hist_prefix(model),
+            len(outcomes),
+        ]
         for o in outcomes:
             args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]
         ks = [*self._ks(model), keys.bulk_holders_key(model)]
@@ -179,19 +222,32 @@ class QueueOps:
     def reclaim(self, model: str, limit: int = RECLAIM_LIMIT) -> Call[int]:
         cfg = self.model(model)
         args = [
-            keys.job_prefix(model), keys.queue_prefix(model), keys.done_channel(model),
-            limit, cfg.batching.max_attempts, cfg.queue.dead_letter_ttl_s,
+            keys.job_prefix(model),
+            keys.queue_prefix(model),
+            keys.done_channel(model),
+            limit,
+            cfg.batching.max_attempts,
+            cfg.queue.dead_letter_ttl_s,
             keys.wake_prefix(model),
-        ]  # fmt: skip
+        ]
         return Call(int, "reclaim", self._ks(model), args)
 
     def cancel(self, job_id: str, owner: str = "") -> Call[str]:
         """With ``owner``, a job another API key submitted is not found (404, not 403)."""
         model = self._model_of(job_id)
-        ks = [keys.inflight_key(model), keys.stats_key(model), keys.job_key(model, job_id),
-              keys.owner_jobs_key(model)]  # fmt: skip
-        args = [keys.queue_prefix(model), keys.done_channel(model), job_id,
-                self.model(model).queue.result_ttl_s, owner]  # fmt: skip
+        ks = [
+            keys.inflight_key(model),
+            keys.stats_key(model),
+            keys.job_key(model, job_id),
+            keys.owner_jobs_key(model),
+        ]
+        args = [
+            keys.queue_prefix(model),
+            keys.done_channel(model),
+            job_id,
+            self.model(model).queue.result_ttl_s,
+            owner,
+        ]
 
         def parse(reply: list[str]) -> str:
             if reply[0] == "missing":
@@ -277,8 +333,9 @@ class QueueOps:
         return Call(parse, commands=cmds)
 
     def dead_letters(self, model: str, limit: int = 100) -> Call[list[str]]:
-        return Call(lambda r: list(r[0]),
-                    commands=[("LRANGE", keys.dead_letter_key(model), 0, limit - 1)])  # fmt: skip
+        return Call(
+            lambda r: list(r[0]), commands=[("LRANGE", keys.dead_letter_key(model), 0, limit - 1)]
+        )
 
 
 _NO_OWNER = Owner("")
@@ -317,8 +374,12 @@ def _parse_submit(reply: list[Any]) -> list[Submitted]:
         wait_s = int(reply[1]) / 1000
         raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
     if reply[0] == "full" and reply[1] == "owner_jobs":
-        raise QueueFull(f"this API key has {reply[2]} unfinished jobs, its limit",
-                        "owner_jobs", int(reply[2]), 0)  # fmt: skip
+        raise QueueFull(
+            f"this API key has {reply[2]} unfinished jobs, its limit",
+            "owner_jobs",
+            int(reply[2]),
+            0,
+        )
     if reply[0] == "full":
         reason, queued, cost = reply[1], int(reply[2]), int(reply[3])
         what = "jobs" if reason == "queue_jobs" else "cost"

@@ -68,8 +68,11 @@ class Variant:
 
     @property
     def name(self) -> str:
-        return (f"bulk.max_batch {self.bulk_max_batch}" + ("" if self.overlap else ", no prefetch")
-                + (f", reserve {self.reserve}" if self.reserve else ""))  # fmt: skip
+        return (
+            f"bulk.max_batch {self.bulk_max_batch}"
+            + ("" if self.overlap else ", no prefetch")
+            + (f", reserve {self.reserve}" if self.reserve else "")
+        )
 
 
 def parse_variants(spec: str) -> tuple[Variant, ...]:
@@ -135,9 +138,11 @@ def idle_share(bulk_per_s: float, capacity_per_s: float, utilisation: float) -> 
 
 
 def busy_fraction(
-    before: dict[str, tuple[float, int, int]], after: dict[str, tuple[float, int, int]],
-    base_ms: float, per_item_ms: float,
-) -> float | None:  # fmt: skip
+    before: dict[str, tuple[float, int, int]],
+    after: dict[str, tuple[float, int, int]],
+    base_ms: float,
+    per_item_ms: float,
+) -> float | None:
     """Mean share of wall time the workers' model was busy between two heartbeat reads.
 
     Each read maps worker id -> (heartbeat_at s, batches, jobs); a batch of n items
@@ -167,8 +172,10 @@ def median(xs: list[float | None]) -> float | None:
 
 def verdict(p99_ratio: float | None, share: float | None) -> dict[str, bool | None]:
     """Each target met (True), missed (False) or not measured (None)."""
-    return {"p99_within": None if p99_ratio is None else p99_ratio <= TARGET_P99_RATIO,
-            "idle_share": None if share is None else share >= TARGET_IDLE_SHARE}  # fmt: skip
+    return {
+        "p99_within": None if p99_ratio is None else p99_ratio <= TARGET_P99_RATIO,
+        "idle_share": None if share is None else share >= TARGET_IDLE_SHARE,
+    }
 
 
 def check_output(rows: list[dict[str, Any]], counts: dict[str, Any]) -> dict[str, Any]:
@@ -179,10 +186,19 @@ def check_output(rows: list[dict[str, Any]], counts: dict[str, Any]) -> dict[str
         by_status[r["status"]] = by_status.get(r["status"], 0) + 1
     in_order = [r["line"] for r in rows] == list(range(1, len(rows) + 1))
     ids_match = all(r["custom_id"] == f"l{r['line'] - 1}" for r in rows)
-    ok = (in_order and ids_match and len(rows) == counts["total"]
-          and by_status.get("succeeded", 0) == counts["succeeded"])  # fmt: skip
-    return {"lines": len(rows), "by_status": dict(sorted(by_status.items())),
-            "in_order": in_order, "custom_ids_match": ids_match, "ok": ok}  # fmt: skip
+    ok = (
+        in_order
+        and ids_match
+        and len(rows) == counts["total"]
+        and by_status.get("succeeded", 0) == counts["succeeded"]
+    )
+    return {
+        "lines": len(rows),
+        "by_status": dict(sorted(by_status.items())),
+        "in_order": in_order,
+        "custom_ids_match": ids_match,
+        "ok": ok,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,19 +210,22 @@ class Ran:
     run_ms: float
 
 
-def batch_check(jobs: list[Ran], max_batch: int, base_ms: float,
-                per_item_ms: float) -> dict[str, Any]:  # fmt: skip
+def batch_check(
+    jobs: list[Ran], max_batch: int, base_ms: float, per_item_ms: float
+) -> dict[str, Any]:
     """Interactive batches as they ran: how large, and how many held more items than
     their interactive jobs (the synthetic run time tells the true size). ADR 0090:
     an interactive batch never includes a bulk item, so that count must be 0."""
     sizes = Counter(j.batch for j in jobs)
     run_ms = {j.batch: j.run_ms for j in jobs}
     others = [round((run_ms[k] - base_ms) / per_item_ms) - n for k, n in sizes.items()]
-    return {"batches": len(sizes),
-            "mean_size": round(len(jobs) / len(sizes), 2) if sizes else None,
-            "over_limit": sum(1 for n in sizes.values() if n > max_batch),
-            "with_other_items": sum(1 for x in others if x >= 1),
-            "max_other_items": max(others, default=0)}  # fmt: skip
+    return {
+        "batches": len(sizes),
+        "mean_size": round(len(jobs) / len(sizes), 2) if sizes else None,
+        "over_limit": sum(1 for n in sizes.values() if n > max_batch),
+        "with_other_items": sum(1 for x in others if x >= 1),
+        "max_other_items": max(others, default=0),
+    }
 
 
 def _breaks(c: dict[str, Any]) -> int:
@@ -248,7 +267,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "batch_without": median([r["without"]["batches"]["mean_size"] for r in rounds]),
         "batch_with": median([r["with"]["batches"]["mean_size"] for r in rounds]),
         "batch_rule_breaks": sum(_breaks(r[k]["batches"]) for r in rounds for k in SIDES),
-    }  # fmt: skip
+    }
     return out | {"met": verdict(out["p99_ratio"], out["idle_share"])}
 
 
@@ -261,22 +280,27 @@ def bulk_config(p: BulkParams) -> dict[str, Any]:
         return {
             "handler": "synthetic",
             "params": {"base_ms": p.base_ms, "per_token_ms": p.per_token_ms},
-            "buckets": [p.words], "cost": {"method": "words"},
-            "batching": {"max_batch": p.max_batch, "max_batch_tokens": p.max_batch * p.words,
-                         "service_ms_base": p.base_ms, "service_ms_per_cost": p.per_token_ms},
+            "buckets": [p.words],
+            "cost": {"method": "words"},
+            "batching": {
+                "max_batch": p.max_batch,
+                "max_batch_tokens": p.max_batch * p.words,
+                "service_ms_base": p.base_ms,
+                "service_ms_per_cost": p.per_token_ms,
+            },
             "autoscaling": {"min_replicas": 0, "max_replicas": 64},
             "bulk": bulk,
-        }  # fmt: skip
+        }
 
     # Heartbeats every 0.5 s: the busy fractions are read from their counters.
-    return {"models": {v.model: model(v) for v in p.variants},
-            "worker": {"heartbeat_s": 0.5}}  # fmt: skip
+    return {"models": {v.model: model(v) for v in p.variants}, "worker": {"heartbeat_s": 0.5}}
 
 
 def bulk_file(p: BulkParams, lines: int) -> bytes:
     rng = random.Random(p.seed)
-    rows = (json.dumps({"input": text_of(p.words, rng), "custom_id": f"l{i}"})
-            for i in range(lines))  # fmt: skip
+    rows = (
+        json.dumps({"input": text_of(p.words, rng), "custom_id": f"l{i}"}) for i in range(lines)
+    )
     return ("\n".join(rows) + "\n").encode()
 
 
@@ -294,8 +318,9 @@ class _Bench:
     def counters(self, model: str) -> dict[str, tuple[float, int, int]]:
         raw = self.queue.redis.hgetall(keys.workers_info_key(model))
         infos = (json.loads(v) for v in raw.values())
-        return {i["id"]: (float(i["heartbeat_at"]), int(i["batches"]), int(i["jobs"]))
-                for i in infos}  # fmt: skip
+        return {
+            i["id"]: (float(i["heartbeat_at"]), int(i["batches"]), int(i["jobs"])) for i in infos
+        }
 
     def ran(self, model: str, since_ms: int, until_ms: int) -> list[Ran]:
         """Interactive jobs of model that succeeded, claimed in [since_ms, until_ms]
@@ -307,8 +332,11 @@ class _Bench:
             pipe.hmget(name, *fields)
         out = []
         for status, prio, start, fin, run_ms in pipe.execute():
-            if (status == "succeeded" and int(prio) < BULK_RANK
-                    and since_ms <= int(start) <= until_ms):  # fmt: skip
+            if (
+                status == "succeeded"
+                and int(prio) < BULK_RANK
+                and since_ms <= int(start) <= until_ms
+            ):
                 out.append(Ran((start, fin, run_ms), float(run_ms)))
         return out
 
@@ -375,19 +403,28 @@ def _hold_mean(out: dict[str, Any]) -> float | None:
 def _brief(out: dict[str, Any]) -> dict[str, Any]:
     e2e, wait = out["e2e_ms"], out["queue_wait_ms"]
     return {
-        "rate_per_s": out["spec"]["rate"], "throughput_per_s": out["throughput_per_s"],
-        "jobs": out["jobs"], "e2e_p50_ms": e2e["p50"], "e2e_p99_ms": e2e["p99"],
-        "e2e_max_ms": e2e["max"], "wait_p50_ms": wait["p50"], "wait_p99_ms": wait["p99"],
-        "run_p50_ms": out["run_ms"]["p50"], "run_p99_ms": out["run_ms"]["p99"],
+        "rate_per_s": out["spec"]["rate"],
+        "throughput_per_s": out["throughput_per_s"],
+        "jobs": out["jobs"],
+        "e2e_p50_ms": e2e["p50"],
+        "e2e_p99_ms": e2e["p99"],
+        "e2e_max_ms": e2e["max"],
+        "wait_p50_ms": wait["p50"],
+        "wait_p99_ms": wait["p99"],
+        "run_p50_ms": out["run_ms"]["p50"],
+        "run_p99_ms": out["run_ms"]["p99"],
         "hold_mean_ms": _hold_mean(out),
-        "errors": out["errors"], "send_lag_p99_ms": out["send_lag_ms"]["p99"],
-        "cpu_cores": out["cpu"]["cores"], "machine_busy_cores": out["cpu"]["machine_busy_cores"],
+        "errors": out["errors"],
+        "send_lag_p99_ms": out["send_lag_ms"]["p99"],
+        "cpu_cores": out["cpu"]["cores"],
+        "machine_busy_cores": out["cpu"]["machine_busy_cores"],
         "others_cores": out["cpu"]["others_cores"],
-    }  # fmt: skip
+    }
 
 
-def _interactive(b: _Bench, v: Variant, spec: LoadSpec, bulk_id: str | None,
-                 capacity: float) -> dict[str, Any]:  # fmt: skip
+def _interactive(
+    b: _Bench, v: Variant, spec: LoadSpec, bulk_id: str | None, capacity: float
+) -> dict[str, Any]:
     """One A or B phase; the probe reads at the driver's measurement window."""
 
     def read() -> dict[str, Any]:
@@ -406,9 +443,12 @@ def _interactive(b: _Bench, v: Variant, spec: LoadSpec, bulk_id: str | None,
     if bulk_id:
         span = s1["t"] - s0["t"]
         per_s = round((s1["done"] - s0["done"]) / span, 2)
-        res["bulk"] = {"lines_done": s1["done"] - s0["done"], "window_s": round(span, 2),
-                       "per_s": per_s,
-                       "idle_share": idle_share(per_s, capacity, b.p.utilisation)}  # fmt: skip
+        res["bulk"] = {
+            "lines_done": s1["done"] - s0["done"],
+            "window_s": round(span, 2),
+            "per_s": per_s,
+            "idle_share": idle_share(per_s, capacity, b.p.utilisation),
+        }
     return res
 
 
@@ -416,15 +456,25 @@ def _bulk_alone(b: _Bench, v: Variant) -> dict[str, Any]:
     """The bulk job with no interactive load: its ceiling on these workers."""
     bulk_id = b.start_bulk(v.model)
     time.sleep(1.0)  # past the first, partly filled, gathering polls
-    s0 = {"done": b.http.bulk_get(bulk_id)["counts"]["done"], "w": b.counters(v.model),
-          "t": time.monotonic()}  # fmt: skip
+    s0 = {
+        "done": b.http.bulk_get(bulk_id)["counts"]["done"],
+        "w": b.counters(v.model),
+        "t": time.monotonic(),
+    }
     time.sleep(b.p.bulk_alone_s)
-    s1 = {"done": b.http.bulk_get(bulk_id)["counts"]["done"], "w": b.counters(v.model),
-          "t": time.monotonic()}  # fmt: skip
+    s1 = {
+        "done": b.http.bulk_get(bulk_id)["counts"]["done"],
+        "w": b.counters(v.model),
+        "t": time.monotonic(),
+    }
     final = b.stop_bulk(v.model, bulk_id)
     per_s = round((s1["done"] - s0["done"]) / (s1["t"] - s0["t"]), 2)
-    return {"per_s": per_s, "nominal_per_s": round(nominal_capacity(b.p, v.bulk_max_batch), 2),
-            "busy_fraction": b.busy(s0["w"], s1["w"]), "final": final}  # fmt: skip
+    return {
+        "per_s": per_s,
+        "nominal_per_s": round(nominal_capacity(b.p, v.bulk_max_batch), 2),
+        "busy_fraction": b.busy(s0["w"], s1["w"]),
+        "final": final,
+    }
 
 
 def _variant(b: _Bench, v: Variant, capacity: float) -> dict[str, Any]:
@@ -434,20 +484,36 @@ def _variant(b: _Bench, v: Variant, capacity: float) -> dict[str, Any]:
     alone = _bulk_alone(b, v)
     rounds = []
     for r in range(p.rounds):
-        spec = replace(b.base, model=v.model, concurrency=None, rate=rate, seed=p.seed + r,
-                       duration_s=p.duration_s, warmup_s=p.warmup_s)  # fmt: skip
-        a = _interactive(b, v, replace(spec, label=f"{v.name}: A{r + 1} without bulk"), None,
-                         capacity)  # fmt: skip
+        spec = replace(
+            b.base,
+            model=v.model,
+            concurrency=None,
+            rate=rate,
+            seed=p.seed + r,
+            duration_s=p.duration_s,
+            warmup_s=p.warmup_s,
+        )
+        a = _interactive(
+            b, v, replace(spec, label=f"{v.name}: A{r + 1} without bulk"), None, capacity
+        )
         bulk_id = b.start_bulk(v.model)
-        w = _interactive(b, v, replace(spec, label=f"{v.name}: B{r + 1} with bulk"), bulk_id,
-                         capacity)  # fmt: skip
+        w = _interactive(
+            b, v, replace(spec, label=f"{v.name}: B{r + 1} with bulk"), bulk_id, capacity
+        )
         final = b.stop_bulk(v.model, bulk_id)
         w["bulk"]["output"] = final.pop("output")
         w["bulk"]["final"] = final
         rounds.append({"round": r + 1, "without": a, "with": w})
     b.st.stop_workers(v.model)
-    return {"variant": asdict(v), "name": v.name, "model": v.model, "rate_per_s": rate,
-            "bulk_alone": alone, "rounds": rounds, "summary": summarise(rounds)}  # fmt: skip
+    return {
+        "variant": asdict(v),
+        "name": v.name,
+        "model": v.model,
+        "rate_per_s": rate,
+        "bulk_alone": alone,
+        "rounds": rounds,
+        "summary": summarise(rounds),
+    }
 
 
 def _capacity(b: _Bench, v: Variant) -> dict[str, Any]:
@@ -455,13 +521,26 @@ def _capacity(b: _Bench, v: Variant) -> dict[str, Any]:
     p = b.p
     b.st.add_workers(v.model, p.workers, extra_args=() if v.overlap else ("--no-overlap",))
     conc = 3 * p.workers * p.max_batch  # a batch running, one prefetched, one queued
-    out = phase(b.st, replace(b.base, model=v.model, concurrency=conc, duration_s=p.capacity_s,
-                              warmup_s=2.0, label="capacity (closed loop)"))  # fmt: skip
+    out = phase(
+        b.st,
+        replace(
+            b.base,
+            model=v.model,
+            concurrency=conc,
+            duration_s=p.capacity_s,
+            warmup_s=2.0,
+            label="capacity (closed loop)",
+        ),
+    )
     b.st.stop_workers(v.model)
     nominal = nominal_capacity(p)
-    return {"measured_per_s": out["throughput_per_s"], "nominal_per_s": round(nominal, 2),
-            "measured_over_nominal": ratio(out["throughput_per_s"], nominal),
-            "concurrency": conc, "errors": out["errors"]}  # fmt: skip
+    return {
+        "measured_per_s": out["throughput_per_s"],
+        "nominal_per_s": round(nominal, 2),
+        "measured_over_nominal": ratio(out["throughput_per_s"], nominal),
+        "concurrency": conc,
+        "errors": out["errors"],
+    }
 
 
 def run_bulk(workdir: Path, p: BulkParams, progress: bool = True) -> dict[str, Any]:
@@ -471,8 +550,7 @@ def run_bulk(workdir: Path, p: BulkParams, progress: bool = True) -> dict[str, A
     cfg_path.write_text(yaml.safe_dump(cfg))
     # Enough lines that the bulk job outlasts a phase even if it had every worker.
     lines = int(nominal_capacity(p) * (p.duration_s + 15.0)) + 1000
-    base = LoadSpec(url="", model="", bands=(LengthBand(p.words, p.words, 1.0),),
-                    progress=progress)  # fmt: skip
+    base = LoadSpec(url="", model="", bands=(LengthBand(p.words, p.words, 1.0),), progress=progress)
     with Stack(cfg_path, workdir / "logs-bulk") as st:
         st._spawn("bulk-worker", ["bulk", "worker"])  # `sluice bulk worker`, stopped by close()
         with Client(st.url) as http:
@@ -482,7 +560,12 @@ def run_bulk(workdir: Path, p: BulkParams, progress: bool = True) -> dict[str, A
             capacity = _capacity(b, p.variants[0])
             cap = capacity["measured_per_s"]
             variants = [_variant(b, v, cap) for v in p.variants]
-    return {"params": asdict(p), "config": cfg, "bulk_lines": lines, "capacity": capacity,
-            "idle_per_s": round(cap * (1 - p.utilisation), 2), "variants": variants,
-            "targets": {"p99_ratio_max": TARGET_P99_RATIO,
-                        "idle_share_min": TARGET_IDLE_SHARE}}  # fmt: skip
+    return {
+        "params": asdict(p),
+        "config": cfg,
+        "bulk_lines": lines,
+        "capacity": capacity,
+        "idle_per_s": round(cap * (1 - p.utilisation), 2),
+        "variants": variants,
+        "targets": {"p99_ratio_max": TARGET_P99_RATIO, "idle_share_min": TARGET_IDLE_SHARE},
+    }

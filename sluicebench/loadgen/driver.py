@@ -209,8 +209,13 @@ class Driver:
         if status != 202 or not isinstance(accepted, dict):
             return Outcome(sent, time.monotonic(), "error", status, submit_ms=submit_ms)
         if s.submit_only:
-            return Outcome(sent, time.monotonic(), "submitted", bucket=accepted.get("bucket"),
-                           submit_ms=submit_ms)  # fmt: skip
+            return Outcome(
+                sent,
+                time.monotonic(),
+                "submitted",
+                bucket=accepted.get("bucket"),
+                submit_ms=submit_ms,
+            )
         return await self._wait(http, accepted["id"], sent, submit_ms)
 
     async def _wait(self, http: Engine, job_id: str, sent: float, submit_ms: float) -> Outcome:
@@ -256,10 +261,15 @@ def _finished(view: dict[str, Any], sent: float, done: float, submit_ms: float) 
     if t.get("finished_at") is not None and t.get("queued_at") is not None:
         server_ms = (t["finished_at"] - t["queued_at"]) * 1000.0
     return Outcome(
-        sent, done, view["status"], bucket=view.get("bucket"),
-        queue_wait_ms=t.get("queue_wait_ms"), run_ms=t.get("run_ms"), server_ms=server_ms,
+        sent,
+        done,
+        view["status"],
+        bucket=view.get("bucket"),
+        queue_wait_ms=t.get("queue_wait_ms"),
+        run_ms=t.get("run_ms"),
+        server_ms=server_ms,
         submit_ms=submit_ms,
-    )  # fmt: skip
+    )
 
 
 def _cpu_s() -> float:
@@ -269,13 +279,21 @@ def _cpu_s() -> float:
 
 def _describe(s: LoadSpec) -> dict[str, Any]:
     return {
-        "url": s.url, "model": s.model, "mode": s.mode, "rate": s.rate,
-        "concurrency": s.concurrency, "trace_jobs": len(s.trace) if s.trace else None,
-        "duration_s": s.duration_s, "jobs": s.jobs, "warmup_s": s.warmup_s,
-        "mix": [[b.lo, b.hi, b.weight] for b in s.bands], "seed": s.seed,
-        "submit_only": s.submit_only, "engine": s.engine,
+        "url": s.url,
+        "model": s.model,
+        "mode": s.mode,
+        "rate": s.rate,
+        "concurrency": s.concurrency,
+        "trace_jobs": len(s.trace) if s.trace else None,
+        "duration_s": s.duration_s,
+        "jobs": s.jobs,
+        "warmup_s": s.warmup_s,
+        "mix": [[b.lo, b.hi, b.weight] for b in s.bands],
+        "seed": s.seed,
+        "submit_only": s.submit_only,
+        "engine": s.engine,
         "idempotency_fraction": s.idempotency_fraction,
-    }  # fmt: skip
+    }
 
 
 def run_load(spec: LoadSpec) -> dict[str, Any]:

@@ -34,9 +34,13 @@ class EngineError(Exception):
 
 class Engine(Protocol):
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:  # fmt: skip
+    ) -> tuple[int, Any]:
         """Status and decoded JSON body (None when the body is not JSON)."""
         ...
 
@@ -54,21 +58,31 @@ class HttpxEngine:
     """httpx.AsyncClient with a small pool (its pool slows down with many connections)."""
 
     def __init__(
-        self, url: str, timeout_s: float, conns: int,
+        self,
+        url: str,
+        timeout_s: float,
+        conns: int,
         transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
-        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), limits=limits,
-                                      timeout=httpx.Timeout(timeout_s, pool=None),
-                                      transport=transport, headers=auth_headers())  # fmt: skip
+        self.http = httpx.AsyncClient(
+            base_url=url.rstrip("/"),
+            limits=limits,
+            timeout=httpx.Timeout(timeout_s, pool=None),
+            transport=transport,
+            headers=auth_headers(),
+        )
 
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:  # fmt: skip
+    ) -> tuple[int, Any]:
         try:
-            resp = await self.http.request(method, path, json=body, params=params,
-                                           headers=headers)  # fmt: skip
+            resp = await self.http.request(method, path, json=body, params=params, headers=headers)
         except httpx.TimeoutException as e:
             raise EngineTimeout(str(e)) from e
         except httpx.HTTPError as e:
@@ -107,9 +121,13 @@ class LeanEngine:
         return None
 
     async def call(
-        self, method: str, path: str, body: Any = None, params: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
-    ) -> tuple[int, Any]:  # fmt: skip
+    ) -> tuple[int, Any]:
         target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
         payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
         head = f"{method} {target} HTTP/1.1\r\n".encode() + self.host_header
@@ -202,9 +220,12 @@ async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
 
 
 def make_engines(
-    engine: str, url: str, timeout_s: float, in_flight: int,
+    engine: str,
+    url: str,
+    timeout_s: float,
+    in_flight: int,
     transport: httpx.AsyncBaseTransport | None = None,
-) -> list[Engine]:  # fmt: skip
+) -> list[Engine]:
     """The engines one run shares out: one lean pool, or httpx clients of 8 connections each."""
     if engine not in ENGINES:
         raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")

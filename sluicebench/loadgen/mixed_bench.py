@@ -54,8 +54,10 @@ class MixedParams:
 
     @property
     def bands(self) -> tuple[LengthBand, ...]:
-        return (LengthBand(self.short_words, self.short_words, 0.9),
-                LengthBand(self.long_words, self.long_words, 0.1))  # fmt: skip
+        return (
+            LengthBand(self.short_words, self.short_words, 0.9),
+            LengthBand(self.long_words, self.long_words, 0.1),
+        )
 
 
 def mixed_config(p: MixedParams) -> dict[str, Any]:
@@ -66,22 +68,37 @@ def mixed_config(p: MixedParams) -> dict[str, Any]:
             "buckets": buckets,
             "cost": {"method": "words"},
             # The scheduler's expected service time per bucket matches the handler's.
-            "batching": {"max_batch": p.max_batch, "max_batch_tokens": p.max_batch * p.long_words,
-                         "service_ms_base": p.base_ms, "service_ms_per_cost": p.per_token_ms},
+            "batching": {
+                "max_batch": p.max_batch,
+                "max_batch_tokens": p.max_batch * p.long_words,
+                "service_ms_base": p.base_ms,
+                "service_ms_per_cost": p.per_token_ms,
+            },
             "autoscaling": {"min_replicas": 0, "max_replicas": 64},
-        }  # fmt: skip
+        }
 
-    return {"models": {"mix_buckets": model([p.short_words, p.long_words]),
-                       "mix_one": model([p.long_words])}}  # fmt: skip
+    return {
+        "models": {
+            "mix_buckets": model([p.short_words, p.long_words]),
+            "mix_one": model([p.long_words]),
+        }
+    }
 
 
 def _case(out: dict[str, Any], p: MixedParams, model: str, util: float) -> dict[str, Any]:
     # Short and long by the input's own size (one bucket holds both).
     s, lw = p.short_words, p.long_words
-    return {"model": model, "utilisation": util, "rate_per_s": out["spec"]["rate"],
-            "throughput_per_s": out["throughput_per_s"], "errors": out["errors"],
-            "cpu": out["cpu"]["cores"], "send_lag_p99_ms": out["send_lag_ms"]["p99"],
-            "short": out["bands"][f"{s}-{s}"], "long": out["bands"][f"{lw}-{lw}"]}  # fmt: skip
+    return {
+        "model": model,
+        "utilisation": util,
+        "rate_per_s": out["spec"]["rate"],
+        "throughput_per_s": out["throughput_per_s"],
+        "errors": out["errors"],
+        "cpu": out["cpu"]["cores"],
+        "send_lag_p99_ms": out["send_lag_ms"]["p99"],
+        "short": out["bands"][f"{s}-{s}"],
+        "long": out["bands"][f"{lw}-{lw}"],
+    }
 
 
 def _start(st: Stack, model: str, p: MixedParams) -> None:
@@ -102,8 +119,15 @@ def run_mixed(workdir: Path, p: MixedParams, progress: bool = True) -> dict[str,
     cfg_path.write_text(yaml.safe_dump(cfg))
     args = [] if p.overlap else ["--no-overlap"]
     conc = 3 * p.workers * p.max_batch  # a full batch running, one prefetched, one queued
-    base = LoadSpec(url="", model="", concurrency=conc, duration_s=p.capacity_s,
-                    warmup_s=2.0, bands=p.bands, progress=progress)  # fmt: skip
+    base = LoadSpec(
+        url="",
+        model="",
+        concurrency=conc,
+        duration_s=p.capacity_s,
+        warmup_s=2.0,
+        bands=p.bands,
+        progress=progress,
+    )
     capacity, cases = {}, []
     with Stack(cfg_path, workdir / "logs-mixed", worker_args=args) as st:
         base = replace(base, url=st.url)
@@ -117,13 +141,25 @@ def run_mixed(workdir: Path, p: MixedParams, progress: bool = True) -> dict[str,
                 ref = capacity[model if p.util_of == "own" else "mix_buckets"]
                 rate = max(1.0, round(util * ref, 1))
                 _start(st, model, p)
-                spec = replace(base, model=model, concurrency=None, rate=rate, seed=100 + i,
-                               duration_s=p.duration_s, warmup_s=p.warmup_s,
-                               label=f"{model} at {util:.0%} = {rate}/s")  # fmt: skip
+                spec = replace(
+                    base,
+                    model=model,
+                    concurrency=None,
+                    rate=rate,
+                    seed=100 + i,
+                    duration_s=p.duration_s,
+                    warmup_s=p.warmup_s,
+                    label=f"{model} at {util:.0%} = {rate}/s",
+                )
                 cases.append(_case(phase(st, spec), p, model, util))
                 st.stop_workers(model)
-    return {"params": asdict(p), "config": cfg["models"], "capacity_jobs_per_s": capacity,
-            "cases": cases, "summary": mixed_summary(cases)}  # fmt: skip
+    return {
+        "params": asdict(p),
+        "config": cfg["models"],
+        "capacity_jobs_per_s": capacity,
+        "cases": cases,
+        "summary": mixed_summary(cases),
+    }
 
 
 def mixed_summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
@@ -136,12 +172,21 @@ def mixed_summary(cases: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         pb, po = b["short"]["e2e_ms"]["p99"], o["short"]["e2e_ms"]["p99"]
         wb, wo = b["short"]["queue_wait_ms"]["p99"], o["short"]["queue_wait_ms"]["p99"]
-        rows.append({"utilisation": util, "short_p99_buckets_ms": pb, "short_p99_one_ms": po,
-                     "ratio": round(po / pb, 2) if pb else None,
-                     "short_wait_p99_buckets_ms": wb, "short_wait_p99_one_ms": wo,
-                     "long_p99_buckets_ms": b["long"]["e2e_ms"]["p99"],
-                     "long_p99_one_ms": o["long"]["e2e_ms"]["p99"]})  # fmt: skip
+        rows.append(
+            {
+                "utilisation": util,
+                "short_p99_buckets_ms": pb,
+                "short_p99_one_ms": po,
+                "ratio": round(po / pb, 2) if pb else None,
+                "short_wait_p99_buckets_ms": wb,
+                "short_wait_p99_one_ms": wo,
+                "long_p99_buckets_ms": b["long"]["e2e_ms"]["p99"],
+                "long_p99_one_ms": o["long"]["e2e_ms"]["p99"],
+            }
+        )
     at90 = next((r for r in rows if abs(r["utilisation"] - 0.9) < 1e-9), None)
-    return {"rows": rows, "target_ratio_at_90": TARGET_SHORT_P99_RATIO,
-            "met_at_90": at90["ratio"] >= TARGET_SHORT_P99_RATIO
-            if at90 and at90["ratio"] else None}  # fmt: skip
+    return {
+        "rows": rows,
+        "target_ratio_at_90": TARGET_SHORT_P99_RATIO,
+        "met_at_90": at90["ratio"] >= TARGET_SHORT_P99_RATIO if at90 and at90["ratio"] else None,
+    }

@@ -15,9 +15,15 @@ def _ms(v: Any) -> str:
 def _row(name: str, lat: dict[str, Any]) -> list[str]:
     e, w, r = lat["e2e_ms"], lat["queue_wait_ms"], lat["run_ms"]
     return [
-        name, str(lat["jobs"]), _ms(e["p50"]), _ms(e["p95"]), _ms(e["p99"]),
-        _ms(w["p50"]), _ms(w["p99"]), _ms(r["p50"]),
-    ]  # fmt: skip
+        name,
+        str(lat["jobs"]),
+        _ms(e["p50"]),
+        _ms(e["p95"]),
+        _ms(e["p99"]),
+        _ms(w["p50"]),
+        _ms(w["p99"]),
+        _ms(r["p50"]),
+    ]
 
 
 def print_summary(out: dict[str, Any], console: Console | None = None) -> None:
@@ -36,8 +42,17 @@ def print_summary(out: dict[str, Any], console: Console | None = None) -> None:
         f"submit p50 {_ms(out['submit_ms']['p50'])} ms p99 {_ms(out['submit_ms']['p99'])} ms; "
         f"send lag p99 {_ms(out['send_lag_ms']['p99'])} ms; client CPU {out['client_cpu_s']:.1f}s"
     )
-    table = Table("bucket", "jobs", "e2e p50", "e2e p95", "e2e p99", "wait p50", "wait p99",
-                  "run p50", title="latency (ms): end to end, queue wait, run")  # fmt: skip
+    table = Table(
+        "bucket",
+        "jobs",
+        "e2e p50",
+        "e2e p95",
+        "e2e p99",
+        "wait p50",
+        "wait p99",
+        "run p50",
+        title="latency (ms): end to end, queue wait, run",
+    )
     for name, lat in out["buckets"].items():
         table.add_row(*_row(name, lat))
     table.add_row(*_row("all", out), style="bold")

@@ -72,10 +72,13 @@ def soak_config(p: SoakParams) -> dict[str, Any]:
         "buckets": BUCKETS,
         "cost": {"method": "words"},
         "queue": {"result_ttl_s": p.result_ttl_s, "idempotency_ttl_s": p.idempotency_ttl_s},
-        "batching": {"max_batch": p.max_batch, "max_batch_tokens": BUCKETS[-1] * p.max_batch,
-                     "service_ms_base": p.base_ms},
+        "batching": {
+            "max_batch": p.max_batch,
+            "max_batch_tokens": BUCKETS[-1] * p.max_batch,
+            "service_ms_base": p.base_ms,
+        },
         "autoscaling": {"min_replicas": 0, "max_replicas": 64},
-    }  # fmt: skip
+    }
     return {"models": {MODEL: model}}
 
 
@@ -128,15 +131,27 @@ def _pids(st: Stack) -> dict[str, int]:
 
 
 def _capacity(st: Stack, p: SoakParams) -> dict[str, Any]:
-    spec = LoadSpec(url=st.url, model=MODEL, concurrency=max(16, 6 * p.workers * p.max_batch),
-                    duration_s=p.capacity_s, warmup_s=min(2.0, p.capacity_s / 4), bands=BANDS,
-                    seed=p.seed + 1000, progress=p.progress, label="capacity")  # fmt: skip
+    spec = LoadSpec(
+        url=st.url,
+        model=MODEL,
+        concurrency=max(16, 6 * p.workers * p.max_batch),
+        duration_s=p.capacity_s,
+        warmup_s=min(2.0, p.capacity_s / 4),
+        bands=BANDS,
+        seed=p.seed + 1000,
+        progress=p.progress,
+        label="capacity",
+    )
     out = run_load(spec)
     measured = out["throughput_per_s"]
     capacity = min(measured, p.nominal_per_s) if measured > 0 else p.nominal_per_s
-    return {"nominal_per_s": p.nominal_per_s, "measured_per_s": measured,
-            "measured_over_nominal": round(measured / p.nominal_per_s, 3),
-            "capacity_per_s": capacity, "errors": out["errors"]}  # fmt: skip
+    return {
+        "nominal_per_s": p.nominal_per_s,
+        "measured_per_s": measured,
+        "measured_over_nominal": round(measured / p.nominal_per_s, 3),
+        "capacity_per_s": capacity,
+        "errors": out["errors"],
+    }
 
 
 def _after(st: Stack, probe: Probe, p: SoakParams, t0: float) -> dict[str, Any]:
@@ -154,10 +169,16 @@ def _after(st: Stack, probe: Probe, p: SoakParams, t0: float) -> dict[str, Any]:
     finally:
         client.close()
     last = probe.sample(time.monotonic() - t0)
-    return {"counters": stats.counters, "queued": stats.queued, "in_flight": stats.in_flight,
-            "dead_lettered": stats.dead_lettered, "job_keys": last.families["job"],
-            "idempotency_keys": last.families["idempotency"], "waiters": last.waiters,
-            "sample": last.to_json()}  # fmt: skip
+    return {
+        "counters": stats.counters,
+        "queued": stats.queued,
+        "in_flight": stats.in_flight,
+        "dead_lettered": stats.dead_lettered,
+        "job_keys": last.families["job"],
+        "idempotency_keys": last.families["idempotency"],
+        "waiters": last.waiters,
+        "sample": last.to_json(),
+    }
 
 
 def _models(p: SoakParams) -> dict[str, Any]:
@@ -177,30 +198,56 @@ def run_soak(workdir: Path, p: SoakParams) -> dict[str, Any]:
         cap = _capacity(st, p)
         rate = round(p.load_fraction * cap["capacity_per_s"], 1)
         probe = Probe(st.redis.url if st.redis else "", [MODEL], _pids(st), st.url)
-        spec = LoadSpec(url=st.url, model=MODEL, rate=rate, duration_s=p.duration_s,
-                        warmup_s=p.warmup_s, bands=BANDS, seed=p.seed, progress=p.progress,
-                        idempotency_fraction=p.idempotency_fraction,
-                        label=f"soak at {rate}/s")  # fmt: skip
+        spec = LoadSpec(
+            url=st.url,
+            model=MODEL,
+            rate=rate,
+            duration_s=p.duration_s,
+            warmup_s=p.warmup_s,
+            bands=BANDS,
+            seed=p.seed,
+            progress=p.progress,
+            idempotency_fraction=p.idempotency_fraction,
+            label=f"soak at {rate}/s",
+        )
         t0 = time.monotonic()
         try:
             load, samples = _run_async(spec, probe, p.sample_s)
             final = _after(st, probe, p, t0)
         finally:
             probe.close()
-    lim = Limits(warmup_s=p.warmup_s, duration_s=p.duration_s, rate_per_s=rate,
-                 result_ttl_s=p.result_ttl_s, idempotency_ttl_s=p.idempotency_ttl_s,
-                 idempotency_fraction=p.idempotency_fraction, buckets=len(BUCKETS),
-                 max_rss_growth_pct=p.max_rss_growth_pct)  # fmt: skip
+    lim = Limits(
+        warmup_s=p.warmup_s,
+        duration_s=p.duration_s,
+        rate_per_s=rate,
+        result_ttl_s=p.result_ttl_s,
+        idempotency_ttl_s=p.idempotency_ttl_s,
+        idempotency_fraction=p.idempotency_fraction,
+        buckets=len(BUCKETS),
+        max_rss_growth_pct=p.max_rss_growth_pct,
+    )
     rows = [s.to_json() for s in samples]
     return {
-        "params": asdict(p), "config": soak_config(p)["models"][MODEL], "rate_per_s": rate,
-        "capacity": cap, "load": load, "samples": rows, "final": final,
+        "params": asdict(p),
+        "config": soak_config(p)["models"][MODEL],
+        "rate_per_s": rate,
+        "capacity": cap,
+        "load": load,
+        "samples": rows,
+        "final": final,
         "verdict": verdict([*rows, final["sample"]], lim, load, final),
-    }  # fmt: skip
+    }
 
 
 def quick_params(**overrides: Any) -> SoakParams:
     """The suite's 60-second soak (tests/soak): short TTLs, short warm-up, 2 s samples."""
-    base = SoakParams(duration_s=60.0, warmup_s=20.0, sample_s=2.0, result_ttl_s=10,
-                      idempotency_ttl_s=10, capacity_s=5.0, progress=False)  # fmt: skip
+    base = SoakParams(
+        duration_s=60.0,
+        warmup_s=20.0,
+        sample_s=2.0,
+        result_ttl_s=10,
+        idempotency_ttl_s=10,
+        capacity_s=5.0,
+        progress=False,
+    )
     return replace(base, **overrides)

@@ -46,12 +46,20 @@ def soak_cmd(
 
     if not 0 < load_fraction <= 1 or warmup_s >= duration_s:
         fail("need 0 < --load-fraction <= 1 and --warmup-s < --duration-s", 2)
-    params = SoakParams(workers=workers, base_ms=base_ms, duration_s=duration_s,
-                        warmup_s=warmup_s, sample_s=sample_s, load_fraction=load_fraction,
-                        result_ttl_s=result_ttl_s, idempotency_ttl_s=idempotency_ttl_s,
-                        idempotency_fraction=idempotency_fraction,
-                        max_rss_growth_pct=max_rss_growth_pct, seed=seed,
-                        progress=progress)  # fmt: skip
+    params = SoakParams(
+        workers=workers,
+        base_ms=base_ms,
+        duration_s=duration_s,
+        warmup_s=warmup_s,
+        sample_s=sample_s,
+        load_fraction=load_fraction,
+        result_ttl_s=result_ttl_s,
+        idempotency_ttl_s=idempotency_ttl_s,
+        idempotency_fraction=idempotency_fraction,
+        max_rss_growth_pct=max_rss_growth_pct,
+        seed=seed,
+        progress=progress,
+    )
     out = run_soak(workdir, params)
     print_soak(out, Console() if sys.stdout.isatty() else Console(width=150))
     write_json(json_path, out)

@@ -27,13 +27,23 @@ def samples_table(out: dict[str, Any]) -> str:
     for s in _spaced(out["samples"]):
         w, rss, fam = s["window"], s["rss_mb"], s["families"]
         workers = [v for k, v in rss.items() if k.startswith("worker")]
-        rows.append([
-            _f(s["t_s"], ".0f"), _f(w.get("done", 0) / every), _errs(w.get("errors")),
-            _f(w.get("e2e_p50_ms")), _f(w.get("e2e_p99_ms")), _f(rss.get("gateway"), ".2f"),
-            _f(max(workers) if workers else None, ".2f"), _f(s["redis_used_mb"], ".2f"),
-            str(s["redis_keys"]), str(fam["job"]), str(fam["idempotency"]),
-            str(fam["wait_hist"] + fam.get("e2e_hist", 0)), str(s.get("metric_series")),
-        ])  # fmt: skip
+        rows.append(
+            [
+                _f(s["t_s"], ".0f"),
+                _f(w.get("done", 0) / every),
+                _errs(w.get("errors")),
+                _f(w.get("e2e_p50_ms")),
+                _f(w.get("e2e_p99_ms")),
+                _f(rss.get("gateway"), ".2f"),
+                _f(max(workers) if workers else None, ".2f"),
+                _f(s["redis_used_mb"], ".2f"),
+                str(s["redis_keys"]),
+                str(fam["job"]),
+                str(fam["idempotency"]),
+                str(fam["wait_hist"] + fam.get("e2e_hist", 0)),
+                str(s.get("metric_series")),
+            ]
+        )
     head = [
         "t s",
         "jobs/s",
@@ -55,23 +65,50 @@ def samples_table(out: dict[str, Any]) -> str:
 def rss_table(out: dict[str, Any]) -> str:
     rows = []
     for name, g in out["verdict"]["rss"].items():
-        rows.append([name, _f(g["start_mb"], ".2f"), _f(g["end_mb"], ".2f"),
-                     _f(g["growth_mb"], "+.2f"), _f(g["growth_pct"], "+.2f") + "%",
-                     _f(g["bytes_per_job"], ".0f"), _f(g.get("bytes_per_job_trend"), ".0f"),
-                     _f(g["peak_mb"], ".2f")])  # fmt: skip
-    head = ["process", "start MB", "end MB", "growth", "growth %", "B/job", "B/job trend",
-            "peak MB"]  # fmt: skip
+        rows.append(
+            [
+                name,
+                _f(g["start_mb"], ".2f"),
+                _f(g["end_mb"], ".2f"),
+                _f(g["growth_mb"], "+.2f"),
+                _f(g["growth_pct"], "+.2f") + "%",
+                _f(g["bytes_per_job"], ".0f"),
+                _f(g.get("bytes_per_job_trend"), ".0f"),
+                _f(g["peak_mb"], ".2f"),
+            ]
+        )
+    head = [
+        "process",
+        "start MB",
+        "end MB",
+        "growth",
+        "growth %",
+        "B/job",
+        "B/job trend",
+        "peak MB",
+    ]
     return _table(head, rows)
 
 
 def checks_table(out: dict[str, Any]) -> str:
-    rows = [[c["name"], "pass" if c["ok"] else "**FAIL**", c["detail"]]
-            for c in out["verdict"]["checks"]]  # fmt: skip
+    rows = [
+        [c["name"], "pass" if c["ok"] else "**FAIL**", c["detail"]]
+        for c in out["verdict"]["checks"]
+    ]
     return _table(["check", "result", "figures"], rows)
 
 
 def markdown(out: dict[str, Any]) -> str:
-    return "\n\n".join([
-        "### Samples", samples_table(out), "### RSS", rss_table(out),
-        "### Verdict", checks_table(out),
-    ]) + "\n"  # fmt: skip
+    return (
+        "\n\n".join(
+            [
+                "### Samples",
+                samples_table(out),
+                "### RSS",
+                rss_table(out),
+                "### Verdict",
+                checks_table(out),
+            ]
+        )
+        + "\n"
+    )

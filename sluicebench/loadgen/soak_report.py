@@ -51,27 +51,47 @@ def _sample_table(samples: list[dict[str, Any]], every_s: float) -> Table:
         w, rss, fam = s["window"], s["rss_mb"], s["families"]
         workers = [v for k, v in rss.items() if k.startswith("worker")]
         t.add_row(
-            _f(s["t_s"], ".0f"), _f(w.get("done", 0) / every_s if w else None),
-            _errs(w.get("errors")), _f(w.get("e2e_p50_ms")), _f(w.get("e2e_p99_ms")),
-            _f(rss.get("gateway")), _f(max(workers) if workers else None),
-            _f(s["redis_used_mb"], ".2f"), str(s["redis_keys"]), str(fam["job"]),
-            str(fam["idempotency"]), str(fam["wait_hist"]), str(s["dead_letters"]),
+            _f(s["t_s"], ".0f"),
+            _f(w.get("done", 0) / every_s if w else None),
+            _errs(w.get("errors")),
+            _f(w.get("e2e_p50_ms")),
+            _f(w.get("e2e_p99_ms")),
+            _f(rss.get("gateway")),
+            _f(max(workers) if workers else None),
+            _f(s["redis_used_mb"], ".2f"),
+            str(s["redis_keys"]),
+            str(fam["job"]),
+            str(fam["idempotency"]),
+            str(fam["wait_hist"]),
+            str(s["dead_letters"]),
             str(s.get("metric_series") or "-"),
-        )  # fmt: skip
+        )
     return t
 
 
 def _rss_table(rss: dict[str, dict[str, Any]]) -> Table:
     t = Table(
-        "process", "start MB", "end MB", "growth MB", "growth %", "B/job", "B/job trend",
+        "process",
+        "start MB",
+        "end MB",
+        "growth MB",
+        "growth %",
+        "B/job",
+        "B/job trend",
         "peak MB",
         title="RSS from the end of the warm-up to the end of the load (medians of 3)",
-    )  # fmt: skip
+    )
     for name, g in rss.items():
-        t.add_row(name, _f(g["start_mb"], ".2f"), _f(g["end_mb"], ".2f"),
-                  _f(g["growth_mb"], "+.2f"), _f(g["growth_pct"], "+.2f"),
-                  _f(g["bytes_per_job"], ".0f"), _f(g.get("bytes_per_job_trend"), ".0f"),
-                  _f(g["peak_mb"], ".2f"))  # fmt: skip
+        t.add_row(
+            name,
+            _f(g["start_mb"], ".2f"),
+            _f(g["end_mb"], ".2f"),
+            _f(g["growth_mb"], "+.2f"),
+            _f(g["growth_pct"], "+.2f"),
+            _f(g["bytes_per_job"], ".0f"),
+            _f(g.get("bytes_per_job_trend"), ".0f"),
+            _f(g["peak_mb"], ".2f"),
+        )
     return t
 
 

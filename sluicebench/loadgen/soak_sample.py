@@ -22,10 +22,25 @@ from sluice import keys
 
 MB = 1024 * 1024
 FAMILIES = (
-    "job", "idempotency", "wait_hist", "e2e_hist", "dead_letter", "queue", "inflight", "wake",
-    "stats", "worker", "workers", "control", "seq", "owners", "rate_limit", "scale", "models",
+    "job",
+    "idempotency",
+    "wait_hist",
+    "e2e_hist",
+    "dead_letter",
+    "queue",
+    "inflight",
+    "wake",
+    "stats",
+    "worker",
+    "workers",
+    "control",
+    "seq",
+    "owners",
+    "rate_limit",
+    "scale",
+    "models",
     "other",
-)  # fmt: skip
+)
 
 
 def _prefixes(model: str) -> list[tuple[str, str]]:
@@ -146,13 +161,18 @@ class Probe:
         replies = pipe.execute()
         series, waiters = self.gateway_metrics()
         return Sample(
-            t_s=round(t_s, 2), rss_mb=rss, fds=fds,
+            t_s=round(t_s, 2),
+            rss_mb=rss,
+            fds=fds,
             redis_used_mb=round(mem["used_memory"] / MB, 3),
             redis_dataset_mb=round(mem.get("used_memory_dataset", 0) / MB, 3),
-            redis_keys=int(replies[0]), families=classify(self.key_names(), self.models),
-            dead_letters=sum(int(n) for n in replies[1:]), metric_series=series,
-            waiters=waiters, window=window or {},
-        )  # fmt: skip
+            redis_keys=int(replies[0]),
+            families=classify(self.key_names(), self.models),
+            dead_letters=sum(int(n) for n in replies[1:]),
+            metric_series=series,
+            waiters=waiters,
+            window=window or {},
+        )
 
     def close(self) -> None:
         self.redis.close()

@@ -91,8 +91,10 @@ def theil_sen_slope(xs: Sequence[float], ys: Sequence[float]) -> float | None:
     series that one odd reading cannot move (None with fewer than two x values)."""
     slopes = [
         (ys[j] - ys[i]) / (xs[j] - xs[i])
-        for i in range(len(xs)) for j in range(i + 1, len(xs)) if xs[j] != xs[i]
-    ]  # fmt: skip
+        for i in range(len(xs))
+        for j in range(i + 1, len(xs))
+        if xs[j] != xs[i]
+    ]
     return statistics.median(slopes) if slopes else None
 
 
@@ -122,12 +124,15 @@ def _trend_per_job(series: Series, during: Sequence[dict[str, Any]], share: int)
 def _growth(series: Series, during: Sequence[dict[str, Any]], share: int) -> dict[str, Any]:
     start, end = _at(series, 0), _at(series, len(series))
     return {
-        "start_mb": start[1], "end_mb": end[1], "growth_mb": round(end[1] - start[1], 2),
+        "start_mb": start[1],
+        "end_mb": end[1],
+        "growth_mb": round(end[1] - start[1], 2),
         "growth_pct": round(100.0 * (end[1] - start[1]) / start[1], 2),
         "bytes_per_job": _per_job(during, start, end, share),
         "bytes_per_job_trend": _trend_per_job(series, during, share),
-        "peak_mb": max(v for _, v in series), "samples": len(series),
-    }  # fmt: skip
+        "peak_mb": max(v for _, v in series),
+        "samples": len(series),
+    }
 
 
 def rss_growth(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict[str, Any]]:
@@ -148,10 +153,16 @@ def rss_growth(samples: Sequence[dict[str, Any]], lim: Limits) -> dict[str, dict
     for name in names:
         series = [(s["t_s"], s["rss_mb"][name]) for s in after_warmup if name in s["rss_mb"]]
         if len(series) < 3 * EDGE:
-            out[name] = {"start_mb": None, "end_mb": None, "growth_pct": None,
-                         "growth_mb": None, "bytes_per_job": None,
-                         "bytes_per_job_trend": None, "samples": len(series),
-                         "peak_mb": max((v for _, v in series), default=None)}  # fmt: skip
+            out[name] = {
+                "start_mb": None,
+                "end_mb": None,
+                "growth_pct": None,
+                "growth_mb": None,
+                "bytes_per_job": None,
+                "bytes_per_job_trend": None,
+                "samples": len(series),
+                "peak_mb": max((v for _, v in series), default=None),
+            }
             continue
         share = workers if name.startswith("worker") else 1
         out[name] = _growth(series, during, share)
@@ -194,13 +205,13 @@ def family_bounds(lim: Limits) -> dict[str, float]:
     per_s = lim.rate_per_s * 1.5  # Poisson bursts and expiry lag
     return {
         "job": per_s * (lim.result_ttl_s + EXPIRY_SLACK_S) + 200,
-        "idempotency": per_s * lim.idempotency_fraction * (lim.idempotency_ttl_s
-                                                            + EXPIRY_SLACK_S) + 50,
+        "idempotency": per_s * lim.idempotency_fraction * (lim.idempotency_ttl_s + EXPIRY_SLACK_S)
+        + 50,
         "wait_hist": lim.models * (WAIT_HIST_TTL_S / WAIT_HIST_WINDOW_S + 1),
         "e2e_hist": lim.models * (WAIT_HIST_TTL_S / WAIT_HIST_WINDOW_S + 1),
         "wake": lim.models * lim.buckets,
         "queue": lim.models * lim.buckets,
-    }  # fmt: skip
+    }
 
 
 def _bounds_checks(samples: Sequence[dict[str, Any]], lim: Limits) -> list[Check]:
@@ -223,23 +234,33 @@ def _rss_checks(growth: dict[str, dict[str, Any]], lim: Limits) -> list[Check]:
         pct, per_job = g["growth_pct"], g["bytes_per_job_trend"]
         ok = pct is not None and pct < lim.max_rss_growth_pct
         shown = "n/a" if pct is None else f"{pct:+.1f}%"
-        out.append(Check(f"{name} RSS growth", ok,
-                         f"{g['start_mb']} -> {g['end_mb']} MB ({shown})"))  # fmt: skip
+        out.append(
+            Check(f"{name} RSS growth", ok, f"{g['start_mb']} -> {g['end_mb']} MB ({shown})")
+        )
         ok = per_job is not None and per_job < lim.max_bytes_per_job
-        out.append(Check(f"{name} RSS growth per job (trend)", ok,
-                         f"{per_job} B/job, the slope over the run; {g['bytes_per_job']} "
-                         f"end to end (limit {lim.max_bytes_per_job:g})"))  # fmt: skip
+        out.append(
+            Check(
+                f"{name} RSS growth per job (trend)",
+                ok,
+                f"{per_job} B/job, the slope over the run; {g['bytes_per_job']} "
+                f"end to end (limit {lim.max_bytes_per_job:g})",
+            )
+        )
     return out
 
 
 def _series_check(samples: Sequence[dict[str, Any]], lim: Limits) -> Check:
-    series = [s["metric_series"] for s in samples
-              if s["t_s"] >= lim.warmup_s and s.get("metric_series") is not None]  # fmt: skip
+    series = [
+        s["metric_series"]
+        for s in samples
+        if s["t_s"] >= lim.warmup_s and s.get("metric_series") is not None
+    ]
     if len(series) < 2:
         return Check("metric label sets bounded", False, "no /metrics readings")
     grew = series[-1] - series[0]
-    return Check("metric label sets bounded", grew <= 0,
-                 f"{series[0]} -> {series[-1]} sluice_* series")  # fmt: skip
+    return Check(
+        "metric label sets bounded", grew <= 0, f"{series[0]} -> {series[-1]} sluice_* series"
+    )
 
 
 def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 64) -> Check:
@@ -247,8 +268,9 @@ def fd_check(first: dict[str, Any], last: dict[str, Any], slack: int = 64) -> Ch
     did when the load started: a connection leaked per request would hold thousands.
     The slack is for the gateway's Redis pool, which keeps the connections a burst
     opened (up to redis_max_connections): +12 after one latency burst, measured."""
-    grew = {n: last["fds"][n] - v for n, v in first["fds"].items()
-            if n != "redis" and n in last["fds"]}  # fmt: skip
+    grew = {
+        n: last["fds"][n] - v for n, v in first["fds"].items() if n != "redis" and n in last["fds"]
+    }
     worst = max(grew.values(), default=0)
     shown = ", ".join(f"{n} {first['fds'][n]}->{last['fds'][n]}" for n in grew)
     return Check("no file descriptors left open", bool(grew) and worst <= slack, shown)
@@ -261,18 +283,25 @@ def completion_checks(load: dict[str, Any], final: dict[str, Any]) -> list[Check
     arrived, done = counters.get("arrived", 0), counters.get("succeeded", 0)
     left = final.get("queued", 0) + final.get("in_flight", 0)
     return [
-        Check("no errors", not errors, ", ".join(f"{k} x{v}" for k, v in errors.items())
-              or "none"),
-        Check("every accepted job succeeded", load["succeeded"] == load["sent"] and done == arrived,
-              f"load generator {load['succeeded']}/{load['sent']}; Redis {done}/{arrived}"),
+        Check("no errors", not errors, ", ".join(f"{k} x{v}" for k, v in errors.items()) or "none"),
+        Check(
+            "every accepted job succeeded",
+            load["succeeded"] == load["sent"] and done == arrived,
+            f"load generator {load['succeeded']}/{load['sent']}; Redis {done}/{arrived}",
+        ),
         Check("queues empty after the run", left == 0, f"queued + in flight = {left}"),
-        Check("no long-poll waiter left", final.get("waiters") in (0, 0.0),
-              f"waiters gauge {final.get('waiters')}"),
-        Check("results and idempotency keys expired after the run",
-              final.get("job_keys") == 0 and final.get("idempotency_keys") == 0,
-              f"job hashes {final.get('job_keys')}, idempotency keys "
-              f"{final.get('idempotency_keys')} after the TTLs"),
-    ]  # fmt: skip
+        Check(
+            "no long-poll waiter left",
+            final.get("waiters") in (0, 0.0),
+            f"waiters gauge {final.get('waiters')}",
+        ),
+        Check(
+            "results and idempotency keys expired after the run",
+            final.get("job_keys") == 0 and final.get("idempotency_keys") == 0,
+            f"job hashes {final.get('job_keys')}, idempotency keys "
+            f"{final.get('idempotency_keys')} after the TTLs",
+        ),
+    ]
 
 
 def verdict(
@@ -292,7 +321,10 @@ def verdict(
         fd_check(samples[0], final.get("sample", samples[-1])),
     ]
     return {
-        "passed": all(c.ok for c in checks), "checks": [asdict(c) for c in checks],
-        "rss": growth, "plateaus": plat, "family_bounds": family_bounds(lim),
+        "passed": all(c.ok for c in checks),
+        "checks": [asdict(c) for c in checks],
+        "rss": growth,
+        "plateaus": plat,
+        "family_bounds": family_bounds(lim),
         "plateau_from_s": lim.plateau_from_s,
-    }  # fmt: skip
+    }

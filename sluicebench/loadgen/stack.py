@@ -51,8 +51,9 @@ class Stack:
         self.redis = start_redis()
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self._spawn("gateway", ["gateway", "--port", str(port),
-                                "--workers", str(self.gateway_workers)])  # fmt: skip
+        self._spawn(
+            "gateway", ["gateway", "--port", str(port), "--workers", str(self.gateway_workers)]
+        )
         _wait_http(f"{self.url}/readyz", timeout_s, self.procs[-1])
         return self
 
@@ -60,8 +61,16 @@ class Stack:
         assert self.redis is not None
         name = role.replace(":", "-") + f"-{len(self.procs)}"
         log = (self.log_dir / f"{name}.log").open("wb")
-        cmd = [sys.executable, "-m", "sluice", *args, "--config", str(self.config_path),
-               "--redis-url", self.redis.url]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "sluice",
+            *args,
+            "--config",
+            str(self.config_path),
+            "--redis-url",
+            self.redis.url,
+        ]
         popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         proc = _Proc(role, popen, psutil.Process(popen.pid), log)
         self.procs.append(proc)
@@ -90,8 +99,10 @@ class Stack:
     def add_autoscaler(self, backend: str = "dry-run") -> None:
         """Start ``sluice autoscaler`` (dry-run: it observes, reclaims and decides but
         starts no worker, so the workers stay the ones this stack started)."""
-        self._spawn("autoscaler", ["autoscaler", "--backend", backend, "--metrics-port", "0",
-                                   "--log-level", "WARNING"])  # fmt: skip
+        self._spawn(
+            "autoscaler",
+            ["autoscaler", "--backend", backend, "--metrics-port", "0", "--log-level", "WARNING"],
+        )
 
     def workers(self, model: str) -> list[_Proc]:
         return [p for p in self.procs if p.role == f"worker:{model}" and p.popen.poll() is None]

@@ -63,7 +63,7 @@ def scaling_config(base_ms: float, max_batch: int = 1) -> dict[str, Any]:
             "max_batch": max_batch,
             "max_batch_tokens": 64 * max_batch,
             "service_ms_base": base_ms,
-        },  # fmt: skip
+        },
         "autoscaling": {"min_replicas": 0, "max_replicas": 64},
     }
     # "capacity" has no workers: the submit-only phase fills its queue, nobody else's.
@@ -73,28 +73,47 @@ def scaling_config(base_ms: float, max_batch: int = 1) -> dict[str, Any]:
 def _brief(out: dict[str, Any]) -> dict[str, Any]:
     e2e, wait = out["e2e_ms"], out["queue_wait_ms"]
     return {
-        "throughput_per_s": out["throughput_per_s"], "offered_per_s": out["offered_per_s"],
-        "e2e_p50_ms": e2e["p50"], "e2e_p99_ms": e2e["p99"], "wait_p99_ms": wait["p99"],
-        "run_p50_ms": out["run_ms"]["p50"], "submit_p99_ms": out["submit_ms"]["p99"],
-        "errors": out["errors"], "send_lag_p99_ms": out["send_lag_ms"]["p99"],
-        "cpu_cores": out["cpu"]["cores"], "machine_busy_cores": out["cpu"]["machine_busy_cores"],
+        "throughput_per_s": out["throughput_per_s"],
+        "offered_per_s": out["offered_per_s"],
+        "e2e_p50_ms": e2e["p50"],
+        "e2e_p99_ms": e2e["p99"],
+        "wait_p99_ms": wait["p99"],
+        "run_p50_ms": out["run_ms"]["p50"],
+        "submit_p99_ms": out["submit_ms"]["p99"],
+        "errors": out["errors"],
+        "send_lag_p99_ms": out["send_lag_ms"]["p99"],
+        "cpu_cores": out["cpu"]["cores"],
+        "machine_busy_cores": out["cpu"]["machine_busy_cores"],
         "others_cores": out["cpu"]["others_cores"],
-    }  # fmt: skip
+    }
 
 
 def run_scaling(
-    workdir: Path, *, workers: list[int], base_ms: float = 10.0, max_batch: int = 1,
-    duration_s: float = 6.0, warmup_s: float = 1.5, gateway_workers: int = 1,
+    workdir: Path,
+    *,
+    workers: list[int],
+    base_ms: float = 10.0,
+    max_batch: int = 1,
+    duration_s: float = 6.0,
+    warmup_s: float = 1.5,
+    gateway_workers: int = 1,
     progress: bool = True,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Benchmark 1; returns the JSON document (cases + summary)."""
     cfg = scaling_config(base_ms, max_batch)
     cfg_path = workdir / "scaling.yaml"
     cfg_path.write_text(yaml.safe_dump(cfg))
     cases: list[dict[str, Any]] = []
     with Stack(cfg_path, workdir / "logs-scaling", gateway_workers=gateway_workers) as st:
-        closed = LoadSpec(url=st.url, model="scale", concurrency=64, duration_s=duration_s,
-                          warmup_s=warmup_s, bands=SHORT, progress=progress)  # fmt: skip
+        closed = LoadSpec(
+            url=st.url,
+            model="scale",
+            concurrency=64,
+            duration_s=duration_s,
+            warmup_s=warmup_s,
+            bands=SHORT,
+            progress=progress,
+        )
         cap = phase(st, replace(closed, model="capacity", submit_only=True, label="submit only"))
         for n in sorted(workers):
             st.add_workers("scale", n - len(st.workers("scale")))
@@ -104,12 +123,25 @@ def run_scaling(
             rate = max(1.0, round(0.7 * sat["throughput_per_s"], 1))  # 1/s if nothing got through
             label = f"{n} workers, 70% = {rate}/s"
             at70 = phase(st, replace(closed, concurrency=None, rate=rate, seed=n, label=label))
-            cases.append({"workers": n, "concurrency": conc, "saturation": _brief(sat),
-                          "load70": _brief(at70) | {"rate_per_s": rate}})  # fmt: skip
-    return {"config": cfg["models"]["scale"], "base_ms": base_ms, "max_batch": max_batch,
-            "duration_s": duration_s, "warmup_s": warmup_s, "gateway_workers": gateway_workers,
-            "submit_capacity": _brief(cap), "cases": cases,
-            "summary": scaling_summary(cases, 1000.0 * max_batch / base_ms)}  # fmt: skip
+            cases.append(
+                {
+                    "workers": n,
+                    "concurrency": conc,
+                    "saturation": _brief(sat),
+                    "load70": _brief(at70) | {"rate_per_s": rate},
+                }
+            )
+    return {
+        "config": cfg["models"]["scale"],
+        "base_ms": base_ms,
+        "max_batch": max_batch,
+        "duration_s": duration_s,
+        "warmup_s": warmup_s,
+        "gateway_workers": gateway_workers,
+        "submit_capacity": _brief(cap),
+        "cases": cases,
+        "summary": scaling_summary(cases, 1000.0 * max_batch / base_ms),
+    }
 
 
 def scaling_summary(cases: list[dict[str, Any]], nominal: float) -> dict[str, Any]:
@@ -121,21 +153,30 @@ def scaling_summary(cases: list[dict[str, Any]], nominal: float) -> dict[str, An
         n, x = c["workers"], c["saturation"]["throughput_per_s"]
         service = c["saturation"]["run_p50_ms"]
         p99 = c["load70"]["e2e_p99_ms"]
-        rows.append({
-            "workers": n, "jobs_per_s": x,
-            "vs_linear_measured": round(x / (n * per_worker), 3) if per_worker else None,
-            "vs_linear_nominal": round(x / (n * nominal), 3),
-            "load70_e2e_p99_ms": p99, "service_ms": service,
-            "load70_p99_over_service": round(p99 / service, 2) if p99 and service else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "workers": n,
+                "jobs_per_s": x,
+                "vs_linear_measured": round(x / (n * per_worker), 3) if per_worker else None,
+                "vs_linear_nominal": round(x / (n * nominal), 3),
+                "load70_e2e_p99_ms": p99,
+                "service_ms": service,
+                "load70_p99_over_service": round(p99 / service, 2) if p99 and service else None,
+            }
+        )
     last = rows[-1] if rows else None
     return {
-        "per_worker_jobs_per_s": per_worker, "nominal_per_worker_jobs_per_s": nominal,
+        "per_worker_jobs_per_s": per_worker,
+        "nominal_per_worker_jobs_per_s": nominal,
         "rows": rows,
         "linear_target": TARGET_LINEAR,
         "linear_met_at_max": last["vs_linear_measured"] >= TARGET_LINEAR
-        if last and last["vs_linear_measured"] is not None else None,
+        if last and last["vs_linear_measured"] is not None
+        else None,
         "p99_target_x_service": TARGET_P99_X_SERVICE,
-        "p99_met": {r["workers"]: r["load70_p99_over_service"] is not None
-                    and r["load70_p99_over_service"] < TARGET_P99_X_SERVICE for r in rows},
-    }  # fmt: skip
+        "p99_met": {
+            r["workers"]: r["load70_p99_over_service"] is not None
+            and r["load70_p99_over_service"] < TARGET_P99_X_SERVICE
+            for r in rows
+        },
+    }

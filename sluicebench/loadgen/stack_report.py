@@ -26,18 +26,36 @@ def print_scaling(data: dict[str, Any], console: Console) -> None:
         f"[bold]{cap['throughput_per_s']:.0f}[/] POST/s (CPU cores {_cores(cap['cpu_cores'])})"
     )
     t = Table(title="Horizontal scaling through the gateway", box=box.SIMPLE_HEAD)
-    for name in ("workers", "jobs/s", "x linear", "x nominal", "e2e p50", "e2e p99",
-                 "70% rate", "70% p99", "p99/svc", "CPU cores (sat.)", "others"):  # fmt: skip
+    for name in (
+        "workers",
+        "jobs/s",
+        "x linear",
+        "x nominal",
+        "e2e p50",
+        "e2e p99",
+        "70% rate",
+        "70% p99",
+        "p99/svc",
+        "CPU cores (sat.)",
+        "others",
+    ):
         t.add_column(name, justify="right")
     rows = {r["workers"]: r for r in data["summary"]["rows"]}
     for c in data["cases"]:
         r, sat, l70 = rows[c["workers"]], c["saturation"], c["load70"]
         t.add_row(
-            str(c["workers"]), _n(sat["throughput_per_s"]), _n(r["vs_linear_measured"], 2),
-            _n(r["vs_linear_nominal"], 2), _n(sat["e2e_p50_ms"]), _n(sat["e2e_p99_ms"]),
-            _n(l70["rate_per_s"]), _n(l70["e2e_p99_ms"]), _n(r["load70_p99_over_service"], 2),
-            _cores(sat["cpu_cores"]), _n(sat["others_cores"], 2),
-        )  # fmt: skip
+            str(c["workers"]),
+            _n(sat["throughput_per_s"]),
+            _n(r["vs_linear_measured"], 2),
+            _n(r["vs_linear_nominal"], 2),
+            _n(sat["e2e_p50_ms"]),
+            _n(sat["e2e_p99_ms"]),
+            _n(l70["rate_per_s"]),
+            _n(l70["e2e_p99_ms"]),
+            _n(r["load70_p99_over_service"], 2),
+            _cores(sat["cpu_cores"]),
+            _n(sat["others_cores"], 2),
+        )
     console.print(t)
     s = data["summary"]
     console.print(
@@ -58,16 +76,33 @@ def print_mixed(data: dict[str, Any], console: Console) -> None:
         f"short-only workers (buckets): {p.get('pin_short', 0)}"
     )
     t = Table(title="Short-job latency: size buckets vs one bucket", box=box.SIMPLE_HEAD)
-    for name in ("util", "config", "rate", "jobs/s", "short p50", "short p99", "short wait p99",
-                 "long p50", "long p99", "errors"):  # fmt: skip
+    for name in (
+        "util",
+        "config",
+        "rate",
+        "jobs/s",
+        "short p50",
+        "short p99",
+        "short wait p99",
+        "long p50",
+        "long p99",
+        "errors",
+    ):
         t.add_column(name, justify="right")
     for c in data["cases"]:
         sh, lo = c["short"], c["long"]
         t.add_row(
-            f"{c['utilisation']:.0%}", c["model"], _n(c["rate_per_s"]), _n(c["throughput_per_s"]),
-            _n(sh["e2e_ms"]["p50"]), _n(sh["e2e_ms"]["p99"]), _n(sh["queue_wait_ms"]["p99"]),
-            _n(lo["e2e_ms"]["p50"]), _n(lo["e2e_ms"]["p99"]), str(sum(c["errors"].values())),
-        )  # fmt: skip
+            f"{c['utilisation']:.0%}",
+            c["model"],
+            _n(c["rate_per_s"]),
+            _n(c["throughput_per_s"]),
+            _n(sh["e2e_ms"]["p50"]),
+            _n(sh["e2e_ms"]["p99"]),
+            _n(sh["queue_wait_ms"]["p99"]),
+            _n(lo["e2e_ms"]["p50"]),
+            _n(lo["e2e_ms"]["p99"]),
+            str(sum(c["errors"].values())),
+        )
     console.print(t)
     for r in data["summary"]["rows"]:
         console.print(

@@ -99,9 +99,12 @@ def _by_band(outcomes: Sequence[Outcome], bands: Sequence[tuple[int, int]]) -> d
 
 
 def summarize(
-    outcomes: Sequence[Outcome], *, window_s: tuple[float, float], sent_total: int | None = None,
+    outcomes: Sequence[Outcome],
+    *,
+    window_s: tuple[float, float],
+    sent_total: int | None = None,
     bands: Sequence[tuple[int, int]] = (),
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """Throughput over the measurement window, latency overall and per bucket, errors.
 
     Throughput counts the jobs that *finished* successfully inside ``window_s``

@@ -89,9 +89,12 @@ class Workload:
 
 
 def poisson_arrivals(
-    rate_per_s: float, rng: random.Random, *, duration_s: float | None = None,
+    rate_per_s: float,
+    rng: random.Random,
+    *,
+    duration_s: float | None = None,
     max_jobs: int | None = None,
-) -> list[float]:  # fmt: skip
+) -> list[float]:
     """Arrival offsets (s) of a Poisson process: exponential gaps of mean 1/rate.
 
     Stops at ``duration_s`` or after ``max_jobs`` arrivals, whichever comes first.

@@ -37,9 +37,15 @@ from sluice.redis_server import start_redis
 OWNER: Any = getattr(sluice.jobs, "Owner", None)
 
 MODEL = "bench"
-CONFIG = {"models": {MODEL: {"handler": "synthetic", "cost": {"method": "words"},
-                             "queue": {"max_queued_jobs": 10_000_000,
-                                       "max_queued_cost": 1_000_000_000}}}}  # fmt: skip
+CONFIG = {
+    "models": {
+        MODEL: {
+            "handler": "synthetic",
+            "cost": {"method": "words"},
+            "queue": {"max_queued_jobs": 10_000_000, "max_queued_cost": 1_000_000_000},
+        }
+    }
+}
 
 
 def _case(q: QueueClient, jobs: int, owner: Any) -> dict[str, float]:
@@ -52,9 +58,11 @@ def _case(q: QueueClient, jobs: int, owner: Any) -> dict[str, float]:
         q.submit(MODEL, [job], max_jobs=10_000_000, max_cost=1_000_000_000, **kw)
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     stats = q.redis.info("commandstats").get("cmdstat_evalsha", {})
-    return {"redis_us_per_call": float(stats.get("usec_per_call", 0.0)),
-            "client_cpu_us_per_call": cpu / jobs * 1e6,
-            "wall_us_per_call": wall / jobs * 1e6}  # fmt: skip
+    return {
+        "redis_us_per_call": float(stats.get("usec_per_call", 0.0)),
+        "client_cpu_us_per_call": cpu / jobs * 1e6,
+        "wall_us_per_call": wall / jobs * 1e6,
+    }
 
 
 def main(jobs: int, rounds: int, json_path: Path | None) -> dict[str, Any]:
@@ -72,19 +80,30 @@ def main(jobs: int, rounds: int, json_path: Path | None) -> dict[str, Any]:
     finally:
         q.redis.close()
         server.stop()
-    med = {name: {k: round(statistics.median(r[k] for r in rs), 2) for k in rs[0]}
-           for name, rs in runs.items()}  # fmt: skip
-    result: dict[str, Any] = {"jobs": jobs, "rounds": rounds, "median": med, "runs": runs,
-                              "loadavg_at_end": os.getloadavg()}  # fmt: skip
+    med = {
+        name: {k: round(statistics.median(r[k] for r in rs), 2) for k in rs[0]}
+        for name, rs in runs.items()
+    }
+    result: dict[str, Any] = {
+        "jobs": jobs,
+        "rounds": rounds,
+        "median": med,
+        "runs": runs,
+        "loadavg_at_end": os.getloadavg(),
+    }
     print(f"{'case':<6} {'redis us/call':>14} {'client CPU us/call':>19} {'wall us/call':>13}")
     for name, m in med.items():
-        print(f"{name:<6} {m['redis_us_per_call']:>14.2f} {m['client_cpu_us_per_call']:>19.2f} "
-              f"{m['wall_us_per_call']:>13.2f}")  # fmt: skip
+        print(
+            f"{name:<6} {m['redis_us_per_call']:>14.2f} {m['client_cpu_us_per_call']:>19.2f} "
+            f"{m['wall_us_per_call']:>13.2f}"
+        )
     if "keyed" in med:
         ratio = {k: round(med["keyed"][k] / med["open"][k], 3) for k in med["open"]}
         result["ratio_keyed_over_open"] = ratio
-        print(f"keyed/open: redis {ratio['redis_us_per_call']:.2f}, "
-              f"client CPU {ratio['client_cpu_us_per_call']:.2f}")  # fmt: skip
+        print(
+            f"keyed/open: redis {ratio['redis_us_per_call']:.2f}, "
+            f"client CPU {ratio['client_cpu_us_per_call']:.2f}"
+        )
     if json_path:
         json_path.parent.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")

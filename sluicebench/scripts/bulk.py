@@ -45,31 +45,58 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         f"{p['utilisation']:.0%}; idle capacity {data['idle_per_s']:.1f} jobs/s; "
         f"{p['rounds']} A/B round(s) of {p['duration_s']:.0f} s ({p['warmup_s']:.0f} s warm-up)"
     )
-    t = Table(title="Interactive latency (ms, end to end) without / with a bulk job",
-              box=box.SIMPLE_HEAD)  # fmt: skip
-    for name in ("variant", "bulk alone/s", "p50 w/o", "p50 with", "p99 w/o", "p99 with",
-                 "p99 ratio", "wait p99 w/o", "wait p99 with", "bulk/s", "share of idle",
-                 "busy w/o", "busy with", "p99 <= 1.10x", "share >= 0.70"):  # fmt: skip
+    t = Table(
+        title="Interactive latency (ms, end to end) without / with a bulk job", box=box.SIMPLE_HEAD
+    )
+    for name in (
+        "variant",
+        "bulk alone/s",
+        "p50 w/o",
+        "p50 with",
+        "p99 w/o",
+        "p99 with",
+        "p99 ratio",
+        "wait p99 w/o",
+        "wait p99 with",
+        "bulk/s",
+        "share of idle",
+        "busy w/o",
+        "busy with",
+        "p99 <= 1.10x",
+        "share >= 0.70",
+    ):
         t.add_column(name, justify="right")
     for v in data["variants"]:
         s = v["summary"]
         t.add_row(
-            v["name"], _n(v["bulk_alone"]["per_s"]), _n(s["without_p50_ms"]),
-            _n(s["with_p50_ms"]), _n(s["without_p99_ms"]), _n(s["with_p99_ms"]),
-            _n(s["p99_ratio"], 2), _n(s["without_wait_p99_ms"]), _n(s["with_wait_p99_ms"]),
-            _n(s["bulk_per_s"]), _n(s["idle_share"], 2), _n(s["busy_without"], 2),
-            _n(s["busy_with"], 2), _met(s["met"]["p99_within"]), _met(s["met"]["idle_share"]),
-        )  # fmt: skip
+            v["name"],
+            _n(v["bulk_alone"]["per_s"]),
+            _n(s["without_p50_ms"]),
+            _n(s["with_p50_ms"]),
+            _n(s["without_p99_ms"]),
+            _n(s["with_p99_ms"]),
+            _n(s["p99_ratio"], 2),
+            _n(s["without_wait_p99_ms"]),
+            _n(s["with_wait_p99_ms"]),
+            _n(s["bulk_per_s"]),
+            _n(s["idle_share"], 2),
+            _n(s["busy_without"], 2),
+            _n(s["busy_with"], 2),
+            _met(s["met"]["p99_within"]),
+            _met(s["met"]["idle_share"]),
+        )
     console.print(t)
-    console.print("medians over the rounds; p99 ratio = median of each round's with / without; "
-                  "busy = share of time the workers' model slept in a batch")  # fmt: skip
+    console.print(
+        "medians over the rounds; p99 ratio = median of each round's with / without; "
+        "busy = share of time the workers' model slept in a batch"
+    )
     for v in data["variants"]:
         per = ", ".join(
             f"A {r['without']['e2e_p99_ms']:.0f} B {r['with']['e2e_p99_ms']:.0f} "
             f"({r['with']['bulk']['per_s']:.0f}/s, errors "
             f"{sum(r['without']['errors'].values()) + sum(r['with']['errors'].values())})"
             for r in v["rounds"]
-        )  # fmt: skip
+        )
         s = v["summary"]
         console.print(
             f"  {v['name']}: p99 per round {per}; claim-to-start mean "
@@ -86,8 +113,9 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(
         prog="sluice bench bulk", description=(__doc__ or "").splitlines()[0]
     )
-    ap.add_argument("--variants", default="8,2:no-overlap",
-                    help="bulk.max_batch values[:no-overlap][:reserveN]")  # fmt: skip
+    ap.add_argument(
+        "--variants", default="8,2:no-overlap", help="bulk.max_batch values[:no-overlap][:reserveN]"
+    )
     ap.add_argument("--rounds", type=int, default=d.rounds, help="A/B pairs per variant")
     ap.add_argument("--duration-s", type=float, default=d.duration_s, help="s per phase")
     ap.add_argument("--warmup-s", type=float, default=d.warmup_s)
@@ -105,11 +133,19 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     try:
         params = BulkParams(
-            workers=a.workers, words=a.words, base_ms=a.base_ms, per_token_ms=a.per_token_ms,
-            max_batch=a.max_batch, bulk_max_queued=a.max_queued, utilisation=a.utilisation,
-            duration_s=a.duration_s, warmup_s=a.warmup_s, rounds=a.rounds,
-            variants=parse_variants(a.variants), seed=a.seed,
-        )  # fmt: skip
+            workers=a.workers,
+            words=a.words,
+            base_ms=a.base_ms,
+            per_token_ms=a.per_token_ms,
+            max_batch=a.max_batch,
+            bulk_max_queued=a.max_queued,
+            utilisation=a.utilisation,
+            duration_s=a.duration_s,
+            warmup_s=a.warmup_s,
+            rounds=a.rounds,
+            variants=parse_variants(a.variants),
+            seed=a.seed,
+        )
     except ConfigError as e:
         sys.exit(f"error: {e}")
     a.workdir.mkdir(parents=True, exist_ok=True)

@@ -33,8 +33,11 @@ def _old_claim(rev: str) -> str:
     common = (resources.files("sluice.queue") / "lua" / "_common.lua").read_text()
     old = subprocess.run(
         ["git", "show", f"{rev}:sluice/queue/lua/claim.lua"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return common + "\n" + old
 
 
@@ -68,8 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         r = connect(server.url)
         qc = QueueClient(r, dict(cfg.models))
-        scripts = {"without check": r.register_script(_old_claim(args.before_rev)),
-                   "with check": r.register_script(script_source("claim"))}  # fmt: skip
+        scripts = {
+            "without check": r.register_script(_old_claim(args.before_rev)),
+            "with check": r.register_script(script_source("claim")),
+        }
         rates: dict[str, list[float]] = {name: [] for name in scripts}
         for _ in range(args.rounds):
             for name, script in scripts.items():

@@ -35,9 +35,11 @@ from sluice.registry import WorkerInfo
 from sluice.waits import window_start
 
 SCENARIOS = (
-    ("idle (no viewer)", 0, True), ("1 viewer", 1, True),
-    ("10 viewers, shared cache", 10, True), ("10 viewers, no cache", 10, False),
-)  # fmt: skip
+    ("idle (no viewer)", 0, True),
+    ("1 viewer", 1, True),
+    ("10 viewers, shared cache", 10, True),
+    ("10 viewers, no cache", 10, False),
+)
 
 
 def config(n_models: int) -> SluiceConfig:
@@ -53,14 +55,26 @@ def seed(r: redis.Redis, cfg: SluiceConfig, n_workers: int) -> None:
             name, [NewJob(input="x", bucket=b, cost=int(b)) for b in ("32", "128", "512") * 40]
         )
         batch = q.claim(name, "seed", max_batch=10)
-        q.complete(name, [Outcome.fail(j.id, "oom", "out of memory") for j in batch.jobs[:5]]
-                   + [Outcome.ok(j.id, 1) for j in batch.jobs[5:]])  # fmt: skip
+        q.complete(
+            name,
+            [Outcome.fail(j.id, "oom", "out of memory") for j in batch.jobs[:5]]
+            + [Outcome.ok(j.id, 1) for j in batch.jobs[5:]],
+        )
         pipe = r.pipeline(transaction=False)
         for i in range(n_workers):
-            info = WorkerInfo(id=f"node{i // 8}-{1000 + i}-{i:04x}", model=name, host="node",
-                              pid=1000 + i, device=f"cuda:{i % 8}", buckets=["32", "128", "512"],
-                              state="ready", started_at=now, heartbeat_at=now,
-                              service_rate=1000.0, batch_size=16)  # fmt: skip
+            info = WorkerInfo(
+                id=f"node{i // 8}-{1000 + i}-{i:04x}",
+                model=name,
+                host="node",
+                pid=1000 + i,
+                device=f"cuda:{i % 8}",
+                buckets=["32", "128", "512"],
+                state="ready",
+                started_at=now,
+                heartbeat_at=now,
+                service_rate=1000.0,
+                batch_size=16,
+            )
             for cmd in registry.heartbeat(info, 600):
                 pipe.execute_command(*cmd)
         for log in range(50):
@@ -81,8 +95,9 @@ def commands_processed(r: redis.Redis) -> int:
     return int(r.info("stats")["total_commands_processed"])
 
 
-async def run_scenario(cfg: SluiceConfig, url: str, viewers: int, cached: bool,
-                       seconds: float) -> dict[str, Any]:  # fmt: skip
+async def run_scenario(
+    cfg: SluiceConfig, url: str, viewers: int, cached: bool, seconds: float
+) -> dict[str, Any]:
     app = create_app(cfg, url)
     side = redis.Redis.from_url(url)
     lat: list[float] = []
@@ -115,27 +130,36 @@ async def run_scenario(cfg: SluiceConfig, url: str, viewers: int, cached: bool,
             elapsed = time.monotonic() - started
             cmds = commands_processed(side) - before
     side.close()
-    return {"viewers": viewers, "cached": cached, "seconds": round(elapsed, 2),
-            "requests": len(lat), "refreshes": feed.refreshes,
-            "redis_commands_per_s": round(cmds / elapsed, 1),
-            "p50_ms": round(statistics.median(lat), 2) if lat else None,
-            "p99_ms": round(statistics.quantiles(lat, n=100)[98], 2) if len(lat) > 2 else None,
-            "payload_kb": round(statistics.mean(sizes) / 1024, 1) if sizes else None}  # fmt: skip
+    return {
+        "viewers": viewers,
+        "cached": cached,
+        "seconds": round(elapsed, 2),
+        "requests": len(lat),
+        "refreshes": feed.refreshes,
+        "redis_commands_per_s": round(cmds / elapsed, 1),
+        "p50_ms": round(statistics.median(lat), 2) if lat else None,
+        "p99_ms": round(statistics.quantiles(lat, n=100)[98], 2) if len(lat) > 2 else None,
+        "payload_kb": round(statistics.mean(sizes) / 1024, 1) if sizes else None,
+    }
 
 
 def report(rows: list[dict[str, Any]]) -> None:
     idle = rows[0]["redis_commands_per_s"]
     one = rows[1]["redis_commands_per_s"] - idle
-    print(f"{'scenario':28} {'req':>5} {'reads':>6} {'cmds/s':>8} {'x 1 viewer':>10} "
-          f"{'p50 ms':>7} {'p99 ms':>7} {'KB':>6}")  # fmt: skip
+    print(
+        f"{'scenario':28} {'req':>5} {'reads':>6} {'cmds/s':>8} {'x 1 viewer':>10} "
+        f"{'p50 ms':>7} {'p99 ms':>7} {'KB':>6}"
+    )
     for (label, _, _), row in zip(SCENARIOS, rows, strict=True):
         extra = row["redis_commands_per_s"] - idle
         row["dashboard_commands_per_s"] = round(extra, 1)
         row["ratio_to_one_viewer"] = round(extra / one, 2) if row["viewers"] and one > 0 else None
         ratio = f"{row['ratio_to_one_viewer']:.2f}" if row["ratio_to_one_viewer"] else "-"
-        print(f"{label:28} {row['requests']:>5} {row['refreshes']:>6} "
-              f"{row['redis_commands_per_s']:>8.1f} {ratio:>10} {row['p50_ms'] or 0:>7.2f} "
-              f"{row['p99_ms'] or 0:>7.2f} {row['payload_kb'] or 0:>6}")  # fmt: skip
+        print(
+            f"{label:28} {row['requests']:>5} {row['refreshes']:>6} "
+            f"{row['redis_commands_per_s']:>8.1f} {ratio:>10} {row['p50_ms'] or 0:>7.2f} "
+            f"{row['p99_ms'] or 0:>7.2f} {row['payload_kb'] or 0:>6}"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -150,16 +174,20 @@ def main(argv: list[str] | None = None) -> None:
         cfg = config(args.models)
         r = redis.Redis.from_url(server.url, decode_responses=True)
         seed(r, cfg, args.workers)
-        rows = [asyncio.run(run_scenario(cfg, server.url, v, cached, args.seconds))
-                for _, v, cached in SCENARIOS]  # fmt: skip
+        rows = [
+            asyncio.run(run_scenario(cfg, server.url, v, cached, args.seconds))
+            for _, v, cached in SCENARIOS
+        ]
         report(rows)
         print(
             f"\n{args.models} models x {args.workers} live workers each; commands/s include "
             "the gateway's own 1 s snapshots (the idle row); 'x 1 viewer' subtracts them."
         )
         if args.json:
-            args.json.write_text(json.dumps({"models": args.models, "workers": args.workers,
-                                             "rows": rows}, indent=2) + "\n")  # fmt: skip
+            args.json.write_text(
+                json.dumps({"models": args.models, "workers": args.workers, "rows": rows}, indent=2)
+                + "\n"
+            )
     finally:
         server.stop()
 

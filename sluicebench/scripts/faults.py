@@ -36,13 +36,18 @@ from sluice.queue.client import connect
 from sluice.redis_server import RedisServer, free_port
 
 CONFIG: dict[str, Any] = {
-    "models": {"m": {"handler": "synthetic", "cost": {"method": "words"},
-                     "params": {"base_ms": 20, "per_token_ms": 0},
-                     # Scales from zero: submits are accepted with no worker (part 3).
-                     "autoscaling": {"min_replicas": 0}}},
+    "models": {
+        "m": {
+            "handler": "synthetic",
+            "cost": {"method": "words"},
+            "params": {"base_ms": 20, "per_token_ms": 0},
+            # Scales from zero: submits are accepted with no worker (part 3).
+            "autoscaling": {"min_replicas": 0},
+        }
+    },
     "gateway": {"redis_timeout_s": 1.0, "stats_refresh_s": 0.5},
     "worker": {"heartbeat_s": 0.3, "metrics_port": 0},
-}  # fmt: skip
+}
 
 
 def submit_rate(fsync: str | None, n: int, threads: int) -> float:
@@ -78,8 +83,13 @@ def durability(n: int, threads: int, rounds: int = 5) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name in names:
         ratios = [r / off for r, off in zip(rates[name], rates["off"], strict=True)]
-        rows.append({"aof": name, "jobs_per_s": round(statistics.median(rates[name])),
-                     "ratio_to_off": round(statistics.median(ratios), 3)})  # fmt: skip
+        rows.append(
+            {
+                "aof": name,
+                "jobs_per_s": round(statistics.median(rates[name])),
+                "ratio_to_off": round(statistics.median(ratios), 3),
+            }
+        )
     return rows
 
 
@@ -89,17 +99,43 @@ def _gateway(tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     log = (tmp / f"gateway-{port}.log").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "gateway", "-c", str(path), "--redis-url", url,
-         "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sluice",
+            "gateway",
+            "-c",
+            str(path),
+            "--redis-url",
+            url,
+            "--port",
+            str(port),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     _until(lambda: _status(f"{base}/readyz") == 200, 30)
     return proc, base
 
 
 def _worker(tmp: Path, url: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-m", "sluice", "worker", "-c", str(tmp / "sluice.yaml"), "-m", "m",
-           "--redis-url", url, "--metrics-port", "-1", "--log-level", "ERROR"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sluice",
+        "worker",
+        "-c",
+        str(tmp / "sluice.yaml"),
+        "-m",
+        "m",
+        "--redis-url",
+        url,
+        "--metrics-port",
+        "-1",
+        "--log-level",
+        "ERROR",
+    ]
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -148,10 +184,12 @@ def outage(fault: str) -> dict[str, Any]:
             back_s = _until(lambda: _submit(base)[0] == 202, 30)
             secs = sorted(s for _, s in answers)
             return {
-                "fault": fault, "codes": sorted({c for c, _ in answers}),
+                "fault": fault,
+                "codes": sorted({c for c, _ in answers}),
                 "answer_p50_s": round(statistics.median(secs), 3),
-                "answer_max_s": round(secs[-1], 3), "first_202_after_back_s": round(back_s, 3),
-            }  # fmt: skip
+                "answer_max_s": round(secs[-1], 3),
+                "first_202_after_back_s": round(back_s, 3),
+            }
         finally:
             for p in (gw, worker):
                 p.kill()
@@ -165,12 +203,19 @@ def sigterm_with_long_polls(n: int = 50) -> dict[str, Any]:
         gw, base = _gateway(Path(tmp_s), server.url)
         try:
             # No worker: the jobs stay queued, so each long-poll would wait 30 s.
-            parse = httpx.post(f"{base}/v1/models/m/jobs/batch", timeout=10,
-                               json={"inputs": ["x"] * n})  # fmt: skip
+            parse = httpx.post(
+                f"{base}/v1/models/m/jobs/batch", timeout=10, json={"inputs": ["x"] * n}
+            )
             ids = [j["id"] for j in parse.json()["jobs"]] if parse.status_code == 202 else []
             codes: list[int] = []
-            polls = [threading.Thread(target=lambda j=j: codes.append(
-                _status(f"{base}/v1/jobs/{j}", params={"wait": 30}))) for j in ids]  # fmt: skip
+            polls = [
+                threading.Thread(
+                    target=lambda j=j: codes.append(
+                        _status(f"{base}/v1/jobs/{j}", params={"wait": 30})
+                    )
+                )
+                for j in ids
+            ]
             for t in polls:
                 t.start()
             time.sleep(1.0)
@@ -180,8 +225,11 @@ def sigterm_with_long_polls(n: int = 50) -> dict[str, Any]:
             stop_s = time.monotonic() - t0
             for t in polls:
                 t.join(5)
-            return {"long_polls": len(ids), "exit_s": round(stop_s, 3),
-                    "answers": {str(c): codes.count(c) for c in sorted(set(codes))}}  # fmt: skip
+            return {
+                "long_polls": len(ids),
+                "exit_s": round(stop_s, 3),
+                "answers": {str(c): codes.count(c) for c in sorted(set(codes))},
+            }
         finally:
             if gw.poll() is None:
                 gw.kill()
@@ -207,9 +255,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"   AOF {row['aof']:<9} {row['jobs_per_s']:>7} jobs/s  {row['ratio_to_off']:.2f}x")
     print("2. a client of the gateway while Redis is out (redis_timeout_s 1.0)")
     for row in out["outage"]:
-        print(f"   {row['fault']:<7} codes {row['codes']}  answered p50 {row['answer_p50_s']} s, "
-              f"max {row['answer_max_s']} s; first 202 {row['first_202_after_back_s']} s "
-              "after Redis is back")  # fmt: skip
+        print(
+            f"   {row['fault']:<7} codes {row['codes']}  answered p50 {row['answer_p50_s']} s, "
+            f"max {row['answer_max_s']} s; first 202 {row['first_202_after_back_s']} s "
+            "after Redis is back"
+        )
     st = out["sigterm"]
     print(
         f"3. SIGTERM with {st['long_polls']} long-polls open: exited in {st['exit_s']} s; "

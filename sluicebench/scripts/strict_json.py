@@ -27,7 +27,7 @@ BODIES: dict[str, bytes] = {
             "deadline_ms": 5000,
             "metadata": {"user": "a", "trace": "0af7651916cd43dd8448eb211c80319c", "n": 1.5},
         }
-    ).encode(),  # fmt: skip
+    ).encode(),
     "batch of 256 texts": json.dumps({"inputs": [WORDS * 2] * 256}).encode(),
     "1 MB text": json.dumps({"input": WORDS * 23_000}).encode(),
     "metadata, 2,000 small objects": json.dumps(
@@ -63,8 +63,15 @@ def run(repeat: int) -> list[dict[str, Any]]:
     for name, body in BODIES.items():
         base = _per_call_us(json.loads, body, repeat)
         strict = _per_call_us(loads, body, repeat)
-        rows.append({"body": name, "bytes": len(body), "json_loads_us": round(base, 2),
-                     "strict_us": round(strict, 2), "ratio": round(strict / base, 2)})  # fmt: skip
+        rows.append(
+            {
+                "body": name,
+                "bytes": len(body),
+                "json_loads_us": round(base, 2),
+                "strict_us": round(strict, 2),
+                "ratio": round(strict / base, 2),
+            }
+        )
     return rows
 
 
@@ -78,8 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     rows = run(args.repeat)
     print(f"{'body':32} {'bytes':>9} {'json.loads us':>14} {'strict us':>10} {'ratio':>6}")
     for r in rows:
-        print(f"{r['body']:32} {r['bytes']:>9} {r['json_loads_us']:>14.2f} "
-              f"{r['strict_us']:>10.2f} {r['ratio']:>6.2f}")  # fmt: skip
+        print(
+            f"{r['body']:32} {r['bytes']:>9} {r['json_loads_us']:>14.2f} "
+            f"{r['strict_us']:>10.2f} {r['ratio']:>6.2f}"
+        )
     if args.json:
         args.json.write_text(json.dumps({"rows": rows}, indent=2) + "\n")
         print(f"wrote {args.json}")

@@ -56,26 +56,45 @@ class StubApi:
     interfere: int = 0
 
     def scale_doc(self) -> dict[str, Any]:
-        return {"apiVersion": "autoscaling/v1", "kind": "Scale",
-                "metadata": {"name": DEPLOYMENT, "namespace": NAMESPACE,
-                             "resourceVersion": str(self.version)},
-                "spec": {"replicas": self.replicas},
-                "status": {"replicas": self.replicas, "selector": "app=minilm"}}  # fmt: skip
+        return {
+            "apiVersion": "autoscaling/v1",
+            "kind": "Scale",
+            "metadata": {
+                "name": DEPLOYMENT,
+                "namespace": NAMESPACE,
+                "resourceVersion": str(self.version),
+            },
+            "spec": {"replicas": self.replicas},
+            "status": {"replicas": self.replicas, "selector": "app=minilm"},
+        }
 
     def pod_doc(self, name: str) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": NAMESPACE,
-                             "resourceVersion": str(self.pod_versions.get(name, 1)),
-                             "annotations": dict(self.pods[name])}}  # fmt: skip
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": NAMESPACE,
+                "resourceVersion": str(self.pod_versions.get(name, 1)),
+                "annotations": dict(self.pods[name]),
+            },
+        }
 
     def patches(self, path: str | None = None) -> list[Request]:
-        return [q for q in self.requests
-                if q.method == "PATCH" and (path is None or q.path == path)]  # fmt: skip
+        return [
+            q for q in self.requests if q.method == "PATCH" and (path is None or q.path == path)
+        ]
 
 
 def status(code: int, reason: str, message: str) -> dict[str, Any]:
-    return {"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "code": code, "reason": reason, "message": message}  # fmt: skip
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
 
 
 def merge_patch(target: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
@@ -97,8 +116,9 @@ def json_patch(target: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, A
     for op in ops:
         if op.get("op") not in ("add", "replace"):
             raise ValueError(f"stub: op {op.get('op')!r} not modelled")
-        *parents, leaf = [p.replace("~1", "/").replace("~0", "~")
-                          for p in op["path"].lstrip("/").split("/")]  # fmt: skip
+        *parents, leaf = [
+            p.replace("~1", "/").replace("~0", "~") for p in op["path"].lstrip("/").split("/")
+        ]
         node = out
         for p in parents:
             node = node.setdefault(p, {})
@@ -110,9 +130,14 @@ def decode_patch(content_type: str, raw: bytes) -> tuple[int, str, Any]:
     """(0, "", patch) or the (status, reason, message) a real server answers."""
     ctype = content_type.split(";")[0].strip().lower()
     if ctype not in (JSON_PATCH, MERGE_PATCH, STRATEGIC_PATCH):
-        return 415, "UnsupportedMediaType", (
-            f"the body of the request was in an unknown format - accepted media types "
-            f"include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}")  # fmt: skip
+        return (
+            415,
+            "UnsupportedMediaType",
+            (
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: {JSON_PATCH}, {MERGE_PATCH}, {STRATEGIC_PATCH}"
+            ),
+        )
     try:
         body = json.loads(raw)
     except ValueError as e:
@@ -154,8 +179,14 @@ class StubHandler(BaseHTTPRequestHandler):
 
     def _log(self, body: Any) -> Request:
         path, _, query = self.path.partition("?")
-        req = Request(self.command, path, query, self.headers.get("Content-Type", ""),
-                      self.headers.get("Authorization", ""), body)  # fmt: skip
+        req = Request(
+            self.command,
+            path,
+            query,
+            self.headers.get("Content-Type", ""),
+            self.headers.get("Authorization", ""),
+            body,
+        )
         self.api.requests.append(req)
         self.req = req
         return req
@@ -178,8 +209,9 @@ class StubHandler(BaseHTTPRequestHandler):
             return
         if req.path == PODS:
             items = [self.api.pod_doc(n) for n in self.api.pods]
-            return self._reply(200, {"apiVersion": "v1", "kind": "PodList",
-                                     "metadata": {}, "items": items})  # fmt: skip
+            return self._reply(
+                200, {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}
+            )
         self._reply(404, status(404, "NotFound", f"{req.path} not found"))
 
     def do_PATCH(self) -> None:  # noqa: N802
@@ -204,9 +236,16 @@ class StubHandler(BaseHTTPRequestHandler):
         doc = self.api.scale_doc()
         new = apply_patch(req.content_type, doc, req.body)
         if stale(doc, new):
-            return self._reply(409, status(409, "Conflict", "the object has been "
-                                            "modified; please apply your changes to "
-                                            "the latest version and try again"))  # fmt: skip
+            return self._reply(
+                409,
+                status(
+                    409,
+                    "Conflict",
+                    "the object has been "
+                    "modified; please apply your changes to "
+                    "the latest version and try again",
+                ),
+            )
         self.api.replicas = int(new["spec"]["replicas"])
         self.api.version += 1
         self._reply(200, self.api.scale_doc())

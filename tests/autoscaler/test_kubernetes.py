@@ -46,11 +46,14 @@ def stub() -> Iterator[Stub]:
 
 
 def _cfg() -> SluiceConfig:
-    return parse_config({
-        "models": {"minilm": {"handler": "synthetic",
-                              "autoscaling": {"deployment": DEPLOYMENT}}},
-        "autoscaler": {"backend": "kubernetes", "namespace": NAMESPACE},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {
+                "minilm": {"handler": "synthetic", "autoscaling": {"deployment": DEPLOYMENT}}
+            },
+            "autoscaler": {"backend": "kubernetes", "namespace": NAMESPACE},
+        }
+    )
 
 
 def _backend(url: str, token: str | None = TOKEN) -> KubernetesBackend:
@@ -64,15 +67,37 @@ def _backend(url: str, token: str | None = TOKEN) -> KubernetesBackend:
     return KubernetesBackend(_cfg(), client.ApiClient(conf))
 
 
-def _worker(name: str, state: str = "ready", busy: bool = False, jobs: int = 0,
-            host: str | None = None, pod: str | None = None) -> WorkerInfo:  # fmt: skip
-    return WorkerInfo(id=name, model="minilm", host=host or name, pid=1, device="cpu",
-                      buckets=["32"], state=state, started_at=0.0, busy=busy, jobs=jobs,
-                      pod_name=name if pod is None else pod)  # fmt: skip
+def _worker(
+    name: str,
+    state: str = "ready",
+    busy: bool = False,
+    jobs: int = 0,
+    host: str | None = None,
+    pod: str | None = None,
+) -> WorkerInfo:
+    return WorkerInfo(
+        id=name,
+        model="minilm",
+        host=host or name,
+        pid=1,
+        device="cpu",
+        buckets=["32"],
+        state=state,
+        started_at=0.0,
+        busy=busy,
+        jobs=jobs,
+        pod_name=name if pod is None else pod,
+    )
 
 
-def _raw(url: str, method: str, path: str, body: Any = None, ctype: str = MERGE_PATCH,
-         token: str | None = TOKEN) -> int:  # fmt: skip
+def _raw(
+    url: str,
+    method: str,
+    path: str,
+    body: Any = None,
+    ctype: str = MERGE_PATCH,
+    token: str | None = TOKEN,
+) -> int:
     headers = {"Content-Type": ctype}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -101,8 +126,13 @@ def test_stub_refuses_bad_requests(stub: Stub) -> None:
     assert api.replicas == 3, "a refused request changed the object"
     fresh = {"metadata": {"resourceVersion": str(api.version)}, **replicas}
     assert _raw(url, "PATCH", SCALE, fresh) == 200 and api.replicas == 4
-    op = [{"op": "add", "path": f"/metadata/annotations/{DELETION_COST.replace('/', '~1')}",
-           "value": "5"}]  # fmt: skip
+    op = [
+        {
+            "op": "add",
+            "path": f"/metadata/annotations/{DELETION_COST.replace('/', '~1')}",
+            "value": "5",
+        }
+    ]
     assert _raw(url, "PATCH", f"{PODS}/pod-a", op, ctype=JSON_PATCH) == 200
     assert api.pods["pod-a"] == {DELETION_COST: "5"}
 
@@ -150,8 +180,11 @@ def test_pods_are_found_by_the_name_the_worker_publishes(stub: Stub, case: str) 
     characters: the host name is cut to 63. Either way only the pod name matches."""
     api, url = stub
     if case == "host_network":
-        names = ["sluice-worker-minilm-5d8f7-aaaaa", "sluice-worker-minilm-5d8f7-bbbbb",
-                 "sluice-worker-minilm-5d8f7-ccccc"]  # fmt: skip
+        names = [
+            "sluice-worker-minilm-5d8f7-aaaaa",
+            "sluice-worker-minilm-5d8f7-bbbbb",
+            "sluice-worker-minilm-5d8f7-ccccc",
+        ]
         hosts = ["gke-gpu-pool-node-1"] * 3
     else:
         stem = "sluice-worker-minilm-from-a-deployment-with-a-long-name-6c9f7b".ljust(64, "x")
@@ -227,11 +260,13 @@ def test_without_credentials_the_api_says_unauthorized(stub: Stub) -> None:
 
 def _kubeconfig(path: Path, url: str, user: dict[str, Any]) -> Path:
     doc = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "stub",
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "stub",
         "clusters": [{"name": "stub", "cluster": {"server": url}}],
         "users": [{"name": "sa", "user": user}],
         "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "sa"}}],
-    }  # fmt: skip
+    }
     path.write_text(json.dumps(doc))
     return path
 

@@ -33,13 +33,24 @@ def _backend(tmp_path: Path, monkeypatch, **autoscaler: object) -> LocalBackend:
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE)
     monkeypatch.setenv("FAKE_DIR", str(tmp_path))
-    cfg = parse_config({
-        "models": {"m": {"handler": "synthetic",
-                         "autoscaling": {"max_replicas": 8, "gpu_memory_gb": 6}}},
-        "autoscaler": autoscaler,
-    })  # fmt: skip
-    return LocalBackend(cfg, tmp_path / "sluice.yaml", "redis://127.0.0.1:1/0",
-                        command=[sys.executable, str(script)], log_dir=tmp_path / "logs")
+    cfg = parse_config(
+        {
+            "models": {
+                "m": {
+                    "handler": "synthetic",
+                    "autoscaling": {"max_replicas": 8, "gpu_memory_gb": 6},
+                }
+            },
+            "autoscaler": autoscaler,
+        }
+    )
+    return LocalBackend(
+        cfg,
+        tmp_path / "sluice.yaml",
+        "redis://127.0.0.1:1/0",
+        command=[sys.executable, str(script)],
+        log_dir=tmp_path / "logs",
+    )
 
 
 def _wait_files(tmp_path: Path, n: int) -> list[dict[str, object]]:
@@ -54,13 +65,26 @@ def _wait_files(tmp_path: Path, n: int) -> list[dict[str, object]]:
 
 
 def _info(wid: str, busy: bool = False, jobs: int = 0, state: str = "ready") -> WorkerInfo:
-    return WorkerInfo(id=wid, model="m", host="h", pid=0, device="cuda", buckets=["32"],
-                      state=state, started_at=0.0, busy=busy, jobs=jobs)  # fmt: skip
+    return WorkerInfo(
+        id=wid,
+        model="m",
+        host="h",
+        pid=0,
+        device="cuda",
+        buckets=["32"],
+        state=state,
+        started_at=0.0,
+        busy=busy,
+        jobs=jobs,
+    )
 
 
 def test_places_by_memory_and_drains_the_idlest(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    be = _backend(tmp_path, monkeypatch, devices=[{"name": "0", "memory_gb": 16},
-                                                  {"name": "1", "memory_gb": 8}])  # fmt: skip
+    be = _backend(
+        tmp_path,
+        monkeypatch,
+        devices=[{"name": "0", "memory_gb": 16}, {"name": "1", "memory_gb": 8}],
+    )
     try:
         be.scale("m", 5, [])
         # 16 GB holds two 6 GB workers, 8 GB one: 3 started, the other 2 fit nowhere.
@@ -70,8 +94,11 @@ def test_places_by_memory_and_drains_the_idlest(tmp_path: Path, monkeypatch) -> 
         assert all("--device" in s["args"] and "cuda" in s["args"] for s in started)  # type: ignore[operator]
         ids = [w.id for w in be.models["m"].workers]
         busy, idle_many, idle_few = ids
-        be.scale("m", 1, [_info(busy, busy=True, jobs=1), _info(idle_many, jobs=90),
-                          _info(idle_few, jobs=3)])  # fmt: skip
+        be.scale(
+            "m",
+            1,
+            [_info(busy, busy=True, jobs=1), _info(idle_many, jobs=90), _info(idle_few, jobs=3)],
+        )
         assert be.current("m") == 1
         draining = {w.id for w in be.models["m"].workers if w.draining_since is not None}
         assert draining == {idle_many, idle_few}  # the busy one keeps running

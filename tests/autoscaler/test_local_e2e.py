@@ -30,18 +30,27 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 # One worker serves about 1000 cost units/s (1 ms per padded token, batches of 8).
 CONFIG = {
-    "models": {"m": {
-        "handler": "synthetic", "params": {"base_ms": 1, "per_token_ms": 1.0},
-        "buckets": [128],
-        "batching": {"max_batch": 8, "max_batch_tokens": 1024, "lease_s": 10},
-        "autoscaling": {
-            "min_replicas": 1, "max_replicas": 4, "period_s": 0.5, "backlog_drain_s": 4,
-            "cold_start_s": 1, "service_rate_cost_per_s": 1000, "scale_down_window_s": 3,
-            "metrics_window_s": 4, "p99_wait_slo_ms": 2000,
-        },
-    }},
+    "models": {
+        "m": {
+            "handler": "synthetic",
+            "params": {"base_ms": 1, "per_token_ms": 1.0},
+            "buckets": [128],
+            "batching": {"max_batch": 8, "max_batch_tokens": 1024, "lease_s": 10},
+            "autoscaling": {
+                "min_replicas": 1,
+                "max_replicas": 4,
+                "period_s": 0.5,
+                "backlog_drain_s": 4,
+                "cold_start_s": 1,
+                "service_rate_cost_per_s": 1000,
+                "scale_down_window_s": 3,
+                "metrics_window_s": 4,
+                "p99_wait_slo_ms": 2000,
+            },
+        }
+    },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
-}  # fmt: skip
+}
 
 
 def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -61,8 +70,9 @@ def config_path(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def running(config_path: Path, redis_url: str, tmp_path: Path) -> Iterator[
-        tuple[Autoscaler, LocalBackend, QueueClient]]:  # fmt: skip
+def running(
+    config_path: Path, redis_url: str, tmp_path: Path
+) -> Iterator[tuple[Autoscaler, LocalBackend, QueueClient]]:
     cfg = load_config(config_path)
     client = QueueClient(connect(redis_url), dict(cfg.models))
     backend = LocalBackend(cfg, config_path, redis_url, log_dir=tmp_path / "logs")
@@ -84,8 +94,9 @@ def _ready(client: QueueClient) -> int:
     return sum(1 for w in live if w.state == "ready")
 
 
-def test_burst_scales_up_drains_and_scales_back_without_losing_jobs(running: tuple[
-        Autoscaler, LocalBackend, QueueClient]) -> None:  # fmt: skip
+def test_burst_scales_up_drains_and_scales_back_without_losing_jobs(
+    running: tuple[Autoscaler, LocalBackend, QueueClient],
+) -> None:
     loop, backend, client = running
     wait_for(lambda: _ready(client) == 1, 45, "the min_replicas worker to be ready")
     # The burst: 200 jobs x 100 units = 20 s of one worker's time.
@@ -93,11 +104,18 @@ def test_burst_scales_up_drains_and_scales_back_without_losing_jobs(running: tup
     ids = [s.id for s in subs]
     wait_for(lambda: backend.current("m") >= 3, 20, "a scale-up to at least 3")
     wait_for(lambda: _ready(client) >= 3, 45, "3 ready workers")
-    wait_for(lambda: client.stats("m").counters.get("succeeded", 0) == 200, 60,
-             "the queue to drain")  # fmt: skip
+    wait_for(
+        lambda: client.stats("m").counters.get("succeeded", 0) == 200, 60, "the queue to drain"
+    )
     # Idle now: after the 3 s window the extra workers are drained, one per period.
-    wait_for(lambda: backend.current("m") == 1 and not any(
-        w.draining_since for w in backend.models["m"].workers), 60, "a scale-down to 1")
+    wait_for(
+        lambda: (
+            backend.current("m") == 1
+            and not any(w.draining_since for w in backend.models["m"].workers)
+        ),
+        60,
+        "a scale-down to 1",
+    )
     st = client.stats("m")
     assert st.queued == 0 and st.in_flight == 0 and st.counters.get("failed", 0) == 0
     assert all(client.get(i).status == "succeeded" for i in ids)  # no job lost
@@ -109,32 +127,52 @@ def test_burst_scales_up_drains_and_scales_back_without_losing_jobs(running: tup
     assert loop.last["m"].desired == 1  # settled: no flap back up after the burst
 
 
-def test_a_crashed_worker_is_restarted(running: tuple[Autoscaler, LocalBackend, QueueClient],
-                                       ) -> None:  # fmt: skip
+def test_a_crashed_worker_is_restarted(
+    running: tuple[Autoscaler, LocalBackend, QueueClient],
+) -> None:
     _, backend, client = running
     wait_for(lambda: _ready(client) == 1, 45, "the first worker")
     first = backend.models["m"].workers[0]
     os.kill(first.proc.pid, signal.SIGKILL)
-    wait_for(lambda: any(w.id != first.id for w in backend.models["m"].workers), 20,
-             "a replacement worker")  # fmt: skip
+    wait_for(
+        lambda: any(w.id != first.id for w in backend.models["m"].workers),
+        20,
+        "a replacement worker",
+    )
     assert backend.models["m"].exits[0][0] == first.id
     assert backend.models["m"].exits[0][2] is False  # a crash, not a drain
     assert backend.current("m") == 1
 
 
-def test_autoscaler_cli_dry_run_starts_and_stops_on_sigterm(config_path: Path,
-                                                            redis_url: str) -> None:  # fmt: skip
+def test_autoscaler_cli_dry_run_starts_and_stops_on_sigterm(
+    config_path: Path, redis_url: str
+) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "autoscaler", "--config", str(config_path),
-         "--backend", "dry-run", "--redis-url", redis_url],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sluice",
+            "autoscaler",
+            "--config",
+            str(config_path),
+            "--backend",
+            "dry-run",
+            "--redis-url",
+            redis_url,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout or []), daemon=True)
     reader.start()
     # SIGTERM once it has decided at least once: proof it started, however slow the machine.
-    wait_until(lambda: any('"event": "autoscaler_decision"' in line for line in lines),
-               45, "the autoscaler's first decision")  # fmt: skip
+    wait_until(
+        lambda: any('"event": "autoscaler_decision"' in line for line in lines),
+        45,
+        "the autoscaler's first decision",
+    )
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=20)
     reader.join(20)

@@ -42,10 +42,20 @@ def _read(ob: Observer, current: int = 0) -> Observation | None:
 
 
 def _heartbeat(r: redis.Redis, **kw: object) -> None:
-    info = WorkerInfo(**{"id": "w1", "model": "m", "host": "h", "pid": 1, "device": "cpu",
-                         "buckets": ["32", "128", "512"], "state": "ready",
-                         "started_at": time.time() - 12, "ready_at": time.time() - 2,
-                         **kw})  # type: ignore[arg-type]  # fmt: skip
+    info = WorkerInfo(
+        **{
+            "id": "w1",
+            "model": "m",
+            "host": "h",
+            "pid": 1,
+            "device": "cpu",
+            "buckets": ["32", "128", "512"],
+            "state": "ready",
+            "started_at": time.time() - 12,
+            "ready_at": time.time() - 2,
+            **kw,
+        }
+    )  # type: ignore[arg-type]
     pipe = r.pipeline(transaction=False)
     for cmd in registry.heartbeat(info, 10.0):
         pipe.execute_command(*cmd)
@@ -128,8 +138,9 @@ def test_unreachable_redis_reads_none_and_decide_holds() -> None:
 
 def _report(queued: int, queued_cost: int, backlog_cost: int, age_ms: int = 0) -> str:
     at_ms = int(time.time() * 1000) - age_ms
-    return json.dumps({"queued": queued, "queued_cost": queued_cost,
-                       "backlog_cost": backlog_cost, "at_ms": at_ms})  # fmt: skip
+    return json.dumps(
+        {"queued": queued, "queued_cost": queued_cost, "backlog_cost": backlog_cost, "at_ms": at_ms}
+    )
 
 
 def test_bulk_items_are_counted_apart(r: redis.Redis) -> None:
@@ -137,16 +148,26 @@ def test_bulk_items_are_counted_apart(r: redis.Redis) -> None:
     client = QueueClient(r, dict(cfg.models))
     # Interactive: 3 normal (cost 100, bucket 128) + 2 low (50, bucket 32) = 5 jobs, 400.
     # Bulk (rank 3): 2 x 100 in bucket 128 beside the normal ones, 4 x 200 in bucket 512.
-    client.submit("m", _jobs(3, 100) + _jobs(2, 50, "low", "32") + _jobs(2, 100, "bulk")
-                  + _jobs(4, 200, "bulk", "512"))  # fmt: skip
+    client.submit(
+        "m",
+        _jobs(3, 100)
+        + _jobs(2, 50, "low", "32")
+        + _jobs(2, 100, "bulk")
+        + _jobs(4, 200, "bulk", "512"),
+    )
     # The oldest job of all is a bulk one: bulk waits by design, it is no breach.
     bulk_head = str(r.zrange(keys.queue_key("m", "512"), 0, 0)[0])
     r.hset(keys.job_key("m", bulk_head), "enq", int(time.time() * 1000) - 60_000)
-    r.hset(keys.bulk_backlog_key("m"), mapping={
-        "b1": _report(6, 1000, 50_000),  # live: 6 queued (all of them) + 49000 unfed
-        "b2": _report(3, 600, 9_000_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000),  # dead
-        "b3": "not json", "b4": json.dumps({"queued": 1}), "b5": "[1, 2]",
-    })  # fmt: skip
+    r.hset(
+        keys.bulk_backlog_key("m"),
+        mapping={
+            "b1": _report(6, 1000, 50_000),  # live: 6 queued (all of them) + 49000 unfed
+            "b2": _report(3, 600, 9_000_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000),  # dead
+            "b3": "not json",
+            "b4": json.dumps({"queued": 1}),
+            "b5": "[1, 2]",
+        },
+    )
     obs = _read(Observer(client, dict(cfg.models)), current=1)
     assert obs is not None
     assert (obs.queued, obs.queued_cost, obs.queued_non_low) == (5, 400.0, 3)
@@ -161,8 +182,11 @@ def test_queued_bulk_without_a_live_report_is_backlog(r: redis.Redis) -> None:
     client = QueueClient(r, dict(cfg.models))
     client.submit("m", _jobs(4, 200, "bulk", "512"))
     # Its coordinator died a while ago: its report is stale, its 4 items still queued.
-    r.hset(keys.bulk_backlog_key("m"), "b1",
-           _report(4, 800, 100_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000))  # fmt: skip
+    r.hset(
+        keys.bulk_backlog_key("m"),
+        "b1",
+        _report(4, 800, 100_000, age_ms=BULK_REPORT_MAX_AGE_MS + 1000),
+    )
     obs = _read(Observer(client, dict(cfg.models)), current=0)
     assert obs is not None
     assert (obs.queued, obs.queued_cost, obs.bulk_queued) == (0, 0.0, 4)
@@ -186,4 +210,8 @@ def test_arrival_rate_excludes_bulk_arrivals(r: redis.Redis) -> None:
     assert obs is not None
     assert obs.arrival_rate_cost == pytest.approx(100.0)  # 3000 / 30, not 13000 / 30
     assert (obs.queued, obs.queued_cost, obs.bulk_queued, obs.bulk_queued_cost) == (
-        10, 3000.0, 20, 10_000.0)  # fmt: skip
+        10,
+        3000.0,
+        20,
+        10_000.0,
+    )

@@ -44,10 +44,21 @@ class Recording(DryRunBackend):
 
 def _config(tmp_path: Path, lease_s: float) -> tuple[Path, SluiceConfig]:
     path = tmp_path / "sluice.yaml"
-    doc = {"models": {"m": {
-        "handler": "synthetic", "batching": {"lease_s": lease_s, "max_attempts": 3},
-        "autoscaling": {"min_replicas": 0, "max_replicas": 4, "idle_s": 60, "period_s": 1,
-                        "service_rate_cost_per_s": 1000}}}}  # fmt: skip
+    doc = {
+        "models": {
+            "m": {
+                "handler": "synthetic",
+                "batching": {"lease_s": lease_s, "max_attempts": 3},
+                "autoscaling": {
+                    "min_replicas": 0,
+                    "max_replicas": 4,
+                    "idle_s": 60,
+                    "period_s": 1,
+                    "service_rate_cost_per_s": 1000,
+                },
+            }
+        }
+    }
     path.write_text(yaml.safe_dump(doc))
     return path, load_config(path)
 
@@ -59,8 +70,7 @@ def _stranded_job(client: QueueClient) -> str:
     return jid
 
 
-def _loop(path: Path, cfg: SluiceConfig, client: QueueClient,
-          backend: Recording) -> Autoscaler:  # fmt: skip
+def _loop(path: Path, cfg: SluiceConfig, client: QueueClient, backend: Recording) -> Autoscaler:
     observer = Observer(client, dict(cfg.models))
     return Autoscaler(PolicySource(path, cfg), observer, backend, AutoscalerMetrics())
 
@@ -104,7 +114,8 @@ def test_loop_wakes_for_jobs_held_by_nobody_before_their_lease_expires(
     assert (d.current, d.desired, d.reason) == (0, 1, "orphaned-jobs")
     assert backend.requests == [1]
     assert loop.metrics.registry.get_sample_value(
-        "sluice_autoscaler_reclaimed_leases_total", {"model": "m"}) in (None, 0.0)
+        "sluice_autoscaler_reclaimed_leases_total", {"model": "m"}
+    ) in (None, 0.0)
 
 
 def test_a_failed_reclaim_is_counted_and_the_period_still_decides(
@@ -122,8 +133,12 @@ def test_a_failed_reclaim_is_counted_and_the_period_still_decides(
     loop = _loop(path, cfg, client, backend)
     d = loop.step(now_s=100.0)["m"]
     assert (d.current, d.desired, d.reason) == (0, 1, "wake")
-    assert loop.metrics.registry.get_sample_value(
-        "sluice_autoscaler_reclaim_errors_total", {"model": "m"}) == 1.0
+    assert (
+        loop.metrics.registry.get_sample_value(
+            "sluice_autoscaler_reclaim_errors_total", {"model": "m"}
+        )
+        == 1.0
+    )
     assert loop.step(now_s=101.0)["m"].desired == 1  # and the next period runs too
 
 
@@ -141,8 +156,17 @@ def test_a_period_prunes_the_lapsed_workers_its_read_found(
             return super().stats(model)
 
     client = Flaky(connect(redis_url), dict(cfg.models))
-    live = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
-                      state="ready", started_at=time.time(), ready_at=time.time())  # fmt: skip
+    live = WorkerInfo(
+        id="w1",
+        model="m",
+        host="h",
+        pid=1,
+        device="cpu",
+        buckets=["32"],
+        state="ready",
+        started_at=time.time(),
+        ready_at=time.time(),
+    )
     pipe = r.pipeline(transaction=False)
     for cmd in registry.heartbeat(live, 30.0):
         pipe.execute_command(*cmd)

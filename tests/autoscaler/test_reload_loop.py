@@ -23,9 +23,20 @@ from sluice.queue.client import connect
 
 
 def _write(path: Path, max_replicas: int | str, bump: int = 0) -> None:
-    doc = {"models": {"m": {"handler": "synthetic", "autoscaling": {
-        "min_replicas": 0, "max_replicas": max_replicas, "idle_s": 60, "period_s": 1,
-        "service_rate_cost_per_s": 1000}}}}  # fmt: skip
+    doc = {
+        "models": {
+            "m": {
+                "handler": "synthetic",
+                "autoscaling": {
+                    "min_replicas": 0,
+                    "max_replicas": max_replicas,
+                    "idle_s": 60,
+                    "period_s": 1,
+                    "service_rate_cost_per_s": 1000,
+                },
+            }
+        }
+    }
     path.write_text(yaml.safe_dump(doc))
     st = path.stat()  # make the change visible even within one mtime tick
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000 * (1 + bump)))
@@ -43,8 +54,7 @@ def test_reload_applies_a_valid_file_and_keeps_the_last_good_one(tmp_path: Path)
     assert src.check() is False
     assert src.policy("m").max_replicas == 9
     assert src.last_error is not None and "max_replicas" in src.last_error
-    assert metrics.registry.get_sample_value(
-        "sluice_autoscaler_config_reload_errors_total") == 1.0
+    assert metrics.registry.get_sample_value("sluice_autoscaler_config_reload_errors_total") == 1.0
     path.write_text("models: [unclosed")  # not even YAML
     os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 9_000_000))
     assert src.check() is False and src.policy("m").max_replicas == 9
@@ -61,8 +71,9 @@ def test_dry_run_loop_wakes_for_work_logs_and_counts(
     cfg = load_config(path)
     client = QueueClient(connect(redis_url), dict(cfg.models))
     metrics = AutoscalerMetrics()
-    loop = Autoscaler(PolicySource(path, cfg), Observer(client, dict(cfg.models)),
-                      DryRunBackend(), metrics)  # fmt: skip
+    loop = Autoscaler(
+        PolicySource(path, cfg), Observer(client, dict(cfg.models)), DryRunBackend(), metrics
+    )
     client.submit("m", [NewJob(input="x", bucket="32", cost=10)])
     caplog.set_level(logging.INFO, logger="sluice.autoscaler")
     d = loop.step(now_s=100.0)["m"]
@@ -73,8 +84,12 @@ def test_dry_run_loop_wakes_for_work_logs_and_counts(
     assert lines[-1]["event"] == "autoscaler_decision"
     get = metrics.registry.get_sample_value
     assert get("sluice_autoscaler_desired_replicas", {"model": "m"}) == 1.0
-    assert get("sluice_autoscaler_decisions_total",
-               {"model": "m", "direction": "up", "reason": "wake"}) == 1.0  # fmt: skip
+    assert (
+        get(
+            "sluice_autoscaler_decisions_total", {"model": "m", "direction": "up", "reason": "wake"}
+        )
+        == 1.0
+    )
     assert loop.step(now_s=100.5) == {}  # the 1 s period is not due yet
 
 
@@ -96,5 +111,9 @@ def test_loop_holds_when_redis_is_down(tmp_path: Path) -> None:
     d = loop.step(now_s=1.0)["m"]
     assert (d.current, d.desired, d.reason) == (2, 2, "missing-metrics")
     # The reclaim before the read failed too: counted, and it did not stop the period.
-    assert loop.metrics.registry.get_sample_value(
-        "sluice_autoscaler_reclaim_errors_total", {"model": "m"}) == 1.0
+    assert (
+        loop.metrics.registry.get_sample_value(
+            "sluice_autoscaler_reclaim_errors_total", {"model": "m"}
+        )
+        == 1.0
+    )

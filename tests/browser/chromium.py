@@ -27,12 +27,21 @@ from sluice.redis_server import free_port
 CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags chromium keeps dialling hosts this
 # sandbox cannot reach.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
 
 if not (shutil.which(CHROMIUM) or Path(CHROMIUM).is_file()):
-    pytest.skip(f"no Chromium at {CHROMIUM} (make install puts Debian's there)",
-                allow_module_level=True)  # fmt: skip
+    pytest.skip(
+        f"no Chromium at {CHROMIUM} (make install puts Debian's there)", allow_module_level=True
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 
 
@@ -59,8 +68,6 @@ DIAGNOSE = """() => ({
 })"""
 
 
-
-
 @contextmanager
 def gateway_process(config: dict[str, Any], redis_url: str, tmp_path: Path) -> Iterator[str]:
     """A real ``sluice gateway`` for ``config`` on a free port; yields its URL once healthy."""
@@ -68,10 +75,23 @@ def gateway_process(config: dict[str, Any], redis_url: str, tmp_path: Path) -> I
     path.write_text(yaml.safe_dump(config))
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "gateway", "--config", str(path), "--port", str(port),
-         "--redis-url", redis_url, "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "sluice",
+            "gateway",
+            "--config",
+            str(path),
+            "--port",
+            str(port),
+            "--redis-url",
+            redis_url,
+            "--log-level",
+            "warning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

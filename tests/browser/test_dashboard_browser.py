@@ -40,18 +40,29 @@ ADMIN_KEY, USER_KEY = "sk_browser-admin-0123456789", "sk_browser-user-0123456789
 CONFIG = {
     "models": {
         "synthetic": {
-            "handler": "synthetic", "params": {"base_ms": 3, "per_token_ms": 0.4},
-            "buckets": [32, 128, 512], "cost": {"method": "words"},
+            "handler": "synthetic",
+            "params": {"base_ms": 3, "per_token_ms": 0.4},
+            "buckets": [32, 128, 512],
+            "cost": {"method": "words"},
             "batching": {"max_batch": 8, "max_batch_tokens": 2048, "lease_s": 5},
-            "autoscaling": {"min_replicas": 1, "max_replicas": 2, "period_s": 1,
-                            "cold_start_s": 1, "p99_wait_slo_ms": 250},
+            "autoscaling": {
+                "min_replicas": 1,
+                "max_replicas": 2,
+                "period_s": 1,
+                "cold_start_s": 1,
+                "p99_wait_slo_ms": 250,
+            },
         },
     },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
     "autoscaler": {"drain_timeout_s": 10},
-    "auth": {"keys": [{"name": "ops", "hash": hash_key(ADMIN_KEY), "admin": True},
-                      {"name": "app", "hash": hash_key(USER_KEY)}]},
-}  # fmt: skip
+    "auth": {
+        "keys": [
+            {"name": "ops", "hash": hash_key(ADMIN_KEY), "admin": True},
+            {"name": "app", "hash": hash_key(USER_KEY)},
+        ]
+    },
+}
 
 
 def _read_banner(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
@@ -89,20 +100,40 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     port = free_port()
     up = subprocess.Popen(
         [sys.executable, "-m", "sluice", "up", "--config", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=os.environ | {"HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     try:
         redis_url, dashboard = _read_banner(up, 40)
         url = f"http://127.0.0.1:{port}"
         assert dashboard == url + "/dashboard"
         # Bounded open loop on loopback: 40 jobs/s for at most 45 s.
         load = subprocess.Popen(
-            [sys.executable, "-m", "sluice", "bench", "load", "--url", url, "-m", "synthetic",
-             "--rate", "40", "--duration-s", "45", "--no-progress", "--timeout-s", "20",
-             "--api-key", USER_KEY],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "sluice",
+                "bench",
+                "load",
+                "--url",
+                url,
+                "-m",
+                "synthetic",
+                "--rate",
+                "40",
+                "--duration-s",
+                "45",
+                "--no-progress",
+                "--timeout-s",
+                "20",
+                "--api-key",
+                USER_KEY,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         yield {"url": url, "dashboard": dashboard, "redis_url": redis_url, "config": path}
         _stop(load, signal.SIGINT, 10)
     finally:
@@ -113,8 +144,9 @@ def _dead_letter(redis_url: str, config: Path) -> str:
     """Fail one job for good (the test holds it; a worker may win the race, so retry)."""
     q = QueueClient(connect(redis_url), dict(load_config(config).models))
     for _ in range(100):
-        [sub] = q.submit("synthetic", [NewJob(input="poison", bucket="32", cost=1,
-                                              priority="high")])  # fmt: skip
+        [sub] = q.submit(
+            "synthetic", [NewJob(input="poison", bucket="32", cost=1, priority="high")]
+        )
         batch = q.claim("synthetic", "browser-test", max_batch=1, buckets=["32"])
         if [j.id for j in batch.jobs] == [sub.id]:
             q.complete("synthetic", [Outcome.fail(sub.id, "poison_input", "cannot embed poison")])
@@ -129,8 +161,12 @@ def _log_in(page: Any) -> None:
     page.wait_for_selector("#auth:not([hidden])", timeout=10_000)
     page.fill("#auth-key", USER_KEY)
     page.click("#auth-form button")
-    wait_js(page, "document.getElementById('auth-error').textContent"
-                   ".includes('not an admin key')", 10, "the 403 message")  # fmt: skip
+    wait_js(
+        page,
+        "document.getElementById('auth-error').textContent.includes('not an admin key')",
+        10,
+        "the 403 message",
+    )
     page.fill("#auth-key", ADMIN_KEY)
     page.click("#auth-form button")
     page.wait_for_selector("#auth[hidden]", state="attached", timeout=10_000)
@@ -142,8 +178,12 @@ def _sort_and_switch(page: Any) -> None:
     ids = page.eval_on_selector_all("[data-worker]", "(els) => els.map((e) => e.dataset.worker)")
     assert len(ids) >= 2 and ids == sorted(ids)
     page.click('[data-chart="backlog"] >> xpath=.. >> button:has-text("cost")')
-    wait_js(page, "document.querySelector('[data-chart=\"backlog\"]').dataset.unit === 'cost'",
-             5, "the backlog in cost")  # fmt: skip
+    wait_js(
+        page,
+        "document.querySelector('[data-chart=\"backlog\"]').dataset.unit === 'cost'",
+        5,
+        "the backlog in cost",
+    )
     assert int(page.get_attribute('[data-chart="backlog"]', "data-points") or 0) > 0
 
 
@@ -171,24 +211,50 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
         # user's); those were the point of the log-in. Nothing else may be logged.
         assert all("401" in e or "403" in e for e in errors), errors
         errors.clear()
-        wait_js(page, "window.sluiceDashboard && window.sluiceDashboard.polls >= 2", 15,
-                 "the first polls")  # fmt: skip
-        points_js = "(roles) => roles.map((r) => +(document.querySelector(" \
-                    "`[data-chart=\"${r}\"]`)?.dataset.points || 0))"
-        wait_js(page, f"({points_js})({list(CHARTS)!r}).every((n) => n > 0)", 30,
-                 "every chart to draw data")  # fmt: skip
+        wait_js(
+            page,
+            "window.sluiceDashboard && window.sluiceDashboard.polls >= 2",
+            15,
+            "the first polls",
+        )
+        points_js = (
+            "(roles) => roles.map((r) => +(document.querySelector("
+            '`[data-chart="${r}"]`)?.dataset.points || 0))'
+        )
+        wait_js(
+            page,
+            f"({points_js})({list(CHARTS)!r}).every((n) => n > 0)",
+            30,
+            "every chart to draw data",
+        )
         for role in CHARTS:
             assert page.evaluate(PAINTED, role) > 3, f"{role} chart canvas is blank"
 
         worker = subprocess.Popen(
-            [sys.executable, "-m", "sluice", "worker", "--config", str(stack["config"]),
-             "-m", "synthetic", "--worker-id", "mid-test-worker", "--redis-url",
-             stack["redis_url"]],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "sluice",
+                "worker",
+                "--config",
+                str(stack["config"]),
+                "-m",
+                "synthetic",
+                "--worker-id",
+                "mid-test-worker",
+                "--redis-url",
+                stack["redis_url"],
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
-            wait_js(page, "!!document.querySelector('[data-worker=\"mid-test-worker\"]')", 20,
-                     "the new worker's tile")  # fmt: skip
+            wait_js(
+                page,
+                "!!document.querySelector('[data-worker=\"mid-test-worker\"]')",
+                20,
+                "the new worker's tile",
+            )
             state = page.get_attribute('[data-worker="mid-test-worker"]', "data-state")
             assert state in ("starting", "ready")
             _sort_and_switch(page)

@@ -21,8 +21,12 @@ from sluice.registry import WorkerInfo
 from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
-CONFIG = {"models": {"big": {"handler": "synthetic", "buckets": [32, 128]},
-                     "small": {"handler": "synthetic", "buckets": [32, 128]}}}  # fmt: skip
+CONFIG = {
+    "models": {
+        "big": {"handler": "synthetic", "buckets": [32, 128]},
+        "small": {"handler": "synthetic", "buckets": [32, 128]},
+    }
+}
 
 
 def _heartbeats(r: redis.Redis, model: str, n: int) -> None:
@@ -30,10 +34,19 @@ def _heartbeats(r: redis.Redis, model: str, n: int) -> None:
     pipe = r.pipeline(transaction=False)
     for i in range(n):
         state = "quarantined" if i == 7 else "starting" if i % 10 == 9 else "ready"
-        info = WorkerInfo(id=f"gpu-node-{i // 8:02d}-{4000 + i}-{i:04x}", model=model,
-                          host=f"gpu-node-{i // 8:02d}", pid=4000 + i, device=f"cuda:{i % 8}",
-                          buckets=["32", "128"], state=state, started_at=now - i,
-                          heartbeat_at=now, service_rate=900.0 + i, batch_size=i % 32)  # fmt: skip
+        info = WorkerInfo(
+            id=f"gpu-node-{i // 8:02d}-{4000 + i}-{i:04x}",
+            model=model,
+            host=f"gpu-node-{i // 8:02d}",
+            pid=4000 + i,
+            device=f"cuda:{i % 8}",
+            buckets=["32", "128"],
+            state=state,
+            started_at=now - i,
+            heartbeat_at=now,
+            service_rate=900.0 + i,
+            batch_size=i % 32,
+        )
         for cmd in registry.heartbeat(info, 120):
             pipe.execute_command(*cmd)
     pipe.execute()
@@ -68,8 +81,12 @@ def test_workers_panel_at_1_and_50_workers(gateway: str) -> None:
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(gateway + "/dashboard", wait_until="load")
-        wait_js(page, "document.querySelectorAll('#model-big [data-worker]').length === 50", 15,
-                 "50 worker tiles")  # fmt: skip
+        wait_js(
+            page,
+            "document.querySelectorAll('#model-big [data-worker]').length === 50",
+            15,
+            "50 worker tiles",
+        )
         big: dict[str, Any] = page.evaluate(TILES, "big")
         small: dict[str, Any] = page.evaluate(TILES, "small")
         counts = page.text_content("#model-big .states") or ""

@@ -113,8 +113,16 @@ def register(r: redis.Redis, *worker_ids: str) -> None:
 
     now = time.time()
     for wid in worker_ids:
-        info = registry.WorkerInfo(id=wid, model="m", host="h", pid=1, device="cpu",
-                                   buckets=[], state="ready", started_at=now)  # fmt: skip
+        info = registry.WorkerInfo(
+            id=wid,
+            model="m",
+            host="h",
+            pid=1,
+            device="cpu",
+            buckets=[],
+            state="ready",
+            started_at=now,
+        )
         for cmd in registry.heartbeat(info, 30):
             r.execute_command(*cmd)
 

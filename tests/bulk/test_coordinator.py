@@ -25,11 +25,20 @@ MODEL = "m"
 
 
 def config(**bulk: object) -> SluiceConfig:
-    return parse_config({
-        "models": {MODEL: {"handler": "synthetic", "buckets": [8, 64], "cost": {"method": "words"},
-                           "bulk": {"max_queued": 6}, "batching": {"max_batch": 4}}},
-        "bulk": {"lease_s": 0.5, "poll_s": 0.01, "feed_chunk": 5, **bulk},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {
+                MODEL: {
+                    "handler": "synthetic",
+                    "buckets": [8, 64],
+                    "cost": {"method": "words"},
+                    "bulk": {"max_queued": 6},
+                    "batching": {"max_batch": 4},
+                }
+            },
+            "bulk": {"lease_s": 0.5, "poll_s": 0.01, "feed_chunk": 5, **bulk},
+        }
+    )
 
 
 @pytest.fixture
@@ -100,10 +109,19 @@ def test_every_line_once_in_order_with_bad_lines_failing_alone(
     out = output(r, bulk_id, 40)
     assert [o["line"] for o in out] == list(range(1, 41))
     bad = {o["line"]: o["error"]["type"] for o in out if o["status"] != "succeeded"}  # type: ignore[index]
-    assert bad == {4: "invalid_input", 8: "invalid_input", 10: "input_too_large",
-                   13: "invalid_input"}  # fmt: skip
-    assert out[0] == {"line": 1, "custom_id": "c0", "status": "succeeded",
-                      "result": "TEXT 0", "error": None}  # fmt: skip
+    assert bad == {
+        4: "invalid_input",
+        8: "invalid_input",
+        10: "input_too_large",
+        13: "invalid_input",
+    }
+    assert out[0] == {
+        "line": 1,
+        "custom_id": "c0",
+        "status": "succeeded",
+        "result": "TEXT 0",
+        "error": None,
+    }
     assert out[9]["custom_id"] == "big"
     state = q.run(BulkOps([MODEL], 60).get(bulk_id))
     assert (state.state, state.succeeded, state.failed) == ("completed", 36, 4)

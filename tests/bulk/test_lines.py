@@ -34,27 +34,33 @@ def test_split_upload_keeps_bad_lines_in_place_with_the_reason() -> None:
         parse_line(lines[2])
 
 
-@given(st.lists(st.text(alphabet=st.characters(blacklist_characters="\r\n",
-                                                 blacklist_categories=("Cs",))),
-                min_size=1))  # fmt: skip
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_characters="\r\n", blacklist_categories=("Cs",))),
+        min_size=1,
+    )
+)
 def test_split_upload_round_trips_any_text_lines(lines: list[str]) -> None:
     body = ("\n".join(lines) + "\n").encode()
     assert split_upload(body, 10**9) == lines
 
 
-@pytest.mark.parametrize(("text", "error"), [
-    ("", "blank line"),
-    ("   ", "blank line"),
-    ("{oops", "not valid JSON"),
-    ('{"input": NaN}', "not valid JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    ('"just text"', "must be a JSON object"),
-    ('{"custom_id": "a"}', "no 'input'"),
-    ('{"inputs": "a"}', "unknown field 'inputs'"),
-    ('{"input": "a", "custom_id": 5}', "custom_id must be a string"),
-    ('{"input": "a", "custom_id": ""}', "custom_id must be a string"),
-    ('{"input": "a", "custom_id": "' + "x" * 257 + '"}', "custom_id must be a string"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ("", "blank line"),
+        ("   ", "blank line"),
+        ("{oops", "not valid JSON"),
+        ('{"input": NaN}', "not valid JSON"),
+        ("[1, 2]", "must be a JSON object"),
+        ('"just text"', "must be a JSON object"),
+        ('{"custom_id": "a"}', "no 'input'"),
+        ('{"inputs": "a"}', "unknown field 'inputs'"),
+        ('{"input": "a", "custom_id": 5}', "custom_id must be a string"),
+        ('{"input": "a", "custom_id": ""}', "custom_id must be a string"),
+        ('{"input": "a", "custom_id": "' + "x" * 257 + '"}', "custom_id must be a string"),
+    ],
+)
 def test_a_bad_line_says_what_is_wrong(text: str, error: str) -> None:
     with pytest.raises(InvalidInput, match=error):
         parse_line(text)
@@ -74,11 +80,16 @@ def test_custom_id_is_read_even_from_lines_that_fail() -> None:
 
 
 def test_build_chunk_gives_stable_bulk_jobs_and_fails_bad_lines_alone() -> None:
-    cfg = parse_config({"models": {"m": {"handler": "synthetic", "buckets": [4, 16],
-                                         "cost": {"method": "words"}}}})  # fmt: skip
+    cfg = parse_config(
+        {"models": {"m": {"handler": "synthetic", "buckets": [4, 16], "cost": {"method": "words"}}}}
+    )
     est = CostEstimator(cfg.models["m"])
-    lines = [json.dumps({"input": "a b c", "custom_id": "x"}), "{bad",
-             json.dumps({"input": " ".join(["w"] * 17)}), json.dumps({"input": "a"})]  # fmt: skip
+    lines = [
+        json.dumps({"input": "a b c", "custom_id": "x"}),
+        "{bad",
+        json.dumps({"input": " ".join(["w"] * 17)}),
+        json.dumps({"input": "a"}),
+    ]
     chunk = build_chunk("m.bulk1", 10, lines, est)
     assert [j.id for j in chunk.jobs] == ["m.bulk1-10", "m.bulk1-13"]
     assert chunk.indexes == [10, 13]
@@ -93,20 +104,32 @@ def test_build_chunk_gives_stable_bulk_jobs_and_fails_bad_lines_alone() -> None:
     assert [j.id for j in again.jobs] == ["m.bulk1-10", "m.bulk1-13"]
 
 
-@pytest.mark.parametrize(("indexes", "runs"), [
-    ([], []), ([3], [(3, 4)]), ([5, 1, 2, 3, 9], [(1, 4), (5, 6), (9, 10)]),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("indexes", "runs"),
+    [
+        ([], []),
+        ([3], [(3, 4)]),
+        ([5, 1, 2, 3, 9], [(1, 4), (5, 6), (9, 10)]),
+    ],
+)
 def test_runs_of_consecutive_lines(indexes: list[int], runs: list[tuple[int, int]]) -> None:
     assert _runs(indexes) == runs
 
 
-@pytest.mark.parametrize(("doc", "error"), [
-    ({"models": {"m": {"handler": "h", "bulk": {"max_batch_tokens": 100}}}},
-     "bulk.max_batch_tokens (100) < the largest bucket (512)"),
-    ({"models": {"m": {"handler": "h"}}, "bulk": {"lease_s": 0.1, "poll_s": 0.1}},
-     "lease_s (0.1) must be > 2 x poll_s (0.1)"),
-    ({"models": {"m": {"handler": "h"}}, "bulk": {"rq_queue": "a b"}}, "rq_queue"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("doc", "error"),
+    [
+        (
+            {"models": {"m": {"handler": "h", "bulk": {"max_batch_tokens": 100}}}},
+            "bulk.max_batch_tokens (100) < the largest bucket (512)",
+        ),
+        (
+            {"models": {"m": {"handler": "h"}}, "bulk": {"lease_s": 0.1, "poll_s": 0.1}},
+            "lease_s (0.1) must be > 2 x poll_s (0.1)",
+        ),
+        ({"models": {"m": {"handler": "h"}}, "bulk": {"rq_queue": "a b"}}, "rq_queue"),
+    ],
+)
 def test_bulk_config_errors_name_the_field(doc: dict[str, object], error: str) -> None:
     with pytest.raises(ConfigError, match=error.replace("(", r"\(").replace(")", r"\)")):
         parse_config(doc)

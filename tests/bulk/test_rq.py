@@ -21,10 +21,12 @@ pytestmark = pytest.mark.redis
 
 @pytest.fixture
 def cfg() -> SluiceConfig:
-    return parse_config({
-        "models": {MODEL: {"handler": "synthetic", "buckets": [8, 64]}},
-        "bulk": {"lease_s": 0.3, "poll_s": 0.01, "rq_queue": "bulk-test"},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {MODEL: {"handler": "synthetic", "buckets": [8, 64]}},
+            "bulk": {"lease_s": 0.3, "poll_s": 0.01, "rq_queue": "bulk-test"},
+        }
+    )
 
 
 @pytest.fixture

@@ -27,8 +27,10 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
 def _start_sluice_redis(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [*SLUICE, "redis", "--data-dir", str(data_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
 

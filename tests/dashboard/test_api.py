@@ -29,14 +29,33 @@ async def _seed(h: Harness) -> None:
     subs = await h.queue.submit("m", [NewJob(input="a", bucket="32", cost=3) for _ in range(4)])
     await h.queue.submit("m", [NewJob(input="b", bucket="512", cost=300)])
     batch = await h.queue.claim("m", "w-ready", max_batch=2, buckets=["32"])
-    await h.queue.complete("m", [Outcome.ok(batch.jobs[0].id, 1),
-                                 Outcome.fail(batch.jobs[1].id, "bad_input", "no <b>bold</b>")])
+    await h.queue.complete(
+        "m",
+        [
+            Outcome.ok(batch.jobs[0].id, 1),
+            Outcome.fail(batch.jobs[1].id, "bad_input", "no <b>bold</b>"),
+        ],
+    )
     await h.heartbeat("m", "ready", rate=412.5)
-    await h.redis.hset(keys.scale_state_key("m"), mapping={
-        "at_ms": int(time.time() * 1000), "current": 1, "desired": 2, "reason": "backlog",
-        "needed": 1.7, "ready": 1, "starting": 0, "queued": 3, "p99_wait_ms": "", "period_s": 5})
-    await h.redis.lpush(keys.decisions_key("m"), json.dumps({"at_ms": 1, "current": 1,
-                                                             "desired": 2, "reason": "backlog"}))
+    await h.redis.hset(
+        keys.scale_state_key("m"),
+        mapping={
+            "at_ms": int(time.time() * 1000),
+            "current": 1,
+            "desired": 2,
+            "reason": "backlog",
+            "needed": 1.7,
+            "ready": 1,
+            "starting": 0,
+            "queued": 3,
+            "p99_wait_ms": "",
+            "period_s": 5,
+        },
+    )
+    await h.redis.lpush(
+        keys.decisions_key("m"),
+        json.dumps({"at_ms": 1, "current": 1, "desired": 2, "reason": "backlog"}),
+    )
     assert len(subs) == 4
 
 
@@ -45,7 +64,10 @@ async def test_state_reflects_seeded_redis(make_gateway) -> None:  # noqa: F811
         await _seed(h)
         m = (await _state(h))["m"]
     assert [(b["bucket"], b["queued"], b["queued_cost"]) for b in m["buckets"]] == [
-        ("32", 2, 6), ("128", 0, 0), ("512", 1, 300)]  # fmt: skip
+        ("32", 2, 6),
+        ("128", 0, 0),
+        ("512", 1, 300),
+    ]
     assert (m["queued"], m["queued_cost"], m["in_flight"]) == (3, 306, 0)
     assert m["counters"]["succeeded"] == 1 and m["counters"]["failed"] == 1
     assert m["workers"]["by_state"]["ready"] == 1 and m["workers"]["total"] == 1
@@ -107,10 +129,12 @@ async def test_latency_percentiles_from_histograms(make_gateway) -> None:  # noq
     async with make_gateway() as h:
         now = time.time()
         # 100 claims: 90 waited <= 10 ms, 10 waited 250-500 ms; e2e all 1-2.5 s
-        await h.redis.hset(keys.wait_hist_key("m", window_start(now)),
-                           mapping={"10": 90, "500": 10, "count": 100})  # fmt: skip
-        await h.redis.hset(keys.e2e_hist_key("m", window_start(now)),
-                           mapping={"2500": 100, "count": 100})  # fmt: skip
+        await h.redis.hset(
+            keys.wait_hist_key("m", window_start(now)), mapping={"10": 90, "500": 10, "count": 100}
+        )
+        await h.redis.hset(
+            keys.e2e_hist_key("m", window_start(now)), mapping={"2500": 100, "count": 100}
+        )
         m = (await _state(h))["m"]
     wait, e2e = m["latency"]["wait"], m["latency"]["e2e"]
     assert wait["count"] == 100 and 5 < wait["p50_ms"] <= 10 and 250 < wait["p99_ms"] <= 500
@@ -130,8 +154,9 @@ async def test_page_and_assets_are_served_offline(make_gateway) -> None:  # noqa
             assert src.startswith("/dashboard/static/"), src  # nothing from another host
             resp = await h.client.get(src)
             assert resp.status_code == 200 and len(resp.content) > 500, src
-            assert resp.headers["content-security-policy"] == page.headers[
-                "content-security-policy"], src  # also the page reached as a static file
+            assert (
+                resp.headers["content-security-policy"] == page.headers["content-security-policy"]
+            ), src  # also the page reached as a static file
         same_page = await h.client.get("/dashboard/static/index.html")
         assert "default-src 'self'" in same_page.headers["content-security-policy"]
         vendored = await h.client.get("/dashboard/static/vendor/uplot-1.6.32/LICENSE")
@@ -196,6 +221,9 @@ async def test_verdict_is_in_the_state(make_gateway) -> None:  # noqa: F811
         await h.queue.submit("m", [NewJob(input="a", bucket="32", cost=1)])
         models = await _state(h)
     # a queued job and no worker at all
-    assert models["m"]["verdict"] == {"level": "bad", "text": "No workers",
-                                      "why": "1 queued and no worker ready or starting"}
+    assert models["m"]["verdict"] == {
+        "level": "bad",
+        "text": "No workers",
+        "why": "1 queued and no worker ready or starting",
+    }
     assert models["pinned"]["verdict"]["level"] == "idle"

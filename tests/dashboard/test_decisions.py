@@ -22,7 +22,9 @@ def test_only_changes_are_logged_and_the_log_is_bounded(r: redis.Redis) -> None:
     dlog.record("m", Decision(1, 3, "backlog", 2.6), obs, period_s=5)
     log = [json.loads(x) for x in r.lrange(keys.decisions_key("m"), 0, -1)]
     assert [(e["current"], e["desired"], e["reason"]) for e in log] == [
-        (1, 3, "backlog"), (1, 1, "steady")]  # fmt: skip
+        (1, 3, "backlog"),
+        (1, 1, "steady"),
+    ]
     assert log[0]["queued"] == 7 and log[0]["p99_wait_ms"] == 250.0 and log[0]["needed"] == 2.6
     state = r.hgetall(keys.scale_state_key("m"))
     assert state["desired"] == "3" and state["reason"] == "backlog"
@@ -44,8 +46,9 @@ def test_missing_observation_records_no_made_up_signals() -> None:
 
 
 def test_a_redis_failure_is_swallowed() -> None:
-    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2,
-                         retry=Retry(NoBackoff(), 0))
+    broken = redis.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
     dlog = DecisionLog(broken)
     dlog.record("m", Decision(1, 2, "load", 2.0), None, period_s=5)  # must not raise
     assert dlog.last == {}  # not remembered: the next period tries to log it again
@@ -62,8 +65,10 @@ def test_the_control_loop_records_its_decisions(tmp_path, redis_url: str, r: red
     from sluice.queue.client import connect
 
     path = tmp_path / "sluice.yaml"
-    path.write_text("models:\n  m:\n    handler: synthetic\n    autoscaling:\n"
-                    "      min_replicas: 0\n      period_s: 1\n")  # fmt: skip
+    path.write_text(
+        "models:\n  m:\n    handler: synthetic\n    autoscaling:\n"
+        "      min_replicas: 0\n      period_s: 1\n"
+    )
     cfg = load_config(path)
     client = QueueClient(connect(redis_url), dict(cfg.models))
     client.submit("m", [NewJob(input="x", bucket="32", cost=10)])
@@ -77,8 +82,9 @@ def test_the_control_loop_records_its_decisions(tmp_path, redis_url: str, r: red
 
 
 def test_a_redis_outage_is_logged_once_not_every_period(caplog) -> None:  # type: ignore[no-untyped-def]
-    broken = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2,
-                         retry=Retry(NoBackoff(), 0))
+    broken = redis.Redis(
+        host="127.0.0.1", port=1, socket_connect_timeout=0.2, retry=Retry(NoBackoff(), 0)
+    )
     dlog = DecisionLog(broken)
     with caplog.at_level("WARNING", logger="sluice.autoscaler"):
         for _ in range(3):

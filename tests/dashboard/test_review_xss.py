@@ -31,9 +31,19 @@ CONFIG = {"models": {"m": {"handler": "synthetic", "buckets": [32, 128]}}}
 
 def _hostile_data(r: redis.Redis) -> None:
     now = time.time()
-    info = WorkerInfo(id="w" + EVIL, model="m", host="h" + EVIL, pid=1, device="cpu" + EVIL,
-                      buckets=["32"], state="ready", started_at=now, heartbeat_at=now,
-                      service_rate=1.0, batch_size=1)  # fmt: skip
+    info = WorkerInfo(
+        id="w" + EVIL,
+        model="m",
+        host="h" + EVIL,
+        pid=1,
+        device="cpu" + EVIL,
+        buckets=["32"],
+        state="ready",
+        started_at=now,
+        heartbeat_at=now,
+        service_rate=1.0,
+        batch_size=1,
+    )
     pipe = r.pipeline(transaction=False)
     for cmd in registry.heartbeat(info, 120):
         pipe.execute_command(*cmd)
@@ -65,8 +75,12 @@ def test_worker_ids_errors_and_reasons_are_shown_as_text(gateway: str) -> None:
 
             page.on("dialog", on_dialog)
             page.goto(gateway + "/dashboard")
-            wait_js(page, "() => window.sluiceDashboard && window.sluiceDashboard.polls >= 2",
-                    30, "two polls")  # fmt: skip
+            wait_js(
+                page,
+                "() => window.sluiceDashboard && window.sluiceDashboard.polls >= 2",
+                30,
+                "two polls",
+            )
             text = page.evaluate("() => document.body.innerText")
             # Each hostile string is on the page, as text...
             for shown in ("msg" + EVIL, "reason" + EVIL, "cpu" + EVIL):

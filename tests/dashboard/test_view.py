@@ -23,23 +23,41 @@ EMPTY = [0] * 14
 
 
 def counts(**by_label: int) -> list[int]:
-    labels = ["5", "10", "25", "50", "100", "250", "500", "1000", "2500", "5000", "10000",
-              "30000", "60000", "inf"]  # fmt: skip
+    labels = [
+        "5",
+        "10",
+        "25",
+        "50",
+        "100",
+        "250",
+        "500",
+        "1000",
+        "2500",
+        "5000",
+        "10000",
+        "30000",
+        "60000",
+        "inf",
+    ]
     return [by_label.get(f"b{label}", 0) for label in labels]
 
 
-@pytest.mark.parametrize(("hist", "q", "expected"), [
-    (EMPTY, 0.5, None),
-    # 100 in (0, 5]: the median is halfway through the bucket
-    (counts(b5=100), 0.5, 2.5),
-    # 90 in (5, 10], 10 in (250, 500]: p50 is 5 + 5 * 50/90, p99 is 250 + 250 * 9/10
-    (counts(b10=90, b500=10), 0.5, 7.8),
-    (counts(b10=90, b500=10), 0.99, 475.0),
-    # everything past the last bound: "at least 60 s"
-    (counts(binf=3), 0.99, 60000),
-])  # fmt: skip
-def test_quantile_interpolates_inside_the_bucket(hist: list[int], q: float,
-                                                 expected: float | None) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("hist", "q", "expected"),
+    [
+        (EMPTY, 0.5, None),
+        # 100 in (0, 5]: the median is halfway through the bucket
+        (counts(b5=100), 0.5, 2.5),
+        # 90 in (5, 10], 10 in (250, 500]: p50 is 5 + 5 * 50/90, p99 is 250 + 250 * 9/10
+        (counts(b10=90, b500=10), 0.5, 7.8),
+        (counts(b10=90, b500=10), 0.99, 475.0),
+        # everything past the last bound: "at least 60 s"
+        (counts(binf=3), 0.99, 60000),
+    ],
+)
+def test_quantile_interpolates_inside_the_bucket(
+    hist: list[int], q: float, expected: float | None
+) -> None:
     assert quantile_ms(hist, q) == expected
 
 
@@ -64,15 +82,30 @@ def test_old_samples_are_dropped() -> None:
 
 
 def _worker(wid: str, state: str, started: float, rate: float = 0.0) -> WorkerInfo:
-    return WorkerInfo(id=wid, model="m", host="h", pid=1, device="cuda:0", buckets=["32"],
-                      state=state, started_at=started, heartbeat_at=started + 5,
-                      service_rate=rate, batch_size=7, extra={"held": 9})  # fmt: skip
+    return WorkerInfo(
+        id=wid,
+        model="m",
+        host="h",
+        pid=1,
+        device="cuda:0",
+        buckets=["32"],
+        state=state,
+        started_at=started,
+        heartbeat_at=started + 5,
+        service_rate=rate,
+        batch_size=7,
+        extra={"held": 9},
+    )
 
 
 def test_workers_view_counts_states_sums_ready_capacity_and_orders_rows() -> None:
-    ws = [_worker("q", "quarantined", 1), _worker("r2", "ready", 3, 100.0),
-          _worker("s", "starting", 4), _worker("r1", "ready", 2, 50.5),
-          _worker("d", "draining", 0, 999.0)]  # fmt: skip
+    ws = [
+        _worker("q", "quarantined", 1),
+        _worker("r2", "ready", 3, 100.0),
+        _worker("s", "starting", 4),
+        _worker("r1", "ready", 2, 50.5),
+        _worker("d", "draining", 0, 999.0),
+    ]
     v = workers_view(ws, now_s=10)
     assert v["by_state"] == {"starting": 1, "ready": 2, "draining": 1, "quarantined": 1}
     assert v["service_rate"] == 150.5  # ready workers only: draining capacity is leaving
@@ -83,8 +116,14 @@ def test_workers_view_counts_states_sums_ready_capacity_and_orders_rows() -> Non
 
 
 def test_autoscaler_view_parses_numbers_and_skips_bad_log_lines() -> None:
-    state = {"at_ms": "9000", "current": "2", "desired": "3", "reason": "slo-breach",
-             "p99_wait_ms": "", "period_s": "5"}  # fmt: skip
+    state = {
+        "at_ms": "9000",
+        "current": "2",
+        "desired": "3",
+        "reason": "slo-breach",
+        "p99_wait_ms": "",
+        "period_s": "5",
+    }
     log = [json.dumps({"reason": "slo-breach"}), "not json", json.dumps({"reason": "load"})]
     v = autoscaler_view(state, log, now_s=12.5)
     latest = v["latest"]

@@ -185,10 +185,21 @@ def gateway_routes() -> frozenset[str]:
 
 
 # -- what the autoscaler's Kubernetes backend calls -----------------------------
-_API_VERBS = {"read": "get", "list": "list", "patch": "patch", "replace": "update",
-              "create": "create", "delete": "delete"}  # fmt: skip
-_KIND_PLURALS = {"deployment": "deployments", "pod": "pods", "stateful_set": "statefulsets",
-                 "replica_set": "replicasets", "config_map": "configmaps"}  # fmt: skip
+_API_VERBS = {
+    "read": "get",
+    "list": "list",
+    "patch": "patch",
+    "replace": "update",
+    "create": "create",
+    "delete": "delete",
+}
+_KIND_PLURALS = {
+    "deployment": "deployments",
+    "pod": "pods",
+    "stateful_set": "statefulsets",
+    "replica_set": "replicasets",
+    "config_map": "configmaps",
+}
 _CALL = re.compile(
     r"^(read|list|patch|replace|create|delete)_namespaced_([a-z_]+?)(_scale|_status)?$"
 )

@@ -85,8 +85,9 @@ def autoscaler_metrics_port(args: list[str], cfg: SluiceConfig) -> int:
 def served_port(args: list[str], cfg: SluiceConfig) -> int | None:
     """The port Prometheus scrapes for ``sluice <args>`` (None: it serves none)."""
     ports: dict[tuple[str, ...], Callable[[list[str], SluiceConfig], int]] = {
-        ("gateway",): gateway_port, ("worker",): worker_metrics_port,
+        ("gateway",): gateway_port,
+        ("worker",): worker_metrics_port,
         ("autoscaler",): autoscaler_metrics_port,
-    }  # fmt: skip
+    }
     port = ports.get(role(args))
     return None if port is None else port(args, cfg)

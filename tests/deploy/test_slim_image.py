@@ -77,9 +77,12 @@ def test_gateway_and_autoscaler_need_no_torch(tmp_path: Path) -> None:
     cfg = tmp_path / "sluice.yaml"
     cfg.write_text(yaml.safe_dump(data))
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, str(cfg)], cwd=ROOT, capture_output=True, text=True,
+        [sys.executable, "-c", CHILD, str(cfg)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
         timeout=120,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok ") and out.stdout.rstrip().endswith("[]")
 
@@ -107,7 +110,11 @@ def test_bulk_worker_needs_no_torch() -> None:
     """`sluice bulk worker` runs in the slim image: its command and every module
     of sluice/bulk import with torch blocked."""
     out = subprocess.run(
-        [sys.executable, "-c", BULK_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [sys.executable, "-c", BULK_CHILD],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     assert out.stdout.rstrip() == "ok []"

@@ -28,8 +28,10 @@ MODEL = "syn"
 CONFIG = {
     "models": {
         MODEL: {
-            "handler": "synthetic", "params": {"base_ms": 3, "per_token_ms": 0.02},
-            "buckets": [16, 64], "cost": {"method": "words"},
+            "handler": "synthetic",
+            "params": {"base_ms": 3, "per_token_ms": 0.02},
+            "buckets": [16, 64],
+            "cost": {"method": "words"},
             "batching": {"max_batch": 32, "max_batch_tokens": 2048, "lease_s": 5},
             "autoscaling": {"min_replicas": 1, "max_replicas": 1},
         },
@@ -38,9 +40,13 @@ CONFIG = {
     # run of thousands of lines goes through several RQ slices.
     "bulk": {"lease_s": 2, "poll_s": 0.05, "slice_s": 4},
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
-}  # fmt: skip
-BAD = {13: "{not json", 250: '{"custom_id": "no-input"}', 999: "",
-       1500: json.dumps({"input": " ".join(["w"] * 100), "custom_id": "too-big"})}  # fmt: skip
+}
+BAD = {
+    13: "{not json",
+    250: '{"custom_id": "no-input"}',
+    999: "",
+    1500: json.dumps({"input": " ".join(["w"] * 100), "custom_id": "too-big"}),
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,14 +65,18 @@ def bulk_file(path: Path, n: int) -> list[str | None]:
                 f.write(BAD[i] + "\n")
                 ids.append("too-big" if i == 1500 else "no-input" if i == 250 else None)
             else:
-                f.write(json.dumps({"input": " ".join(["w"] * (1 + i % 40)), "custom_id": f"c{i}"}) + "\n")  # noqa: E501
+                f.write(
+                    json.dumps({"input": " ".join(["w"] * (1 + i % 40)), "custom_id": f"c{i}"})
+                    + "\n"
+                )  # noqa: E501
                 ids.append(f"c{i}")
     return ids
 
 
 def sluice(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sluice", *args], capture_output=True,
-                          text=True, timeout=timeout_s)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "sluice", *args], capture_output=True, text=True, timeout=timeout_s
+    )
 
 
 def check_output(lines: list[dict[str, object]], ids: list[str | None]) -> None:
@@ -94,13 +104,28 @@ def coordinator_horse(up: Up) -> psutil.Process | None:
 def test_thousands_of_lines_every_line_in_order(up: Up, tmp_path: Path) -> None:
     ids = bulk_file(tmp_path / "in.jsonl", 5000)
     out = tmp_path / "out.jsonl"
-    run = sluice("bulk", "submit", str(tmp_path / "in.jsonl"), "--model", MODEL,
-                 "--url", up.gateway, "-o", str(out))  # fmt: skip
+    run = sluice(
+        "bulk",
+        "submit",
+        str(tmp_path / "in.jsonl"),
+        "--model",
+        MODEL,
+        "--url",
+        up.gateway,
+        "-o",
+        str(out),
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     final = json.loads(run.stdout.strip().splitlines()[-1])
     assert final["state"] == "completed"
-    assert final["counts"] == {"total": 5000, "done": 5000, "succeeded": 4996, "failed": 4,
-                               "remaining": 0, "fed": 5000}  # fmt: skip
+    assert final["counts"] == {
+        "total": 5000,
+        "done": 5000,
+        "succeeded": 4996,
+        "failed": 4,
+        "remaining": 0,
+        "fed": 5000,
+    }
     check_output([json.loads(x) for x in out.read_text().splitlines()], ids)
 
 

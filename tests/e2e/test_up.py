@@ -28,25 +28,34 @@ pytestmark = [pytest.mark.slow]
 CONFIG = {
     "models": {
         "minilm": {
-            "handler": "embedding", "buckets": [32, 128, 512], "cost": {"method": "tokenizer"},
+            "handler": "embedding",
+            "buckets": [32, 128, 512],
+            "cost": {"method": "tokenizer"},
             "batching": {"max_batch": 16, "max_batch_tokens": 4096, "lease_s": 30},
             "autoscaling": {"min_replicas": 1, "max_replicas": 1, "cold_start_s": 20},
         },
         "synthetic": {
-            "handler": "synthetic", "params": {"base_ms": 2, "per_token_ms": 0.5},
-            "buckets": [32, 128, 512], "cost": {"method": "words"},
+            "handler": "synthetic",
+            "params": {"base_ms": 2, "per_token_ms": 0.5},
+            "buckets": [32, 128, 512],
+            "cost": {"method": "words"},
             # Short leases so a killed worker's jobs come back within a second or two.
             "batching": {"max_batch": 8, "max_batch_tokens": 4096, "lease_s": 1.5},
             "autoscaling": {
-                "min_replicas": 1, "max_replicas": 4, "period_s": 0.5, "backlog_drain_s": 3,
-                "cold_start_s": 1, "scale_down_window_s": 5, "metrics_window_s": 4,
+                "min_replicas": 1,
+                "max_replicas": 4,
+                "period_s": 0.5,
+                "backlog_drain_s": 3,
+                "cold_start_s": 1,
+                "scale_down_window_s": 5,
+                "metrics_window_s": 4,
                 "p99_wait_slo_ms": 1000,
             },
         },
     },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
     "autoscaler": {"drain_timeout_s": 20},
-}  # fmt: skip
+}
 
 
 def gateway_sees_ready(gateway: str) -> bool:
@@ -74,9 +83,15 @@ def test_banner_gives_a_curl_that_works(up: Up) -> None:
 
 @pytest.mark.parametrize(
     ("model", "words", "bucket"),
-    [("minilm", 4, "32"), ("minilm", 60, "128"), ("minilm", 250, "512"),
-     ("synthetic", 5, "32"), ("synthetic", 100, "128"), ("synthetic", 400, "512")],
-)  # fmt: skip
+    [
+        ("minilm", 4, "32"),
+        ("minilm", 60, "128"),
+        ("minilm", 250, "512"),
+        ("synthetic", 5, "32"),
+        ("synthetic", 100, "128"),
+        ("synthetic", 400, "512"),
+    ],
+)
 def test_result_in_every_bucket(up: Up, model: str, words: int, bucket: str) -> None:
     text = " ".join(["word"] * words)
     with Client(up.gateway) as c:
@@ -113,8 +128,9 @@ def test_burst_scales_up_and_survives_a_killed_worker(up: Up) -> None:
 
 
 def sluice(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sluice", *args], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "sluice", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_submit_and_status_commands(up: Up) -> None:
@@ -129,19 +145,22 @@ def test_submit_and_status_commands(up: Up) -> None:
     status = sluice("status", "--config", str(up.config_path), "--redis-url", up.redis_url)
     assert status.returncode == 0, status.stderr
     assert "synthetic" in status.stdout and "ready" in status.stdout
-    one = sluice("status", jobs[0]["id"], "--config", str(up.config_path),
-                 "--redis-url", up.redis_url)  # fmt: skip
+    one = sluice(
+        "status", jobs[0]["id"], "--config", str(up.config_path), "--redis-url", up.redis_url
+    )
     assert one.returncode == 0 and "succeeded" in one.stdout
 
 
 def test_bulk_file_on_the_bundled_model(up: Up, tmp_path: Path) -> None:
     texts = [f"sentence number {i} about queues" for i in range(40)]
     src = tmp_path / "in.jsonl"
-    src.write_text("".join(json.dumps({"input": t, "custom_id": str(i)}) + "\n"
-                           for i, t in enumerate(texts)))  # fmt: skip
+    src.write_text(
+        "".join(json.dumps({"input": t, "custom_id": str(i)}) + "\n" for i, t in enumerate(texts))
+    )
     out = tmp_path / "out.jsonl"
-    run = sluice("bulk", "submit", str(src), "--model", "minilm", "--url", up.gateway,
-                 "-o", str(out))  # fmt: skip
+    run = sluice(
+        "bulk", "submit", str(src), "--model", "minilm", "--url", up.gateway, "-o", str(out)
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [o["custom_id"] for o in lines] == [str(i) for i in range(40)]
@@ -155,4 +174,3 @@ def test_ctrl_c_drains_and_leaves_no_process(up: Up) -> None:
     assert up.proc.wait(90) == 0
     gone, alive = psutil.wait_procs(tree, timeout=10)
     assert not alive, f"left behind: {[p.pid for p in alive]}"
-

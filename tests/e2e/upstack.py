@@ -54,9 +54,11 @@ def launch(config: dict[str, Any], directory: Path) -> Up:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "sluice", "up", "--config", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
         env=os.environ | {"HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     lines = []
     assert proc.stdout is not None
     redis_url = ""

@@ -35,22 +35,38 @@ SLUICE = [sys.executable, "-m", "sluice"]
 
 
 def fault_config(
-    handler: str = STAMPED, *, params: dict[str, Any] | None = None,
-    batching: dict[str, Any] | None = None, worker: dict[str, Any] | None = None,
+    handler: str = STAMPED,
+    *,
+    params: dict[str, Any] | None = None,
+    batching: dict[str, Any] | None = None,
+    worker: dict[str, Any] | None = None,
     gateway: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One synthetic-like model ``m``; short leases and heartbeats so faults show fast."""
     return {
-        "models": {MODEL: {
-            "handler": handler, "params": {"base_ms": 20, "per_token_ms": 0, **(params or {})},
-            "buckets": [32, 128, 512], "cost": {"method": "words"},
-            "batching": {"max_batch": 4, "max_batch_tokens": 4096, "lease_s": 1.5,
-                         **(batching or {})},
-        }},
-        "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3, "quarantine_grace_s": 0.5,
-                   "metrics_port": 0, **(worker or {})},
+        "models": {
+            MODEL: {
+                "handler": handler,
+                "params": {"base_ms": 20, "per_token_ms": 0, **(params or {})},
+                "buckets": [32, 128, 512],
+                "cost": {"method": "words"},
+                "batching": {
+                    "max_batch": 4,
+                    "max_batch_tokens": 4096,
+                    "lease_s": 1.5,
+                    **(batching or {}),
+                },
+            }
+        },
+        "worker": {
+            "heartbeat_s": 0.3,
+            "heartbeat_ttl_s": 3,
+            "quarantine_grace_s": 0.5,
+            "metrics_port": 0,
+            **(worker or {}),
+        },
         "gateway": {"redis_timeout_s": 1.0, "stats_refresh_s": 0.5, **(gateway or {})},
-    }  # fmt: skip
+    }
 
 
 def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.1) -> Any:
@@ -82,8 +98,9 @@ class Redis:
         return self.server.proc.pid
 
     def start(self) -> Redis:
-        self.server = RedisServer(port=self.port, data_dir=self.data_dir,
-                                  appendfsync=self.appendfsync).start()  # fmt: skip
+        self.server = RedisServer(
+            port=self.port, data_dir=self.data_dir, appendfsync=self.appendfsync
+        ).start()
         return self
 
     def kill9(self) -> None:
@@ -151,16 +168,27 @@ class Stack:
     def _spawn(self, name: str, cmd: list[str]) -> Proc:
         log = self.tmp / f"{name}-{len(self.procs)}.log"
         with log.open("wb") as out:  # a file, never a pipe: a full pipe would block the child
-            popen = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)  # fmt: skip
+            popen = subprocess.Popen(
+                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
         proc = Proc(name, popen, log, cmd)
         self.procs.append(proc)
         return proc
 
     def spawn_gateway(self, cfg_path: Path, port: int | None = None) -> tuple[Proc, str]:
         port = port or free_port()
-        cmd = [*SLUICE, "gateway", "-c", str(cfg_path), "--redis-url", self.redis.url,
-               "--port", str(port), "--log-level", "info"]  # fmt: skip
+        cmd = [
+            *SLUICE,
+            "gateway",
+            "-c",
+            str(cfg_path),
+            "--redis-url",
+            self.redis.url,
+            "--port",
+            str(port),
+            "--log-level",
+            "info",
+        ]
         proc = self._spawn("gateway", cmd)
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: ready(url) or not proc.alive(), 30, "the gateway to be ready")
@@ -172,12 +200,24 @@ class Stack:
         return self._spawn(proc.name, proc.cmd)
 
     def spawn_worker(self, cfg_path: Path, *extra: str, wait_ready: bool = True) -> Proc:
-        cmd = [*SLUICE, "worker", "-c", str(cfg_path), "-m", MODEL, "--redis-url", self.redis.url,
-               "--metrics-port", "-1", *extra]  # fmt: skip
+        cmd = [
+            *SLUICE,
+            "worker",
+            "-c",
+            str(cfg_path),
+            "-m",
+            MODEL,
+            "--redis-url",
+            self.redis.url,
+            "--metrics-port",
+            "-1",
+            *extra,
+        ]
         proc = self._spawn("worker", cmd)
         if wait_ready:
-            wait_for(lambda: " ready: " in proc.text() or not proc.alive(), 30,
-                     "the worker to be ready")  # fmt: skip
+            wait_for(
+                lambda: " ready: " in proc.text() or not proc.alive(), 30, "the worker to be ready"
+            )
             assert proc.alive(), proc.text()
         return proc
 

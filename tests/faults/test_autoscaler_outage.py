@@ -46,18 +46,36 @@ def test_autoscaler_holds_through_a_redis_outage_then_scales_down(
 ) -> None:
     path = tmp_path / "sluice.yaml"
     # Idle with 3 replicas and no stabilisation window: any good read scales down.
-    path.write_text(yaml.safe_dump({"models": {"m": {
-        "handler": "synthetic",
-        "autoscaling": {"min_replicas": 1, "max_replicas": 4, "period_s": 0.2,
-                        "scale_down_window_s": 0, "metrics_window_s": 2,
-                        "service_rate_cost_per_s": 1000}}}}))  # fmt: skip
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "models": {
+                    "m": {
+                        "handler": "synthetic",
+                        "autoscaling": {
+                            "min_replicas": 1,
+                            "max_replicas": 4,
+                            "period_s": 0.2,
+                            "scale_down_window_s": 0,
+                            "metrics_window_s": 2,
+                            "service_rate_cost_per_s": 1000,
+                        },
+                    }
+                }
+            }
+        )
+    )
     cfg = load_config(path)
     server = Redis(free_port(), None).start()
     try:
         client = QueueClient(connect(server.url, timeout_s=1.0), dict(cfg.models))
         backend = Fixed()
-        loop = Autoscaler(PolicySource(path, cfg), Observer(client, dict(cfg.models)), backend,
-                          AutoscalerMetrics())  # fmt: skip
+        loop = Autoscaler(
+            PolicySource(path, cfg),
+            Observer(client, dict(cfg.models)),
+            backend,
+            AutoscalerMetrics(),
+        )
         server.kill9()
         with caplog.at_level(logging.WARNING, "sluice.autoscaler"):
             held = []

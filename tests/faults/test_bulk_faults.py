@@ -22,8 +22,11 @@ LINES = 8000  # several seconds of work at ~1,000 lines/s: the faults land mid-r
 
 
 def bulk_config() -> dict[str, Any]:
-    cfg = fault_config("synthetic", params={"base_ms": 5, "per_token_ms": 0.05},
-                       batching={"max_batch": 16, "lease_s": 5})  # fmt: skip
+    cfg = fault_config(
+        "synthetic",
+        params={"base_ms": 5, "per_token_ms": 0.05},
+        batching={"max_batch": 16, "lease_s": 5},
+    )
     cfg["bulk"] = {"lease_s": 1.5, "poll_s": 0.05, "slice_s": 30}
     return cfg
 
@@ -37,8 +40,9 @@ def spawn_bulk_worker(stack: Stack, cfg_path: Path) -> Proc:
 
 
 def upload(url: str) -> str:
-    body = "".join(json.dumps({"input": f"w {i}", "custom_id": str(i)}) + "\n"
-                   for i in range(LINES))  # fmt: skip
+    body = "".join(
+        json.dumps({"input": f"w {i}", "custom_id": str(i)}) + "\n" for i in range(LINES)
+    )
     with Client(url) as c:
         return str(c.bulk_submit(MODEL, body.encode())["id"])
 
@@ -53,8 +57,11 @@ def horse_of(proc: Proc) -> psutil.Process | None:
 
 
 def check_done(stack: Stack, cfg: dict[str, Any], url: str, bulk_id: str) -> None:
-    final = wait_for(lambda: (p := progress(url, bulk_id))["state"] == "completed" and p,
-                     120, "the bulk job to complete")  # fmt: skip
+    final = wait_for(
+        lambda: (p := progress(url, bulk_id))["state"] == "completed" and p,
+        120,
+        "the bulk job to complete",
+    )
     assert final["counts"]["succeeded"] == LINES
     with Client(url) as c:
         lines = list(c.bulk_output(bulk_id))
@@ -115,8 +122,11 @@ def test_a_hung_coordinator_is_superseded_and_changes_nothing_when_it_wakes(
         # The other worker's reaper sees the lease lapse and queues a new slice,
         # which that worker runs; progress resumes while the old one is frozen.
         at_stop = progress(url, bulk_id)["counts"]["done"]
-        wait_for(lambda: progress(url, bulk_id)["counts"]["done"] > at_stop + 100, 60,
-                 "progress without the hung coordinator")  # fmt: skip
+        wait_for(
+            lambda: progress(url, bulk_id)["counts"]["done"] > at_stop + 100,
+            60,
+            "progress without the hung coordinator",
+        )
     finally:
         horse.send_signal(signal.SIGCONT)
     check_done(stack, cfg, url, bulk_id)

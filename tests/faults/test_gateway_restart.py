@@ -62,8 +62,9 @@ def test_clients_long_polling_through_a_gateway_restart_get_their_results(
     s = stack_factory()
     # Two jobs per 1.2 s batch: 12 jobs end between 1 and 8 s from now, most of
     # them after the restart.
-    cfg = fault_config(params={"base_ms": 1200}, batching={"max_batch": 2},
-                       gateway=_gateway_section(admin))  # fmt: skip
+    cfg = fault_config(
+        params={"base_ms": 1200}, batching={"max_batch": 2}, gateway=_gateway_section(admin)
+    )
     path = s.write_config(cfg)
     gw, url = s.spawn_gateway(path)
     s.spawn_worker(path)
@@ -84,8 +85,11 @@ def test_clients_long_polling_through_a_gateway_restart_get_their_results(
     for t in threads:
         t.start()
     metrics = _metrics_url(url, cfg)
-    wait_for(lambda: longpoll_waiters(metrics) >= len(ids) - len(got), 20,
-             "every client to be inside a long-poll")  # fmt: skip
+    wait_for(
+        lambda: longpoll_waiters(metrics) >= len(ids) - len(got),
+        20,
+        "every client to be inside a long-poll",
+    )
     assert len(got) < len(ids) - 4  # most are still waiting when the gateway goes
     gw.signal(sig)
     if sig == signal.SIGTERM:
@@ -97,8 +101,9 @@ def test_clients_long_polling_through_a_gateway_restart_get_their_results(
         t.join(45)
     assert not errors, errors
     assert sorted(got) == sorted(ids)
-    assert all(job["status"] == "succeeded" and job["result"]["tokens"] == 2
-               for job in got.values())  # fmt: skip
+    assert all(
+        job["status"] == "succeeded" and job["result"]["tokens"] == 2 for job in got.values()
+    )
     assert again.alive()
 
 
@@ -113,8 +118,10 @@ def test_sigterm_answers_every_open_long_poll_503_with_retry_after(
     cfg = fault_config(gateway=_gateway_section(admin))
     cfg["models"][MODEL]["autoscaling"] = {"min_replicas": 0}  # accepted with no worker
     gw, url = s.spawn_gateway(s.write_config(cfg))
-    ids = [httpx.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": f"job {i}"}).json()["id"]
-           for i in range(4)]  # fmt: skip
+    ids = [
+        httpx.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": f"job {i}"}).json()["id"]
+        for i in range(4)
+    ]
     answers: list[httpx.Response | str] = []
 
     def poll(job_id: str) -> None:
@@ -126,8 +133,9 @@ def test_sigterm_answers_every_open_long_poll_503_with_retry_after(
     threads = [threading.Thread(target=poll, args=(j,), daemon=True) for j in ids]
     for t in threads:
         t.start()
-    wait_for(lambda: longpoll_waiters(_metrics_url(url, cfg)) == len(ids), 20,
-             "every poll to be waiting")  # fmt: skip
+    wait_for(
+        lambda: longpoll_waiters(_metrics_url(url, cfg)) == len(ids), 20, "every poll to be waiting"
+    )
     gw.signal(signal.SIGTERM)
     for t in threads:
         t.join(30)

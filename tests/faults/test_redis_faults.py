@@ -27,7 +27,7 @@ from tests.faults.conftest import (
     submit,
     wait_for,
     wait_gateway_sees,
-)  # fmt: skip
+)
 
 pytestmark = [pytest.mark.slow]
 REDIS_TIMEOUT_S = 1.0  # gateway.redis_timeout_s in these tests (fault_config)
@@ -61,8 +61,10 @@ class Submitter:
             while not self._stop.is_set():
                 i += 1
                 try:
-                    resp = c.post(f"{self.url}/v1/models/{MODEL}/jobs",
-                                  json={"input": f"job {i} " + "w " * (i % 30)})  # fmt: skip
+                    resp = c.post(
+                        f"{self.url}/v1/models/{MODEL}/jobs",
+                        json={"input": f"job {i} " + "w " * (i % 30)},
+                    )
                 except httpx.HTTPError:
                     self.refused.append((time.monotonic(), 0))
                     continue
@@ -130,16 +132,21 @@ def test_redis_killed_and_restarted_from_its_aof(
         time.sleep(1.5)
         s.redis.start()  # same port, same data dir: it replays the AOF
         wait_for(lambda: ready(url), 15, "the gateway to be ready again")
-        wait_for(lambda: any(t > killed_at + 1.5 for t, _ in load.accepted), 15,
-                 "a submit accepted after the restart")  # fmt: skip
+        wait_for(
+            lambda: any(t > killed_at + 1.5 for t, _ in load.accepted),
+            15,
+            "a submit accepted after the restart",
+        )
     finally:
         load.stop()
     qc = s.queue(cfg)
     accepted = [j for _, j in load.accepted]
     lost = [j for j in accepted if not _exists(qc, j)]
     before = [j for t, j in load.accepted if t <= killed_at]
-    print(f"appendfsync {fsync}: {len(accepted)} accepted ({len(before)} before the kill), "
-          f"{len(lost)} lost")  # fmt: skip
+    print(
+        f"appendfsync {fsync}: {len(accepted)} accepted ({len(before)} before the kill), "
+        f"{len(lost)} lost"
+    )
     if fsync == "always":
         assert lost == []  # the promise: a 202 means it is on disk
     else:
@@ -148,8 +155,11 @@ def test_redis_killed_and_restarted_from_its_aof(
         recent = [j for t, j in load.accepted if killed_at - 2.0 <= t <= killed_at]
         assert set(lost) <= set(recent)
     kept = [j for j in accepted if j not in lost]
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded", 0) >= len(kept), 40,
-             "every accepted job to complete")  # fmt: skip
+    wait_for(
+        lambda: qc.stats(MODEL).counters.get("succeeded", 0) >= len(kept),
+        40,
+        "every accepted job to complete",
+    )
     assert all(qc.get(j).status == JobStatus.SUCCEEDED for j in kept)  # type: ignore[union-attr]
     assert qc.stats(MODEL).counters.get("failed", 0) == 0
     _assert_survived(gw, [w])
@@ -192,8 +202,9 @@ def test_redis_slow_or_unreachable_gives_fast_503_and_recovers_without_restart(
     resp = submit(url, " ".join(["word"] * 200))
     assert resp.status_code == 202, resp.text
     t0 = time.monotonic()
-    job = httpx.get(f"{url}/v1/jobs/{resp.json()['id']}", params={"wait": LONG_POLL_S},
-                    timeout=LONG_POLL_S + 30).json()  # fmt: skip
+    job = httpx.get(
+        f"{url}/v1/jobs/{resp.json()['id']}", params={"wait": LONG_POLL_S}, timeout=LONG_POLL_S + 30
+    ).json()
     # Woken by the (resubscribed) completion channel, not by the 60 s wait running out.
     assert job["status"] == "succeeded" and time.monotonic() - t0 < LONG_POLL_S / 2, job
     _assert_survived(gw, [w], workers_saw_it=fault == "killed")

@@ -23,7 +23,7 @@ from tests.faults.conftest import (
     submit,
     wait_for,
     wait_gateway_sees,
-)  # fmt: skip
+)
 from tests.faults.results import Watcher
 
 pytestmark = [pytest.mark.slow]
@@ -48,8 +48,11 @@ def _submit_batch(url: str, n: int) -> list[str]:
 
 def _held_by(stack: Stack, cfg: dict[str, object], worker_id: str, ids: list[str]) -> list[str]:
     qc = stack.queue(cfg)
-    return [j for j in ids if (rec := qc.get(j)) and rec.status == JobStatus.RUNNING
-            and rec.worker == worker_id]  # fmt: skip
+    return [
+        j
+        for j in ids
+        if (rec := qc.get(j)) and rec.status == JobStatus.RUNNING and rec.worker == worker_id
+    ]
 
 
 def test_kill9_mid_batch_every_job_completes_and_shows_one_result(
@@ -65,8 +68,9 @@ def test_kill9_mid_batch_every_job_completes_and_shows_one_result(
     ids = _submit_all(url, 48)
     watcher = Watcher(url, ids).start()  # reading from before the kill to the end
     try:
-        held = wait_for(lambda: _held_by(s, cfg, "fault-a", ids), 10, "worker A to hold jobs",
-                        every_s=0.01)  # fmt: skip
+        held = wait_for(
+            lambda: _held_by(s, cfg, "fault-a", ids), 10, "worker A to hold jobs", every_s=0.01
+        )
         a.signal(signal.SIGKILL)
         wait_for(lambda: watcher.ended() == len(ids), 40, "every job to end")
         time.sleep(2.0)  # past a lease: a wrongly requeued job would run (and show) again
@@ -104,18 +108,25 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
     ids = _submit_all(url, 8)
     watcher = Watcher(url, ids, threads=2).start()
     try:
-        held = wait_for(lambda: _held_by(s, cfg, "fault-a", ids), 10, "worker A to hold jobs",
-                        every_s=0.01)  # fmt: skip
+        held = wait_for(
+            lambda: _held_by(s, cfg, "fault-a", ids), 10, "worker A to hold jobs", every_s=0.01
+        )
         a.signal(signal.SIGSTOP)  # hung mid-batch: no heartbeats, no renewals, no result
         b = s.spawn_worker(path, "--worker-id", "fault-b")
         qc = s.queue(cfg)
-        wait_for(lambda: all(qc.get(j).status == JobStatus.SUCCEEDED for j in held), 20,  # type: ignore[union-attr]
-                 "the hung worker's jobs to finish elsewhere")  # fmt: skip
+        wait_for(
+            lambda: all(qc.get(j).status == JobStatus.SUCCEEDED for j in held),
+            20,  # type: ignore[union-attr]
+            "the hung worker's jobs to finish elsewhere",
+        )
         first = {j: qc.get(j).result for j in held}  # type: ignore[union-attr]
         assert all(_pid_of(r) == b.pid for r in first.values())
         a.signal(signal.SIGCONT)  # its batch ends now and it sends its (late) results
-        wait_for(lambda: "lost the lease" in a.text() or "stale" in a.text(), 10,
-                 "the late worker to notice it lost its leases")  # fmt: skip
+        wait_for(
+            lambda: "lost the lease" in a.text() or "stale" in a.text(),
+            10,
+            "the late worker to notice it lost its leases",
+        )
         wait_for(lambda: watcher.ended() == len(ids), 20, "every job to end")
         time.sleep(1.0)  # let any late write land before we look
     finally:
@@ -129,8 +140,11 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
     b.signal(signal.SIGTERM)
     assert b.popen.wait(15) == 0
     more = _submit_all(url, 2)
-    wait_for(lambda: all(qc.get(j).status == JobStatus.SUCCEEDED for j in more), 15,  # type: ignore[union-attr]
-             "the late worker to run new jobs")  # fmt: skip
+    wait_for(
+        lambda: all(qc.get(j).status == JobStatus.SUCCEEDED for j in more),
+        15,  # type: ignore[union-attr]
+        "the late worker to run new jobs",
+    )
     assert all(_pid_of(qc.get(j).result) == a.pid for j in more)  # type: ignore[union-attr]
     assert a.alive() and "Traceback" not in a.text()
 
@@ -152,8 +166,11 @@ def test_broken_model_quarantines_and_the_queue_is_not_drained_into_errors(
     touched = [j for j in ids if qc.get(j).attempts > 0]  # type: ignore[union-attr]
     assert 0 < len(touched) <= 2 * 4  # two failed batches of at most max_batch (4)
     s.spawn_worker(good, "--worker-id", "fault-healthy")
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded", 0) == len(ids), 30,
-             "the healthy worker to run every job")  # fmt: skip
+    wait_for(
+        lambda: qc.stats(MODEL).counters.get("succeeded", 0) == len(ids),
+        30,
+        "the healthy worker to run every job",
+    )
     counters = qc.stats(MODEL).counters
     assert counters.get("failed", 0) == 0 and qc.dead_letters(MODEL) == []
     assert all(qc.get(j).attempts >= 2 for j in touched)  # type: ignore[union-attr]

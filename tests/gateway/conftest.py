@@ -26,15 +26,19 @@ from sluice.registry import WorkerInfo
 def gateway_config(gateway: dict[str, Any] | None = None, **model: Any) -> SluiceConfig:
     """Models ``m`` (scales from zero, words) and ``pinned`` (min_replicas 1)."""
     m: dict[str, Any] = {
-        "handler": "synthetic", "buckets": [32, 128, 512], "cost": {"method": "words"},
+        "handler": "synthetic",
+        "buckets": [32, 128, 512],
+        "cost": {"method": "words"},
         "autoscaling": {"min_replicas": 0, "max_replicas": 2, "cold_start_s": 7},
-    }  # fmt: skip
+    }
     m.update(model)
     pinned = {"handler": "synthetic", "autoscaling": {"min_replicas": 1, "cold_start_s": 9}}
-    return parse_config({
-        "models": {"m": m, "pinned": pinned},
-        "gateway": {"max_body_bytes": 4096, "max_batch_inputs": 8, **(gateway or {})},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {"m": m, "pinned": pinned},
+            "gateway": {"max_body_bytes": 4096, "max_batch_inputs": 8, **(gateway or {})},
+        }
+    )
 
 
 @dataclass
@@ -51,9 +55,17 @@ class Harness:
     async def heartbeat(self, model: str, state: str = "ready", rate: float = 0.0) -> None:
         now = time.time()
         info = WorkerInfo(
-            id=f"w-{state}", model=model, host="h", pid=1, device="cpu", buckets=[],
-            state=state, started_at=now, heartbeat_at=now, service_rate=rate,
-        )  # fmt: skip
+            id=f"w-{state}",
+            model=model,
+            host="h",
+            pid=1,
+            device="cpu",
+            buckets=[],
+            state=state,
+            started_at=now,
+            heartbeat_at=now,
+            service_rate=rate,
+        )
         pipe = self.redis.pipeline(transaction=False)
         for cmd in registry.heartbeat(info, 30):
             pipe.execute_command(*cmd)
@@ -90,8 +102,9 @@ async def make_gateway(kind: str, request: pytest.FixtureRequest) -> AsyncIterat
         try:
             async with app.router.lifespan_context(app):
                 async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
-                    yield Harness(c, AsyncQueueClient(side, dict(cfg.models)), side,
-                                  app.state.gateway, kind)  # fmt: skip
+                    yield Harness(
+                        c, AsyncQueueClient(side, dict(cfg.models)), side, app.state.gateway, kind
+                    )
         finally:
             await side.aclose()
 

@@ -22,9 +22,16 @@ CHUNK = b"400\r\n" + b" " * 1024 + b"\r\n"
 @pytest.fixture(scope="module")
 def port(redis_server: RedisServer) -> Iterator[int]:
     app = create_app(bad_input_config(), redis_server.url)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="error", loop="uvloop", http="httptools",
-    ))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="error",
+            loop="uvloop",
+            http="httptools",
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20

@@ -26,8 +26,12 @@ LINE_LIMIT = 4096  # gateway_config()'s gateway.max_body_bytes: each line's limi
 FILE_LIMIT = 65_536  # bulk.max_file_bytes, larger than a JSON body may be
 MAX_LINES = 50
 NDJSON = {"content-type": "application/x-ndjson"}
-BULK_OPS = {("POST", "/v1/models/{model}/bulk"), ("GET", "/v1/bulk/{bulk_id}"),
-            ("DELETE", "/v1/bulk/{bulk_id}"), ("GET", "/v1/bulk/{bulk_id}/output")}  # fmt: skip
+BULK_OPS = {
+    ("POST", "/v1/models/{model}/bulk"),
+    ("GET", "/v1/bulk/{bulk_id}"),
+    ("DELETE", "/v1/bulk/{bulk_id}"),
+    ("GET", "/v1/bulk/{bulk_id}/output"),
+}
 
 
 @pytest.fixture
@@ -51,8 +55,9 @@ def jsonl(*lines: Any, end: str = "\n") -> bytes:
 
 
 async def upload(h: Harness, body: bytes, model: str = "m", **headers: str) -> Any:
-    return await h.client.post(f"/v1/models/{model}/bulk", content=body,
-                               headers={**NDJSON, **headers})  # fmt: skip
+    return await h.client.post(
+        f"/v1/models/{model}/bulk", content=body, headers={**NDJSON, **headers}
+    )
 
 
 async def upload_id(h: Harness, body: bytes, **headers: str) -> str:
@@ -92,8 +97,14 @@ async def test_upload_answers_202_with_location_and_the_line_count(
     assert view["id"].startswith("m.bulk") and view["model"] == "m"
     assert resp.headers["location"] == f"/v1/bulk/{view['id']}"
     assert view["state"] == "queued"
-    assert view["counts"] == {"total": lines, "done": 0, "succeeded": 0, "failed": 0,
-                              "remaining": lines, "fed": 0}  # fmt: skip
+    assert view["counts"] == {
+        "total": lines,
+        "done": 0,
+        "succeeded": 0,
+        "failed": 0,
+        "remaining": lines,
+        "fed": 0,
+    }
     assert view["eta_s"] is None and view["started_at"] is None and view["finished_at"] is None
     assert view["output"] == f"/v1/bulk/{view['id']}/output"
     stored = await bgw.redis.lrange(keys.bulk_input_key("m", view["id"]), 0, -1)
@@ -133,14 +144,17 @@ async def test_every_jsonl_media_type_is_accepted(bgw: Harness, ctype: str) -> N
     assert resp.status_code == 202, resp.text
 
 
-@pytest.mark.parametrize("ctype", ["application/json", "application/x-www-form-urlencoded",
-                                   "application/octet-stream", None])  # fmt: skip
+@pytest.mark.parametrize(
+    "ctype",
+    ["application/json", "application/x-www-form-urlencoded", "application/octet-stream", None],
+)
 async def test_a_wrong_content_type_is_415_with_the_error_body(
     bgw: Harness, ctype: str | None
 ) -> None:
     headers = {"content-type": ctype} if ctype else {}
-    resp = await bgw.client.post("/v1/models/m/bulk", content=jsonl({"input": "a"}),
-                                 headers=headers)  # fmt: skip
+    resp = await bgw.client.post(
+        "/v1/models/m/bulk", content=jsonl({"input": "a"}), headers=headers
+    )
     assert resp.status_code == 415, resp.text
     err = error_of(resp)
     assert err["type"] == "unsupported_media_type" and "application/x-ndjson" in err["message"]
@@ -233,10 +247,20 @@ async def test_an_unknown_model_is_404(bgw: Harness) -> None:
 
 # -- ids --------------------------------------------------------------------------------
 BAD_IDS = [
-    "nodot", "m.notbulk", "m.bulk", "m.bulkXYZ", "m.bulk0123-1", "nope.bulk0123abcd",
-    "pinned.bulk0123abcd", ".bulk0123", "m.", "m.%00", "m.日本語", "%ff%fe",
+    "nodot",
+    "m.notbulk",
+    "m.bulk",
+    "m.bulkXYZ",
+    "m.bulk0123-1",
+    "nope.bulk0123abcd",
+    "pinned.bulk0123abcd",
+    ".bulk0123",
+    "m.",
+    "m.%00",
+    "m.日本語",
+    "%ff%fe",
     "m.bulk" + "0" * 250,
-]  # fmt: skip
+]
 ROUTES = [("GET", ""), ("GET", "/output"), ("DELETE", "")]
 
 
@@ -315,8 +339,10 @@ async def test_cancel_a_queued_bulk_job_then_its_output_says_cancelled(bgw: Harn
 
 
 # -- the bulk exemption does not leak to other routes ---------------------------------
-@pytest.mark.parametrize("path", ["/v1/models/m/jobs", "/v1/models/m/jobs/batch",
-                                  "/v1/models/m/predict", "/v1/models/m/bulk/"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path",
+    ["/v1/models/m/jobs", "/v1/models/m/jobs/batch", "/v1/models/m/predict", "/v1/models/m/bulk/"],
+)
 async def test_jsonl_is_still_415_on_the_json_routes(bgw: Harness, path: str) -> None:
     resp = await bgw.client.post(path, content=jsonl({"input": "a"}), headers=NDJSON)
     assert resp.status_code == 415, resp.text
@@ -357,10 +383,12 @@ async def test_another_keys_bulk_job_is_404_like_an_unknown_one(keyed: Harness) 
     assert await keyed.redis.hget(keys.bulk_key("m", bulk_id), "owner") == "alice"
     unknown = bulk_id[:-4] + "0000"
     for method, suffix in ROUTES:
-        theirs = await keyed.client.request(method, f"/v1/bulk/{bulk_id}{suffix}",
-                                            headers=bearer(BOB))  # fmt: skip
-        none = await keyed.client.request(method, f"/v1/bulk/{unknown}{suffix}",
-                                          headers=bearer(BOB))  # fmt: skip
+        theirs = await keyed.client.request(
+            method, f"/v1/bulk/{bulk_id}{suffix}", headers=bearer(BOB)
+        )
+        none = await keyed.client.request(
+            method, f"/v1/bulk/{unknown}{suffix}", headers=bearer(BOB)
+        )
         assert theirs.status_code == none.status_code == 404, (method, suffix, theirs.text)
         assert error_of(theirs)["message"] == error_of(none)["message"].replace(unknown, bulk_id)
     mine = await keyed.client.get(f"/v1/bulk/{bulk_id}", headers=bearer(ALICE))
@@ -373,12 +401,17 @@ async def test_another_keys_bulk_job_is_404_like_an_unknown_one(keyed: Harness) 
 
 async def test_every_bulk_route_needs_a_key(keyed: Harness) -> None:
     bulk_id = await upload_id(keyed, jsonl({"input": "a"}), **bearer(ALICE))
-    calls = [("POST", "/v1/models/m/bulk"), ("GET", f"/v1/bulk/{bulk_id}"),
-             ("GET", f"/v1/bulk/{bulk_id}/output"), ("DELETE", f"/v1/bulk/{bulk_id}")]  # fmt: skip
+    calls = [
+        ("POST", "/v1/models/m/bulk"),
+        ("GET", f"/v1/bulk/{bulk_id}"),
+        ("GET", f"/v1/bulk/{bulk_id}/output"),
+        ("DELETE", f"/v1/bulk/{bulk_id}"),
+    ]
     for method, path in calls:
         for headers in ({}, bearer("sk_wrong"), {"content-type": "application/json"}):
-            resp = await keyed.client.request(method, path, content=b'{"input": "a"}',
-                                              headers=headers)  # fmt: skip
+            resp = await keyed.client.request(
+                method, path, content=b'{"input": "a"}', headers=headers
+            )
             assert resp.status_code == 401, (method, path, headers, resp.text)
             assert resp.headers["www-authenticate"].startswith("Bearer")
             assert error_of(resp)["type"] == "unauthorized"
@@ -406,8 +439,11 @@ async def test_the_schema_lists_the_bulk_operations_and_stays_valid(bgw: Harness
     assert "application/x-ndjson" in output_op["responses"]["200"]["content"]
     assert "409" in output_op["responses"]
     # Errors are documented with the error body the gateway sends, 422 included.
-    for path, method in [("/v1/bulk/{bulk_id}", "get"), ("/v1/bulk/{bulk_id}", "delete"),
-                         ("/v1/bulk/{bulk_id}/output", "get")]:  # fmt: skip
+    for path, method in [
+        ("/v1/bulk/{bulk_id}", "get"),
+        ("/v1/bulk/{bulk_id}", "delete"),
+        ("/v1/bulk/{bulk_id}/output", "get"),
+    ]:
         ref = raw["paths"][path][method]["responses"]["422"]["content"]["application/json"]
         assert ref["schema"]["$ref"].endswith("/ErrorBody"), (path, method)
 

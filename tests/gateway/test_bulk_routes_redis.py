@@ -60,10 +60,11 @@ def worker(q: QueueClient, fail_on: str = "boom") -> Callable[[float], None]:
     def run_one_batch(_: float) -> None:
         batch = q.claim("m", "w1")
         outcomes = [
-            Outcome.fail(j.id, "handler_error", "it went boom") if j.input == fail_on
+            Outcome.fail(j.id, "handler_error", "it went boom")
+            if j.input == fail_on
             else Outcome.ok(j.id, {"echo": j.input})
             for j in batch.jobs
-        ]  # fmt: skip
+        ]
         if outcomes:
             q.complete("m", outcomes, "w1")
 
@@ -88,7 +89,7 @@ BAD = {
     84: (json.dumps({"input": "x", "custom_id": 7}), None, "invalid_input"),
     94: ("[1, 2]", None, "invalid_input"),
     104: ('{"input": NaN, "custom_id": "nan"}', None, "invalid_input"),  # not strict JSON
-}  # fmt: skip
+}
 FAILS_IN_WORKER = 150  # a good line whose handler fails: status "failed", the worker's error
 N = 200
 
@@ -100,8 +101,9 @@ def bulk_file() -> tuple[bytes, dict[int, Any]]:
     for i in range(N):
         if i in BAD:
             text = BAD[i][0]
-            raw.append(b'{"input": "\xff\xfe", "custom_id": "latin"}' if text is None
-                       else text.encode())  # fmt: skip
+            raw.append(
+                b'{"input": "\xff\xfe", "custom_id": "latin"}' if text is None else text.encode()
+            )
             continue
         value: Any = "boom" if i == FAILS_IN_WORKER else f"text number {i}"
         if i % 7 == 0:
@@ -130,8 +132,14 @@ async def test_a_file_runs_to_the_end_with_one_output_line_per_input_line(
     view = (await bgw.client.get(f"/v1/bulk/{bulk_id}")).json()
     failed = len(BAD) + 1  # the bad lines and the one whose handler failed
     assert view["state"] == "completed"
-    assert view["counts"] == {"total": N, "done": N, "succeeded": N - failed, "failed": failed,
-                              "remaining": 0, "fed": N}  # fmt: skip
+    assert view["counts"] == {
+        "total": N,
+        "done": N,
+        "succeeded": N - failed,
+        "failed": failed,
+        "remaining": 0,
+        "fed": N,
+    }
     assert view["started_at"] <= view["finished_at"] and view["eta_s"] is None
 
     out = await bgw.client.get(f"/v1/bulk/{bulk_id}/output")
@@ -148,8 +156,13 @@ async def test_a_file_runs_to_the_end_with_one_output_line_per_input_line(
             assert row["status"] == "failed" and row["custom_id"] == f"c{i}"
             assert row["error"] == {"type": "handler_error", "message": "it went boom"}
         else:  # its own result: nothing shifted or swapped
-            assert row == {"line": i + 1, "custom_id": f"c{i}", "status": "succeeded",
-                           "result": {"echo": inputs[i]}, "error": None}  # fmt: skip
+            assert row == {
+                "line": i + 1,
+                "custom_id": f"c{i}",
+                "status": "succeeded",
+                "result": {"echo": inputs[i]},
+                "error": None,
+            }
     assert str(LINE_LIMIT) in rows[24]["error"]["message"]  # over gateway.max_body_bytes
     assert "512" in rows[54]["error"]["message"]  # over the largest bucket
     assert "UTF-8" in rows[34]["error"]["message"]
@@ -178,8 +191,9 @@ async def test_cancel_while_running_keeps_finished_lines_and_cancels_the_rest(
     bgw: Harness, q: QueueClient
 ) -> None:
     lines = [json.dumps({"input": f"t {i}", "custom_id": f"c{i}"}) for i in range(60)]
-    resp = await bgw.client.post("/v1/models/m/bulk", content="\n".join(lines).encode(),
-                                 headers=NDJSON)  # fmt: skip
+    resp = await bgw.client.post(
+        "/v1/models/m/bulk", content="\n".join(lines).encode(), headers=NDJSON
+    )
     bulk_id = resp.json()["id"]
     cfg = bgw.state.cfg
     clock, polls = slice_of(4)
@@ -229,8 +243,9 @@ async def test_a_cancel_keeps_lines_that_ended_unseen_and_cancels_running_ones(
     bgw: Harness, q: QueueClient
 ) -> None:
     lines = [json.dumps({"input": f"t {i}", "custom_id": f"c{i}"}) for i in range(20)]
-    resp = await bgw.client.post("/v1/models/m/bulk", content="\n".join(lines).encode(),
-                                 headers=NDJSON)  # fmt: skip
+    resp = await bgw.client.post(
+        "/v1/models/m/bulk", content="\n".join(lines).encode(), headers=NDJSON
+    )
     bulk_id = resp.json()["id"]
     clock, polls = slice_of(1)
     # One poll that only feeds (8 lines: max_queued), then the slice ends.

@@ -130,8 +130,9 @@ async def rig(redis_url: str) -> AsyncIterator[Rig]:
     port = await proxy.start()
     pubsub = connect(f"redis://127.0.0.1:{port}{url.path}", 1.0, blocking_reads=True)
     direct = connect_async(redis_url)
-    c = Completions(pubsub, [keys.done_channel("m")], reads=direct, timeout_s=1.0,
-                    idle_ping_s=IDLE_S)  # fmt: skip
+    c = Completions(
+        pubsub, [keys.done_channel("m")], reads=direct, timeout_s=1.0, idle_ping_s=IDLE_S
+    )
     task = asyncio.create_task(c.run())
     try:
         await asyncio.wait_for(c.connected.wait(), 5)

@@ -93,10 +93,12 @@ async def test_full_queue_sheds_low_then_normal_then_high(make_gateway) -> None:
             resp = await h.client.post("/v1/models/m/jobs", json={"input": "x", "priority": prio})
             codes.append((prio, resp.status_code))
         assert codes == (
-            [("low", 202)] * 7 + [("low", 429)]
-            + [("normal", 202)] * 2 + [("normal", 429)]
+            [("low", 202)] * 7
+            + [("low", 429)]
+            + [("normal", 202)] * 2
+            + [("normal", 429)]
             + [("high", 202), ("high", 429)]
-        )  # fmt: skip
+        )
         resp = await h.client.post("/v1/models/m/jobs", json={"input": "x", "priority": "low"})
         assert error_of(resp)["type"] == "queue_full"
         assert int(resp.headers["retry-after"]) >= 1

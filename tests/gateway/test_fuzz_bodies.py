@@ -26,14 +26,29 @@ from tests.gateway.test_fuzz_schema import FUZZ_LIMIT, serve
 
 EXAMPLES = {"fake": 300, "real": 50}
 TIMEOUT_S = 5.0
-ROUTES = ["/v1/models/m/jobs", "/v1/models/t/jobs", "/v1/models/m/jobs/batch",
-          "/v1/models/m/predict", "/v1/models/nope/jobs"]  # fmt: skip
+ROUTES = [
+    "/v1/models/m/jobs",
+    "/v1/models/t/jobs",
+    "/v1/models/m/jobs/batch",
+    "/v1/models/m/predict",
+    "/v1/models/nope/jobs",
+]
 CONTENT_TYPES = [
-    "application/json", "application/json; charset=utf-8", "application/vnd.sluice+json",
-    "application/json; charset=latin-1", "text/plain", "text/json", "application/xml",
-    "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "", "*/*",
-    "application/json; boundary=", ";;;", "APPLICATION/JSON",
-]  # fmt: skip
+    "application/json",
+    "application/json; charset=utf-8",
+    "application/vnd.sluice+json",
+    "application/json; charset=latin-1",
+    "text/plain",
+    "text/json",
+    "application/xml",
+    "application/x-www-form-urlencoded",
+    "multipart/form-data; boundary=x",
+    "",
+    "*/*",
+    "application/json; boundary=",
+    ";;;",
+    "APPLICATION/JSON",
+]
 
 
 @pytest.fixture(scope="module", params=["fake", "real"])
@@ -48,15 +63,21 @@ def gw(request: pytest.FixtureRequest) -> Iterator[tuple[str, httpx.Client]]:
 
 def fuzz(kind: str) -> Any:
     return settings(
-        max_examples=EXAMPLES[kind], deadline=None, derandomize=True, database=None,
+        max_examples=EXAMPLES[kind],
+        deadline=None,
+        derandomize=True,
+        database=None,
         suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    )
 
 
 scalars = (
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=30)
-)  # fmt: skip
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=30)
+)
 json_values = st.recursive(
     scalars,
     lambda kids: (
@@ -72,8 +93,9 @@ spec = {
     "metadata": st.dictionaries(st.text(max_size=8), json_values, max_size=3),
 }
 good_jobs = st.fixed_dictionaries({"input": texts}, optional=spec)
-good_batches = st.fixed_dictionaries({"inputs": st.lists(texts, min_size=1, max_size=20)},
-                                     optional=spec)  # fmt: skip
+good_batches = st.fixed_dictionaries(
+    {"inputs": st.lists(texts, min_size=1, max_size=20)}, optional=spec
+)
 bodies = st.fixed_dictionaries(
     {"input": texts | json_values},
     optional={
@@ -83,7 +105,7 @@ bodies = st.fixed_dictionaries(
         "inputs": st.lists(texts, max_size=20),
         "extra": json_values,
     },
-)  # fmt: skip
+)
 
 requests = (
     st.tuples(st.sampled_from(ROUTES[:2] + ROUTES[3:4]), good_jobs)
@@ -121,9 +143,10 @@ def test_random_bytes_and_content_types(gw: tuple[str, httpx.Client]) -> None:
     kind, client = gw
 
     @given(
-        route=st.sampled_from(ROUTES), raw=st.binary(max_size=300),
+        route=st.sampled_from(ROUTES),
+        raw=st.binary(max_size=300),
         ctype=st.sampled_from(CONTENT_TYPES) | st.text("abjson/+;= -", max_size=30).map(str.strip),
-    )  # fmt: skip
+    )
     @fuzz(kind)
     def check(route: str, raw: bytes, ctype: str) -> None:
         resp = client.post(route, content=raw, headers={"content-type": ctype})
@@ -141,7 +164,7 @@ def test_random_job_ids_and_waits(gw: tuple[str, httpx.Client]) -> None:
         job_id=st.text(min_size=1, max_size=300),
         wait=st.none() | st.floats() | st.text(max_size=12) | st.integers(-(10**400), 10**400),
         method=st.sampled_from(["GET", "DELETE"]),
-    )  # fmt: skip
+    )
     @fuzz(kind)
     def check(job_id: str, wait: Any, method: str) -> None:
         params = {} if wait is None or method == "DELETE" else {"wait": str(wait)}
@@ -153,10 +176,18 @@ def test_random_job_ids_and_waits(gw: tuple[str, httpx.Client]) -> None:
     check()
 
 
-POISONS = st.sampled_from([
-    "NaN", "Infinity", "-Infinity", "1e400", "-1e999", str(2**64), "9" * 30,
-    "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
-])  # fmt: skip
+POISONS = st.sampled_from(
+    [
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "1e400",
+        "-1e999",
+        str(2**64),
+        "9" * 30,
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+    ]
+)
 
 
 def test_any_valid_body_with_one_poison_is_invalid_json(gw: tuple[str, httpx.Client]) -> None:
@@ -164,9 +195,11 @@ def test_any_valid_body_with_one_poison_is_invalid_json(gw: tuple[str, httpx.Cli
     marker = "\u2603POISON\u2603"  # a string that cannot occur by chance
 
     @given(
-        body=bodies, poison=POISONS, where=st.integers(0, 10**6),
+        body=bodies,
+        poison=POISONS,
+        where=st.integers(0, 10**6),
         kind_of=st.sampled_from(["value", "duplicate", "utf8"]),
-    )  # fmt: skip
+    )
     @fuzz(kind)
     def check(body: dict[str, Any], poison: str, where: int, kind_of: str) -> None:
         raw = _poisoned(body, poison, where, kind_of, marker)

@@ -41,16 +41,28 @@ FUZZ_LIMIT = 65_536
 def fuzz_config() -> SluiceConfig:
     """A words model and a tokenizer model, both scaling from zero (no worker needed);
     waits kept short so a generated ``?wait=60`` or predict cannot stall the run."""
-    return parse_config({
-        "models": {
-            "m": {"handler": "synthetic", "cost": {"method": "words"},
-                  "autoscaling": {"min_replicas": 0}},
-            "t": {"handler": "embedding", "cost": {"method": "tokenizer"},
-                  "autoscaling": {"min_replicas": 0}},
-        },
-        "gateway": {"predict_timeout_s": 0.2, "max_wait_s": 0.2, "max_body_bytes": FUZZ_LIMIT,
-                    "max_batch_inputs": 16},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {
+                "m": {
+                    "handler": "synthetic",
+                    "cost": {"method": "words"},
+                    "autoscaling": {"min_replicas": 0},
+                },
+                "t": {
+                    "handler": "embedding",
+                    "cost": {"method": "tokenizer"},
+                    "autoscaling": {"min_replicas": 0},
+                },
+            },
+            "gateway": {
+                "predict_timeout_s": 0.2,
+                "max_wait_s": 0.2,
+                "max_body_bytes": FUZZ_LIMIT,
+                "max_batch_inputs": 16,
+            },
+        }
+    )
 
 
 @contextmanager
@@ -62,9 +74,16 @@ def serve(redis_url: str | None) -> Iterator[str]:
         app = create_app(cfg, redis=fake)
     else:
         app = create_app(cfg, redis_url)
-    server = uvicorn.Server(uvicorn.Config(
-        app, host="127.0.0.1", port=0, log_level="critical", loop="uvloop", http="httptools",
-    ))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="critical",
+            loop="uvloop",
+            http="httptools",
+        )
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -104,9 +123,12 @@ def _run(op: Any, mode: GenerationMode, base: str, examples: int) -> bool:
 
     @given(case=op.as_strategy(generation_mode=mode))
     @settings(
-        max_examples=examples, deadline=None, derandomize=True, database=None,
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
         suppress_health_check=list(HealthCheck),
-    )  # fmt: skip
+    )
     def check(case: Any) -> None:
         resp = case.call(base_url=base, timeout=5)  # a hang fails the test, bounded
         assert resp.status_code < 500, (case.method, case.formatted_path, resp.text)
@@ -146,8 +168,11 @@ def test_the_schema_documents_the_fuzzed_parameters(served: tuple[str, str]) -> 
         for method, op in item.items()
         for p in op.get("parameters", [])
     }
-    for route in ("/v1/models/{model}/jobs", "/v1/models/{model}/jobs/batch",
-                  "/v1/models/{model}/predict"):  # fmt: skip
+    for route in (
+        "/v1/models/{model}/jobs",
+        "/v1/models/{model}/jobs/batch",
+        "/v1/models/{model}/predict",
+    ):
         assert ("POST", route, "header", "Idempotency-Key") in params
     assert ("GET", "/v1/jobs/{job_id}", "query", "wait") in params
     assert ("POST", "/v1/models/{model}/predict", "query", "timeout") in params

@@ -13,13 +13,16 @@ from hypothesis import strategies as st
 from gateway.strict_json import INT_MAX, INT_MIN, MAX_DEPTH, loads
 
 values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(alphabet=st.characters(codec="utf-8"), max_size=10),
-    lambda kids: st.lists(kids, max_size=3)
-    | st.dictionaries(st.text(max_size=4), kids, max_size=3),
+    lambda kids: (
+        st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=4), kids, max_size=3)
+    ),
     max_leaves=30,
-)  # fmt: skip
+)
 
 
 def depth(v: Any) -> int:

@@ -25,8 +25,10 @@ async def test_models_lists_buckets_depth_cost_and_workers(gw: Harness) -> None:
     assert set(models) == {"m", "pinned"}
     m = models["m"]
     assert [(b["bucket"], b["queued"], b["queued_cost"]) for b in m["buckets"]] == [
-        ("32", 1, 2), ("128", 1, 100), ("512", 0, 0),
-    ]  # fmt: skip
+        ("32", 1, 2),
+        ("128", 1, 100),
+        ("512", 0, 0),
+    ]
     assert m["queued"] == 2 and m["queued_cost"] == 102 and m["scales_from_zero"] is True
     assert m["workers"] == {"starting": 1, "ready": 1, "draining": 0, "quarantined": 0}
     assert models["pinned"]["workers"]["ready"] == 0

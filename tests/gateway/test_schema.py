@@ -25,12 +25,13 @@ CONFIG = {
     "models": {
         "m": {"handler": "synthetic", "autoscaling": {"min_replicas": 0}},
         "t": {
-            "handler": "embedding", "cost": {"method": "tokenizer"},
+            "handler": "embedding",
+            "cost": {"method": "tokenizer"},
             "autoscaling": {"min_replicas": 0},
         },
     },
     "gateway": {"predict_timeout_s": 0.2, "max_body_bytes": 65536},
-}  # fmt: skip
+}
 
 
 def free_port() -> int:
@@ -50,10 +51,18 @@ def gateway_url(
     port = free_port()
     sluice = Path(sys.executable).parent / "sluice"
     proc = subprocess.Popen(
-        [str(sluice), "gateway", "--config", str(cfg), "--port", str(port),
-         "--redis-url", redis_server.url],
+        [
+            str(sluice),
+            "gateway",
+            "--config",
+            str(cfg),
+            "--port",
+            str(port),
+            "--redis-url",
+            redis_server.url,
+        ],
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -92,9 +101,12 @@ def test_no_5xx_for_any_request_the_schema_allows(gateway_url: str) -> None:
 
         @given(case=op.as_strategy(generation_mode=mode))
         @settings(
-            max_examples=20, deadline=None, derandomize=True, database=None,
+            max_examples=20,
+            deadline=None,
+            derandomize=True,
+            database=None,
             suppress_health_check=list(HealthCheck),
-        )  # fmt: skip
+        )
         def check(case) -> None:  # type: ignore[no-untyped-def]
             resp = case.call(timeout=10)
             assert resp.status_code < 500, (case.method, case.formatted_path, resp.text)

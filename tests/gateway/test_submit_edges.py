@@ -92,9 +92,12 @@ def _record_threads(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
 async def test_large_inputs_are_estimated_off_the_loop(
     make_gateway: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cfg = gateway_config(gateway={"max_body_bytes": 1 << 20}, cost={"method": "chars"},
-                         buckets=[32, 128, 512, 100_000],
-                         batching={"max_batch_tokens": 100_000})  # fmt: skip
+    cfg = gateway_config(
+        gateway={"max_body_bytes": 1 << 20},
+        cost={"method": "chars"},
+        buckets=[32, 128, 512, 100_000],
+        batching={"max_batch_tokens": 100_000},
+    )
     async with make_gateway(cfg) as h:
         on_loop = _record_threads(monkeypatch)
         small = await h.client.post("/v1/models/m/jobs", json={"input": "a b c"})

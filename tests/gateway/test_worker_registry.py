@@ -37,11 +37,27 @@ def kind() -> str:
 def _worker(r: redis.Redis, ttl_s: float, skew_s: float = 0.0) -> Housekeeper:
     """A worker ``w1`` of model ``m`` whose clock is ``skew_s`` off; ``beat()`` publishes."""
     now = time.time() + skew_s
-    info = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
-                      state="ready", started_at=now, ready_at=now)  # fmt: skip
+    info = WorkerInfo(
+        id="w1",
+        model="m",
+        host="h",
+        pid=1,
+        device="cpu",
+        buckets=["32"],
+        state="ready",
+        started_at=now,
+        ready_at=now,
+    )
     qc = QueueClient(r, dict(gateway_config().models))
-    return Housekeeper(qc, WorkerStatus(info), heartbeat_s=ttl_s / 2, ttl_s=ttl_s, lease_s=30,
-                       on_command=lambda _: None, wall=lambda: time.time() + skew_s)  # fmt: skip
+    return Housekeeper(
+        qc,
+        WorkerStatus(info),
+        heartbeat_s=ttl_s / 2,
+        ttl_s=ttl_s,
+        lease_s=30,
+        on_command=lambda _: None,
+        wall=lambda: time.time() + skew_s,
+    )
 
 
 async def _listed(snaps: Snapshots) -> list[str]:
@@ -72,9 +88,7 @@ async def test_a_worker_with_a_skewed_clock_lapses_once_it_stops(
         _worker(r, ttl_s=0.2, skew_s=skew_s).beat()  # its last heartbeat
 
         async def forgotten() -> bool:
-            return await _listed(h.state.snapshots) == [] and not r.hlen(
-                keys.workers_info_key("m")
-            )
+            return await _listed(h.state.snapshots) == [] and not r.hlen(keys.workers_info_key("m"))
 
         await _until(forgotten, "the stopped worker to lapse and be pruned")
 

@@ -25,8 +25,9 @@ class CudaHogHandler(TorchHandler):
     def warmup(self, shapes: list[Shape]) -> None:
         per_token = int(self.params.get("warmup_bytes_per_token", 0))
         for s in shapes:
-            block = torch.empty(s.batch * s.tokens * per_token, dtype=torch.uint8,
-                                device=self.device)  # fmt: skip
+            block = torch.empty(
+                s.batch * s.tokens * per_token, dtype=torch.uint8, device=self.device
+            )
             block.fill_(1)
             self.ran.append(s.batch)
 
@@ -35,8 +36,7 @@ class CudaHogHandler(TorchHandler):
 
     def forward(self, batch: Collated) -> Any:
         chunk = int(self.params["chunk_bytes"])
-        held = [torch.ones(chunk, dtype=torch.uint8, device=self.device)
-                for _ in range(batch.size)]  # fmt: skip
+        held = [torch.ones(chunk, dtype=torch.uint8, device=self.device) for _ in range(batch.size)]
         self.ran.append(batch.size)
         return [int(h[:16].sum().item()) for h in held]
 

@@ -53,13 +53,21 @@ def test_a_half_dtype_is_accepted_exactly_where_the_gpu_runs_it(dtype: str) -> N
 
 def local_config() -> SluiceConfig:
     n = min(2, torch.cuda.device_count())
-    return parse_config({
-        "models": {MODEL: {"handler": "tests.gpu.handlers:WhereAmIHandler",
-                           "autoscaling": {"max_replicas": n, "gpu_memory_gb": 1}}},
-        "worker": {"heartbeat_s": 0.2},
-        "autoscaler": {"devices": [{"name": str(i), "memory_gb": 1} for i in range(n)],
-                       "drain_timeout_s": 30},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {
+                MODEL: {
+                    "handler": "tests.gpu.handlers:WhereAmIHandler",
+                    "autoscaling": {"max_replicas": n, "gpu_memory_gb": 1},
+                }
+            },
+            "worker": {"heartbeat_s": 0.2},
+            "autoscaler": {
+                "devices": [{"name": str(i), "memory_gb": 1} for i in range(n)],
+                "drain_timeout_s": 30,
+            },
+        }
+    )
 
 
 @pytest.fixture

@@ -31,11 +31,18 @@ MIN_COSINE = {"float32": 0.999, "float16": 0.99, "bfloat16": 0.99}
 
 def config(dtype: str) -> SluiceConfig:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    return parse_config({"models": {MODEL: {
-        "handler": "embedding", "params": {"dtype": dtype},
-        "cost": {"method": "tokenizer", "truncate": True},
-        "batching": {"max_batch": 8, "max_batch_tokens": 4096},
-    }}})  # fmt: skip
+    return parse_config(
+        {
+            "models": {
+                MODEL: {
+                    "handler": "embedding",
+                    "params": {"dtype": dtype},
+                    "cost": {"method": "tokenizer", "truncate": True},
+                    "batching": {"max_batch": 8, "max_batch_tokens": 4096},
+                }
+            }
+        }
+    )
 
 
 def embed(h: Handler, texts: list[str]) -> np.ndarray:

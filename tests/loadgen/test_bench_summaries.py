@@ -9,8 +9,11 @@ from sluicebench.loadgen.stack_bench import scaling_config, scaling_summary
 
 
 def _scale_case(n: int, jobs_per_s: float, p99_at_70: float) -> dict[str, Any]:
-    return {"workers": n, "saturation": {"throughput_per_s": jobs_per_s, "run_p50_ms": 10.0},
-            "load70": {"e2e_p99_ms": p99_at_70}}  # fmt: skip
+    return {
+        "workers": n,
+        "saturation": {"throughput_per_s": jobs_per_s, "run_p50_ms": 10.0},
+        "load70": {"e2e_p99_ms": p99_at_70},
+    }
 
 
 def test_scaling_summary_against_the_one_worker_case() -> None:
@@ -36,9 +39,11 @@ def _mix_case(model: str, util: float, short: float, long_: float) -> dict[str, 
 
 def test_mixed_summary_ratio_and_target() -> None:
     cases = [
-        _mix_case("mix_buckets", 0.7, 50.0, 300.0), _mix_case("mix_one", 0.7, 100.0, 250.0),
-        _mix_case("mix_buckets", 0.9, 80.0, 900.0), _mix_case("mix_one", 0.9, 400.0, 600.0),
-    ]  # fmt: skip
+        _mix_case("mix_buckets", 0.7, 50.0, 300.0),
+        _mix_case("mix_one", 0.7, 100.0, 250.0),
+        _mix_case("mix_buckets", 0.9, 80.0, 900.0),
+        _mix_case("mix_one", 0.9, 400.0, 600.0),
+    ]
     s = mixed_summary(cases)
     assert [(r["utilisation"], r["ratio"]) for r in s["rows"]] == [(0.7, 2.0), (0.9, 5.0)]
     assert s["met_at_90"] is True

@@ -71,10 +71,14 @@ def test_verdict(p99_ratio: float | None, share: float | None, expected: dict[st
 
 
 def _side(p50: float, p99: float, bulk_per_s: float | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"e2e_p50_ms": p50, "e2e_p99_ms": p99, "wait_p99_ms": p99 / 4,
-                           "busy_fraction": 0.6, "hold_mean_ms": 1.0,
-                           "batches": {"mean_size": 1.5, "over_limit": 0,
-                                       "with_other_items": 0}}  # fmt: skip
+    out: dict[str, Any] = {
+        "e2e_p50_ms": p50,
+        "e2e_p99_ms": p99,
+        "wait_p99_ms": p99 / 4,
+        "busy_fraction": 0.6,
+        "hold_mean_ms": 1.0,
+        "batches": {"mean_size": 1.5, "over_limit": 0, "with_other_items": 0},
+    }
     if bulk_per_s is not None:
         out["bulk"] = {"per_s": bulk_per_s, "idle_share": idle_share(bulk_per_s, 240.0, 0.6)}
     return out
@@ -101,7 +105,9 @@ def test_summarise_uses_paired_ratios() -> None:
 
 def test_parse_variants() -> None:
     assert parse_variants("8, 2,1:no-overlap") == (
-        Variant(8), Variant(2), Variant(1, overlap=False)
+        Variant(8),
+        Variant(2),
+        Variant(1, overlap=False),
     )
     assert parse_variants("2:no-overlap:reserve1") == (Variant(2, overlap=False, reserve=1),)
     assert Variant(1, overlap=False).model == "bulk1" and Variant(8, reserve=2).model == "bulk8r2"
@@ -154,9 +160,12 @@ def test_batch_check_sizes_batches_and_finds_hidden_items() -> None:
     # 5 ms + 15 ms per item: 20.2 ms is 1 item, 50.4 ms is 3.
     jobs = [*_batch(100, 1, 20.2), *_batch(110, 3, 50.4), *_batch(120, 1, 20.1)]
     assert batch_check(jobs, 8, 5.0, 15.0) == {
-        "batches": 3, "mean_size": 1.67, "over_limit": 0, "with_other_items": 0,
+        "batches": 3,
+        "mean_size": 1.67,
+        "over_limit": 0,
+        "with_other_items": 0,
         "max_other_items": 0,
-    }  # fmt: skip
+    }
     # Two interactive jobs in a batch that ran for four items: two other items rode along.
     hidden = batch_check([*jobs, *_batch(130, 2, 65.3)], 8, 5.0, 15.0)
     assert hidden["with_other_items"] == 1 and hidden["max_other_items"] == 2

@@ -33,8 +33,13 @@ def _gateway(reject_every: int = 0, fail_every: int = 0) -> httpx.MockTransport:
             return httpx.Response(200, json={"id": job_id, "status": "running"})
         n = int(job_id.split(".")[1])
         status = "failed" if fail_every and n % fail_every == 0 else "succeeded"
-        timings = {"queued_at": 100.0, "started_at": 100.002, "finished_at": 100.007,
-                   "queue_wait_ms": 2, "run_ms": 5.0}  # fmt: skip
+        timings = {
+            "queued_at": 100.0,
+            "started_at": 100.002,
+            "finished_at": 100.007,
+            "queue_wait_ms": 2,
+            "run_ms": 5.0,
+        }
         view = {"id": job_id, "status": status, "bucket": buckets[job_id], "timings": timings}
         return httpx.Response(200, json=view)
 

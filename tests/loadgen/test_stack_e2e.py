@@ -43,8 +43,23 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def _bench(stack: Stack, tmp_path: Path, *args: str) -> dict:  # type: ignore[type-arg]
     out = tmp_path / "load.json"
-    cmd = [sys.executable, "-m", "sluice", "bench", "load", "--url", stack.url, "--model", "syn",
-           "--no-progress", "--timeout-s", "20", "--json", str(out), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "sluice",
+        "bench",
+        "load",
+        "--url",
+        stack.url,
+        "--model",
+        "syn",
+        "--no-progress",
+        "--timeout-s",
+        "20",
+        "--json",
+        str(out),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "throughput" in proc.stdout and "e2e p99" in proc.stdout  # the printed report

@@ -36,8 +36,9 @@ def test_dist_skips_missing_values() -> None:
 
 
 def _ok(sent: float, done: float, bucket: str, wait: float, words: int = 10) -> Outcome:
-    return Outcome(sent, done, "succeeded", bucket=bucket, queue_wait_ms=wait, run_ms=5.0,
-                   words=words)  # fmt: skip
+    return Outcome(
+        sent, done, "succeeded", bucket=bucket, queue_wait_ms=wait, run_ms=5.0, words=words
+    )
 
 
 def test_summary_window_buckets_bands_and_errors() -> None:

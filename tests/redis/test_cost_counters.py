@@ -23,9 +23,16 @@ def test_a_malformed_record_with_a_garbage_cost_leaves_no_cost_behind(
     r: redis.Redis, garbage: str
 ) -> None:
     q = QueueClient(r, dict(make_config(batching={"max_batch": 1}).models))
-    bad, good, rest = (s.id for s in q.submit("m", [
-        NewJob(input=n, bucket="32", cost=c) for n, c in (("bad", 10), ("good", 7), ("rest", 5))
-    ]))  # fmt: skip
+    bad, good, rest = (
+        s.id
+        for s in q.submit(
+            "m",
+            [
+                NewJob(input=n, bucket="32", cost=c)
+                for n, c in (("bad", 10), ("good", 7), ("rest", 5))
+            ],
+        )
+    )
     assert _counters(r) == (22, 22)
     r.hset(keys.job_key("m", bad), "cost", garbage)  # its 10 is now unknowable from the record
 

@@ -38,8 +38,9 @@ def test_no_batch_is_padded_past_the_budget_or_the_warm_up_shape(
     cfg = make_config(batching=batching, bulk={"max_batch": max_batch, "max_batch_tokens": budget})
     q = QueueClient(r, dict(cfg.models))
     warm = {str(s.tokens): s for s in warmup_shapes(cfg.models["m"], [str(b) for b in BOUNDS])}
-    jobs = [NewJob(input=i, bucket=_bucket(c), cost=c, priority=priority)
-            for i, c in enumerate(costs)]  # fmt: skip
+    jobs = [
+        NewJob(input=i, bucket=_bucket(c), cost=c, priority=priority) for i, c in enumerate(costs)
+    ]
     ids = [s.id for s in q.submit("m", jobs)]
     order = {b: [i for i, c in zip(ids, costs, strict=True) if _bucket(c) == b] for b in warm}
     claimed: dict[str, list[str]] = {b: [] for b in order}

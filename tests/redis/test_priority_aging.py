@@ -47,15 +47,18 @@ def test_no_job_waits_past_the_bound_behind_saturating_high_traffic(
 ) -> None:
     r.flushall()
     low_rounds = low_rounds[:max_batch]  # all overdue at once still fit one batch
-    cfg = make_config(batching={"max_batch": max_batch},
-                      queue={"max_priority_wait_s": BOUND_MS / 1000})  # fmt: skip
+    cfg = make_config(
+        batching={"max_batch": max_batch}, queue={"max_priority_wait_s": BOUND_MS / 1000}
+    )
     q = QueueClient(r, dict(cfg.models))
     queued: set[str] = set()
     waiting: dict[str, int] = {}  # the low jobs not yet claimed -> their round
     for rnd in range(60):
         # High arrives faster than one worker serves it: the queue never empties.
-        highs = [NewJob(input=rnd, bucket="32", cost=1, priority="high")
-                 for _ in range(max_batch + extra)]  # fmt: skip
+        highs = [
+            NewJob(input=rnd, bucket="32", cost=1, priority="high")
+            for _ in range(max_batch + extra)
+        ]
         queued |= {s.id for s in q.submit("m", highs)}
         for _ in range(low_rounds.count(rnd)):
             jid = q.submit("m", [NewJob(input="l", bucket="32", cost=1, priority=low_priority)])

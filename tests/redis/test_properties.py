@@ -52,8 +52,10 @@ def test_token_budget_is_never_exceeded(
 def test_within_a_bucket_priority_then_arrival_order(r: redis.Redis, prios: list[str]) -> None:
     r.flushall()
     q = QueueClient(r, dict(make_config(batching={"max_batch": 100}).models))
-    ids = [q.submit("m", [NewJob(input=i, bucket="32", cost=1, priority=p)])[0].id
-           for i, p in enumerate(prios)]  # fmt: skip
+    ids = [
+        q.submit("m", [NewJob(input=i, bucket="32", cost=1, priority=p)])[0].id
+        for i, p in enumerate(prios)
+    ]
     batch = q.claim("m", "w")
     rank = {"high": 0, "normal": 1, "low": 2}
     expected = sorted(range(len(ids)), key=lambda i: (rank[prios[i]], i))

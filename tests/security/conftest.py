@@ -28,15 +28,24 @@ def keyed_config(
     keys: list[dict[str, Any]] | None = None, gateway: dict[str, Any] | None = None
 ) -> SluiceConfig:
     """Model ``m`` (scales from zero) with keys alice, bob and an admin, root."""
-    entries = keys if keys is not None else [
-        {"name": "alice", "hash": hash_key(ALICE)},
-        {"name": "bob", "hash": hash_key(BOB)},
-        {"name": "root", "hash": hash_key(ROOT), "admin": True},
-    ]  # fmt: skip
-    model = {"handler": "synthetic", "buckets": [32, 128, 512], "cost": {"method": "words"},
-             "autoscaling": {"min_replicas": 0, "max_replicas": 2}}  # fmt: skip
-    return parse_config({"models": {"m": model}, "auth": {"keys": entries},
-                         "gateway": gateway or {}})  # fmt: skip
+    entries = (
+        keys
+        if keys is not None
+        else [
+            {"name": "alice", "hash": hash_key(ALICE)},
+            {"name": "bob", "hash": hash_key(BOB)},
+            {"name": "root", "hash": hash_key(ROOT), "admin": True},
+        ]
+    )
+    model = {
+        "handler": "synthetic",
+        "buckets": [32, 128, 512],
+        "cost": {"method": "words"},
+        "autoscaling": {"min_replicas": 0, "max_replicas": 2},
+    }
+    return parse_config(
+        {"models": {"m": model}, "auth": {"keys": entries}, "gateway": gateway or {}}
+    )
 
 
 @dataclass

@@ -38,8 +38,9 @@ def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
 ) -> None:
     port, admin = free_port(), free_port()
     cfg = _write(tmp_path, {"port": port, "admin_port": admin})
-    proc = subprocess.Popen([sys.executable, "-m", "sluice", "gateway", "--config", str(cfg),
-                             "--redis-url", redis_url])  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sluice", "gateway", "--config", str(cfg), "--redis-url", redis_url]
+    )
     try:
         _wait_up(f"http://127.0.0.1:{port}/healthz", proc)
         _wait_up(f"http://127.0.0.1:{admin}/healthz", proc)
@@ -61,6 +62,10 @@ def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
 
 def test_workers_over_one_with_an_admin_port_is_refused(tmp_path: Path) -> None:
     cfg = _write(tmp_path, {"port": free_port(), "admin_port": free_port()})
-    r = subprocess.run([sys.executable, "-m", "sluice", "gateway", "--config", str(cfg),
-                        "--workers", "2"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "sluice", "gateway", "--config", str(cfg), "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "admin_port" in r.stderr

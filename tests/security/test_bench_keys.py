@@ -8,8 +8,14 @@ from sluicebench.gateway_bench import KEYED, main
 
 
 def test_bench_with_keys_runs_the_keyed_gateway_without_errors(tmp_path: Path) -> None:
-    result = main(rates=[50], duration_s=0.5, processes=[1], longpoll_rate=50,
-                  json_path=tmp_path / "gw.json", keys=True)  # fmt: skip
+    result = main(
+        rates=[50],
+        duration_s=0.5,
+        processes=[1],
+        longpoll_rate=50,
+        json_path=tmp_path / "gw.json",
+        keys=True,
+    )
     runs = {(r["server"], r["offered_rps"]): r for r in result["runs"]}
     assert {(KEYED, 50), (KEYED, None)} <= set(runs)
     # Every request a 202: a missing or refused key would count as an error (401/429).

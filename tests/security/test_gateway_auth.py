@@ -25,11 +25,20 @@ async def code(g, method: str, path: str, key: str) -> int:  # type: ignore[no-u
 
 async def test_every_v1_route_needs_a_key_and_answers_401_with_the_scheme(make_gw) -> None:
     async with make_gw() as g:
-        for method, path in [("POST", "/v1/models/m/jobs"), ("POST", "/v1/models/m/jobs/batch"),
-                             ("GET", "/v1/jobs/m.123"), ("DELETE", "/v1/jobs/m.123"),
-                             ("POST", "/v1/models/m/predict"), ("GET", "/v1/models")]:  # fmt: skip
-            for headers in ({}, bearer("sk_wrong"), {"X-API-Key": "sk_wrong"},
-                            {"Authorization": f"Basic {ALICE}"}):  # fmt: skip
+        for method, path in [
+            ("POST", "/v1/models/m/jobs"),
+            ("POST", "/v1/models/m/jobs/batch"),
+            ("GET", "/v1/jobs/m.123"),
+            ("DELETE", "/v1/jobs/m.123"),
+            ("POST", "/v1/models/m/predict"),
+            ("GET", "/v1/models"),
+        ]:
+            for headers in (
+                {},
+                bearer("sk_wrong"),
+                {"X-API-Key": "sk_wrong"},
+                {"Authorization": f"Basic {ALICE}"},
+            ):
                 r = await g.client.request(method, path, json=JOB, headers=headers)
                 assert r.status_code == 401, (method, path, headers, r.text)
                 assert r.headers["www-authenticate"].startswith("Bearer")
@@ -60,9 +69,11 @@ async def test_another_keys_job_is_404_like_an_unknown_job(make_gw) -> None:
             none = await g.client.request(method, f"/v1/jobs/{unknown}{suffix}", headers=bob)
             assert theirs.status_code == none.status_code == 404
             assert theirs.json() == {
-                "error": {**none.json()["error"], "message": none.json()["error"]["message"]
-                          .replace(unknown, job_id)}
-            }  # fmt: skip
+                "error": {
+                    **none.json()["error"],
+                    "message": none.json()["error"]["message"].replace(unknown, job_id),
+                }
+            }
         mine = await g.client.get(f"/v1/jobs/{job_id}", headers=bearer(ALICE))
         assert mine.json()["status"] == "queued"  # bob's DELETE did nothing
         assert await code(g, "DELETE", f"/v1/jobs/{job_id}", ALICE) == 200
@@ -70,8 +81,9 @@ async def test_another_keys_job_is_404_like_an_unknown_job(make_gw) -> None:
 
 async def test_batch_jobs_belong_to_their_submitter(make_gw) -> None:
     async with make_gw() as g:
-        r = await g.client.post("/v1/models/m/jobs/batch", json={"inputs": ["a", "b"]},
-                                headers=bearer(ALICE))  # fmt: skip
+        r = await g.client.post(
+            "/v1/models/m/jobs/batch", json={"inputs": ["a", "b"]}, headers=bearer(ALICE)
+        )
         for job in r.json()["jobs"]:
             assert await code(g, "GET", f"/v1/jobs/{job['id']}", BOB) == 404
             assert await code(g, "GET", f"/v1/jobs/{job['id']}", ALICE) == 200
@@ -110,10 +122,13 @@ async def test_predict_returns_the_callers_own_result(make_gw) -> None:
 async def test_rate_limit_per_key_is_429_with_a_computed_retry_after(make_gw) -> None:
     keys: list[dict[str, Any]] = [
         {"name": "alice", "hash": hash_key(ALICE), "rate_limit_per_s": 0.2, "burst": 2},
-            {"name": "bob", "hash": hash_key(BOB)}]  # fmt: skip
+        {"name": "bob", "hash": hash_key(BOB)},
+    ]
     async with make_gw(keyed_config(keys)) as g:
-        codes = [(await g.client.post("/v1/models/m/jobs", json=JOB, headers=bearer(ALICE)))
-                 for _ in range(3)]  # fmt: skip
+        codes = [
+            (await g.client.post("/v1/models/m/jobs", json=JOB, headers=bearer(ALICE)))
+            for _ in range(3)
+        ]
         assert [c.status_code for c in codes] == [202, 202, 429]
         assert codes[2].json()["error"]["type"] == "rate_limited"
         assert 4 <= int(codes[2].headers["retry-after"]) <= 5  # one token at 0.2/s
@@ -133,8 +148,9 @@ async def test_cap_on_unfinished_jobs_is_429_until_one_ends(make_gw) -> None:
         assert (await submit(g, ALICE)).status_code == 202
 
 
-@pytest.mark.parametrize("path", ["/metrics", "/dashboard/api/state", "/dashboard/anything",
-                                  "/v1/admin/anything"])  # fmt: skip
+@pytest.mark.parametrize(
+    "path", ["/metrics", "/dashboard/api/state", "/dashboard/anything", "/v1/admin/anything"]
+)
 async def test_admin_routes_need_an_admin_key(make_gw, path: str) -> None:
     async with make_gw() as g:
         assert (await g.client.get(path)).status_code == 401

@@ -47,8 +47,12 @@ def test_keys_from_config_file_and_env_all_verify(tmp_path: Path) -> None:
     secret = tmp_path / "keys.yaml"
     secret.write_text(f'- {{name: bob, hash: "{hash_key(k2)}", admin: true}}\n')
     env = {"SLUICE_KEYS": f'[{{name: carol, hash: "{hash_key(k3)}", max_queued_jobs: 5}}]'}
-    auth = _auth(keys=[{"name": "alice", "hash": hash_key(k1)}], keys_file=str(secret),
-                 keys_env="SLUICE_KEYS", default_rate_limit_per_s=2.5)  # fmt: skip
+    auth = _auth(
+        keys=[{"name": "alice", "hash": hash_key(k1)}],
+        keys_file=str(secret),
+        keys_env="SLUICE_KEYS",
+        default_rate_limit_per_s=2.5,
+    )
     ring = load_keyring(auth, environ=env)
     found = {k: ring.verify(k) for k in (k1, k2, k3)}
     assert {k: v.name for k, v in found.items() if v} == {k1: "alice", k2: "bob", k3: "carol"}
@@ -82,8 +86,13 @@ def test_secret_sources_fail_with_one_clear_line(tmp_path: Path) -> None:
 
 
 def test_keys_new_prints_a_key_and_a_line_that_verifies_it() -> None:
-    out = subprocess.run([sys.executable, "-m", "sluice", "keys", "new", "dana", "--admin"],
-                         capture_output=True, text=True, timeout=60, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice", "keys", "new", "dana", "--admin"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     key = re.search(r"\bsk_[A-Za-z0-9_-]{40,}", out)
     line = next(ln.strip() for ln in out.splitlines() if ln.strip().startswith("- {"))
     assert key is not None
@@ -95,8 +104,12 @@ def test_keys_new_prints_a_key_and_a_line_that_verifies_it() -> None:
 def test_gateway_refuses_to_start_when_the_keys_env_var_is_missing(tmp_path: Path) -> None:
     cfg = tmp_path / "sluice.yaml"
     cfg.write_text("models: {m: {handler: synthetic}}\nauth: {keys_env: SLUICE_TEST_NO_SUCH}\n")
-    r = subprocess.run([sys.executable, "-m", "sluice", "gateway", "--config", str(cfg)],
-                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    r = subprocess.run(
+        [sys.executable, "-m", "sluice", "gateway", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "SLUICE_TEST_NO_SUCH is not set" in r.stderr
 
 

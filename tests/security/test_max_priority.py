@@ -13,10 +13,12 @@ ASYNC = pytest.mark.asyncio(loop_scope="function")
 
 
 def _config():  # type: ignore[no-untyped-def]
-    return keyed_config([
-        {"name": "alice", "hash": hash_key(ALICE), "max_priority": "normal"},
-        {"name": "bob", "hash": hash_key(BOB)},
-    ])  # fmt: skip
+    return keyed_config(
+        [
+            {"name": "alice", "hash": hash_key(ALICE), "max_priority": "normal"},
+            {"name": "bob", "hash": hash_key(BOB)},
+        ]
+    )
 
 
 ROUTES = [

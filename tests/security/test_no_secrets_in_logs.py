@@ -38,18 +38,21 @@ SECRETS = [API_KEY, ADMIN_KEY, WRONG_KEY, PASSWORD, quote(PASSWORD, safe=""), MA
 
 def _config(port: int, admin_port: int) -> dict[str, object]:
     return {
-        "models": {"m": {
-            "handler": "tests.security.poison_handler:PoisonHandler",
-            "params": {"base_ms": 1, "per_token_ms": 0.01},
-            "buckets": [32, 128], "cost": {"method": "words"},
-            "batching": {"max_batch": 8, "max_batch_tokens": 1024, "max_attempts": 1},
-            "autoscaling": {"min_replicas": 1, "max_replicas": 1, "period_s": 1},
-        }},
+        "models": {
+            "m": {
+                "handler": "tests.security.poison_handler:PoisonHandler",
+                "params": {"base_ms": 1, "per_token_ms": 0.01},
+                "buckets": [32, 128],
+                "cost": {"method": "words"},
+                "batching": {"max_batch": 8, "max_batch_tokens": 1024, "max_attempts": 1},
+                "autoscaling": {"min_replicas": 1, "max_replicas": 1, "period_s": 1},
+            }
+        },
         "gateway": {"port": port, "admin_port": admin_port},
         "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
         "autoscaler": {"drain_timeout_s": 10},
         "auth": {"keys_env": "SLUICE_TEST_KEYS"},
-    }  # fmt: skip
+    }
 
 
 def _read_until_up(proc: subprocess.Popen[str], lines: list[str], timeout_s: float) -> None:
@@ -71,17 +74,24 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]
     port, admin_port = free_port(), free_port()
     cfg = tmp / "sluice.yaml"
     cfg.write_text(yaml.safe_dump(_config(port, admin_port)))
-    keys = [{"name": "user", "hash": hash_key(API_KEY)},
-            {"name": "ops", "hash": hash_key(ADMIN_KEY), "admin": True}]  # fmt: skip
+    keys = [
+        {"name": "user", "hash": hash_key(API_KEY)},
+        {"name": "ops", "hash": hash_key(ADMIN_KEY), "admin": True},
+    ]
     env = os.environ | {
-        "TMPDIR": str(tmp), "SLUICE_TEST_KEYS": yaml.safe_dump(keys), "HF_HUB_OFFLINE": "1",
+        "TMPDIR": str(tmp),
+        "SLUICE_TEST_KEYS": yaml.safe_dump(keys),
+        "HF_HUB_OFFLINE": "1",
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }  # fmt: skip
+    }
     env.pop("SLUICE_API_KEY", None)
     up = subprocess.Popen(
         [sys.executable, "-m", "sluice", "up", "--config", str(cfg), "--redis-url", redis.url],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     lines: list[str] = []
     try:
         _read_until_up(up, lines, 90)
@@ -105,12 +115,18 @@ def _exercise(api: str, admin: str) -> dict[str, object]:
     with httpx.Client(base_url=api, timeout=30) as c:
         ids = []
         for i in range(6):
-            r = c.post("/v1/models/m/jobs", headers={**auth, "Idempotency-Key": f"{MARKER}-{i}"},
-                       json={"input": f"{MARKER} {i}", "metadata": {"note": MARKER}})  # fmt: skip
+            r = c.post(
+                "/v1/models/m/jobs",
+                headers={**auth, "Idempotency-Key": f"{MARKER}-{i}"},
+                json={"input": f"{MARKER} {i}", "metadata": {"note": MARKER}},
+            )
             assert r.status_code == 202, r.text
             ids.append(r.json()["id"])
-        batch = c.post("/v1/models/m/jobs/batch", headers={"X-API-Key": API_KEY},
-                       json={"inputs": [f"{MARKER} a", f"{MARKER} b"]})  # fmt: skip
+        batch = c.post(
+            "/v1/models/m/jobs/batch",
+            headers={"X-API-Key": API_KEY},
+            json={"inputs": [f"{MARKER} a", f"{MARKER} b"]},
+        )
         ids += [j["id"] for j in batch.json()["jobs"]]
         poison = c.post("/v1/models/m/jobs", headers=auth, json={"input": f"POISON {MARKER}"})
         out["ok"] = [c.get(f"/v1/jobs/{j}?wait=20", headers=auth).json()["status"] for j in ids]

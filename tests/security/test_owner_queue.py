@@ -121,8 +121,20 @@ def _unfinished_by_owner(q: QueueClient, ids: list[str]) -> dict[str, int]:
 
 
 def _step(q: QueueClient, rng: random.Random, ids: list[str], held: list[str]) -> None:
-    op = rng.choice(["submit", "submit", "claim", "ok", "retry", "fail", "release",
-                     "cancel", "lapse", "reclaim"])  # fmt: skip
+    op = rng.choice(
+        [
+            "submit",
+            "submit",
+            "claim",
+            "ok",
+            "retry",
+            "fail",
+            "release",
+            "cancel",
+            "lapse",
+            "reclaim",
+        ]
+    )
     if op == "submit":
         owner = Owner(rng.choice(OWNERS), max_unfinished=rng.choice([0, 6]))
         deadline = rng.choice([None, None, 1])  # a 1 ms deadline expires at claim
@@ -135,9 +147,12 @@ def _step(q: QueueClient, rng: random.Random, ids: list[str], held: list[str]) -
         held += [j.id for j in q.claim("m", "w", max_batch=rng.randint(1, 4)).jobs]
     elif op in ("ok", "retry", "fail", "release") and held:
         job_id = held.pop(rng.randrange(len(held)))
-        outcome = {"ok": Outcome.ok(job_id, 1), "release": Outcome.release(job_id),
-                   "retry": Outcome.retry(job_id, "e", "boom"),
-                   "fail": Outcome.fail(job_id, "e", "boom")}[op]  # fmt: skip
+        outcome = {
+            "ok": Outcome.ok(job_id, 1),
+            "release": Outcome.release(job_id),
+            "retry": Outcome.retry(job_id, "e", "boom"),
+            "fail": Outcome.fail(job_id, "e", "boom"),
+        }[op]
         q.complete("m", [outcome], "w")
     elif op == "cancel" and ids:
         try:

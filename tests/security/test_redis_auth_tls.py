@@ -38,8 +38,10 @@ def tls(locked: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 def tls_url(proxy: TlsProxy, ca_file: Path) -> str:
-    return (f"rediss://:{quote(PASSWORD, safe='')}@127.0.0.1:{proxy.port}/0"
-            f"?ssl_ca_certs={quote(str(ca_file))}")  # fmt: skip
+    return (
+        f"rediss://:{quote(PASSWORD, safe='')}@127.0.0.1:{proxy.port}/0"
+        f"?ssl_ca_certs={quote(str(ca_file))}"
+    )
 
 
 def _round_trip(url: str) -> None:
@@ -58,8 +60,9 @@ def _round_trip(url: str) -> None:
 def test_password_url_works_and_no_password_is_refused(locked: RedisServer) -> None:
     assert f":{quote(PASSWORD, safe='')}@" in locked.url
     _round_trip(locked.url)
-    q = QueueClient(connect(f"redis://{locked.host}:{locked.port}/0", 2),
-                    dict(make_config().models))  # fmt: skip
+    q = QueueClient(
+        connect(f"redis://{locked.host}:{locked.port}/0", 2), dict(make_config().models)
+    )
     with pytest.raises(Exception) as e:  # noqa: PT011 -- redis-py's auth error type varies
         q.stats("m")
     assert "auth" in str(e.value).lower() or isinstance(e.value, RedisUnavailable)
@@ -107,16 +110,23 @@ async def test_gateway_over_tls_with_password(tls: TlsProxy) -> None:
 
 
 def _sluice(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "sluice", *args], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "sluice", *args], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_status_cli_over_tls_and_its_errors_hide_the_password(tls: TlsProxy) -> None:
-    ok = _sluice("status", "--config", str(EXAMPLE_CONFIG), "--redis-url",
-                 tls_url(tls, tls.ca_file))  # fmt: skip
+    ok = _sluice(
+        "status", "--config", str(EXAMPLE_CONFIG), "--redis-url", tls_url(tls, tls.ca_file)
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = _sluice("status", "--config", str(EXAMPLE_CONFIG), "--redis-url",
-                  f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:1/0")  # fmt: skip
+    bad = _sluice(
+        "status",
+        "--config",
+        str(EXAMPLE_CONFIG),
+        "--redis-url",
+        f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:1/0",
+    )
     assert bad.returncode == 3
     assert "***" in bad.stderr
     for secret in (PASSWORD, quote(PASSWORD, safe="")):

@@ -15,11 +15,14 @@ def test_redis_py_accepts_the_raw_at_sign() -> None:
     assert redis.Redis.from_url(URL).connection_pool.connection_kwargs["password"] == "p@ss-w0rd"
 
 
-@pytest.mark.parametrize("text", [
-    f"cannot reach Redis at {URL}: connection refused",
-    f"{URL}",
-    f"a={URL} b=rediss://user:x@y@z@host:6380/1?ssl_ca_certs=/ca.pem",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"cannot reach Redis at {URL}: connection refused",
+        f"{URL}",
+        f"a={URL} b=rediss://user:x@y@z@host:6380/1?ssl_ca_certs=/ca.pem",
+    ],
+)
 def test_no_part_of_the_password_survives(text: str) -> None:
     out = redact(text)
     for secret in ("p@ss", "ss-w0rd", "x@y@z", "y@z"):
@@ -37,7 +40,10 @@ def test_a_password_given_as_a_query_argument_is_redacted() -> None:
     # redis-py reads ?password= (and ?username=) from the query as well.
     url = "rediss://h:6380/0?ssl_ca_certs=/ca.pem&password=s3cret&db=0"
     assert redis.Redis.from_url(url).connection_pool.connection_kwargs["password"] == "s3cret"
-    for out in (redact_url(url), redact(f"cannot reach {url}: refused"),
-                redact_url("redis://:pw@h:1/0?Password=s3cret")):  # fmt: skip
+    for out in (
+        redact_url(url),
+        redact(f"cannot reach {url}: refused"),
+        redact_url("redis://:pw@h:1/0?Password=s3cret"),
+    ):
         assert "s3cret" not in out and "password=***" in out.lower(), out
     assert redact_url(url).endswith("ssl_ca_certs=/ca.pem&password=***&db=0")

@@ -74,11 +74,12 @@ def test_websocket_with_the_right_key_is_served(app: FastAPI) -> None:
     assert _opened(client, ADMIN_WS, bearer(ROOT)) == "hello"
 
 
-@pytest.mark.parametrize(("admin", "path"), [(False, ADMIN_WS), (True, API_WS)],
-                         ids=["admin-route-on-api-port", "api-route-on-admin-port"])  # fmt: skip
-def test_websocket_on_the_wrong_listener_is_not_found(
-    app: FastAPI, admin: bool, path: str
-) -> None:
+@pytest.mark.parametrize(
+    ("admin", "path"),
+    [(False, ADMIN_WS), (True, API_WS)],
+    ids=["admin-route-on-api-port", "api-route-on-admin-port"],
+)
+def test_websocket_on_the_wrong_listener_is_not_found(app: FastAPI, admin: bool, path: str) -> None:
     assert _closed_code(TestClient(Listener(app, admin=admin)), path, bearer(ROOT)) == 1008
 
 
@@ -107,8 +108,12 @@ def _guards() -> list[Any]:
 
 @pytest.mark.parametrize("guard", _guards(), ids=["auth", "listener"])
 async def test_a_refused_websocket_gets_one_close_and_never_reaches_the_app(guard: Any) -> None:
-    scope = {"type": "websocket", "path": ADMIN_WS, "headers": [],
-             "extensions": {"websocket.http.response": {}}}  # fmt: skip
+    scope = {
+        "type": "websocket",
+        "path": ADMIN_WS,
+        "headers": [],
+        "extensions": {"websocket.http.response": {}},
+    }
     sent, reached = await _run(guard, scope)
     assert sent == [{"type": "websocket.close", "code": 1008}] and reached == []
 

@@ -20,8 +20,15 @@ async def test_a_share_of_jobs_carries_a_unique_idempotency_key() -> None:
         job_id = req.url.path.rsplit("/", 1)[1]
         return httpx.Response(200, json={"id": job_id, "status": "succeeded", "bucket": "32"})
 
-    spec = LoadSpec(url="http://gw", model="m", concurrency=8, jobs=400, progress=False,
-                    idempotency_fraction=0.25, engine="httpx")  # fmt: skip
+    spec = LoadSpec(
+        url="http://gw",
+        model="m",
+        concurrency=8,
+        jobs=400,
+        progress=False,
+        idempotency_fraction=0.25,
+        engine="httpx",
+    )
     out = await Driver(spec, transport=httpx.MockTransport(handle)).run()
     sent = [k for k in keys if k is not None]
     assert out["succeeded"] == 400 and 60 <= len(sent) <= 140  # 100 expected

@@ -25,8 +25,10 @@ def test_the_local_backend_remembers_only_recent_worker_exits(tmp_path: Path) ->
     backend = LocalBackend(make_config(), tmp_path / "c.yaml", "redis://x", log_dir=tmp_path)
     st = backend.models["m"]
     n = EXITS_KEPT + 50
-    st.workers = [LocalWorker(f"w{i}", "m", Exited(), None, 0.0, draining_since=0.0)  # type: ignore[arg-type]
-                  for i in range(n)]  # fmt: skip
+    st.workers = [
+        LocalWorker(f"w{i}", "m", Exited(), None, 0.0, draining_since=0.0)  # type: ignore[arg-type]
+        for i in range(n)
+    ]
     backend.tick(0.0)
     assert st.workers == [] and len(st.exits) == EXITS_KEPT
     assert st.exits[-1] == (f"w{n - 1}", 0, True) and st.exits[0][0] == "w50"
@@ -40,11 +42,25 @@ class LosesEveryLease:
 
 
 def test_a_worker_remembers_only_recently_lost_leases() -> None:
-    info = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
-                      state="ready", started_at=0.0)  # fmt: skip
+    info = WorkerInfo(
+        id="w1",
+        model="m",
+        host="h",
+        pid=1,
+        device="cpu",
+        buckets=["32"],
+        state="ready",
+        started_at=0.0,
+    )
     status = WorkerStatus(info)
-    hk = Housekeeper(LosesEveryLease(), status, heartbeat_s=1.0, ttl_s=2.0, lease_s=3.0,  # type: ignore[arg-type]
-                     on_command=lambda c: None)  # fmt: skip
+    hk = Housekeeper(
+        LosesEveryLease(),
+        status,
+        heartbeat_s=1.0,
+        ttl_s=2.0,
+        lease_s=3.0,  # type: ignore[arg-type]
+        on_command=lambda c: None,
+    )
     for batch in range(LOST_KEPT // 100 + 5):
         ids = [f"m.{batch}-{i}" for i in range(100)]
         status.hold(ids)

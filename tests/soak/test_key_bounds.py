@@ -41,16 +41,21 @@ def test_ended_jobs_and_their_keys_expire(queue_factory, r: redis.Redis) -> None
     time.sleep(0.01)  # past the 1 ms deadline: the claim marks it expired
     batch = q.claim("m", "w1")
     assert batch.expired == 1 and {j.id for j in batch.jobs} == {ok, failed, cancelled, keyed}
-    q.complete("m", [Outcome.ok(ok, 1), Outcome.ok(keyed, 2), Outcome.fail(failed, "e", "x")],
-               worker_id="w1")  # fmt: skip
+    q.complete(
+        "m",
+        [Outcome.ok(ok, 1), Outcome.ok(keyed, 2), Outcome.fail(failed, "e", "x")],
+        worker_id="w1",
+    )
     q.cancel(cancelled)
     for job in (ok, keyed, late, cancelled):
         assert 0 < ttl(r, keys.job_key("m", job)) <= 30, job
     assert 30 < ttl(r, keys.job_key("m", failed)) <= 60  # dead letters are kept longer
     idem = [k for k in r.scan_iter(match=keys.idempotency_prefix("m") + "*")]
     assert len(idem) == 1 and 0 < ttl(r, idem[0]) <= 40
-    hists = [*r.scan_iter(match=keys.wait_hist_prefix("m") + "*"),
-             *r.scan_iter(match=keys.e2e_hist_prefix("m") + "*")]  # fmt: skip
+    hists = [
+        *r.scan_iter(match=keys.wait_hist_prefix("m") + "*"),
+        *r.scan_iter(match=keys.e2e_hist_prefix("m") + "*"),
+    ]
     assert len(hists) >= 2 and all(0 < ttl(r, h) <= 3600 for h in hists)
     # Nothing of an ended job is left without a TTL.
     assert all(ttl(r, k) > 0 for k in r.scan_iter(match=keys.job_prefix("m") + "*"))
@@ -92,8 +97,16 @@ def _lapsed(q: QueueClient, worker_id: str) -> list[str]:
 
 def test_worker_keys_expire_and_lapsed_workers_are_pruned(queue_factory, r: redis.Redis) -> None:
     q: QueueClient = queue_factory()
-    info = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
-                      state="ready", started_at=1000.0)  # fmt: skip
+    info = WorkerInfo(
+        id="w1",
+        model="m",
+        host="h",
+        pid=1,
+        device="cpu",
+        buckets=["32"],
+        state="ready",
+        started_at=1000.0,
+    )
     pipe = r.pipeline(transaction=False)
     for cmd in [*registry.heartbeat(info, 2.0), *registry.send_control("m", "w1")]:
         pipe.execute_command(*cmd)
@@ -117,11 +130,21 @@ async def test_the_gateway_prunes_lapsed_workers_without_an_autoscaler(redis_url
 
     r = connect(redis_url, 2.0)
     try:
-        crashed = WorkerInfo(id="crashed", model="m", host="h", pid=1, device="cpu",
-                             buckets=["32"], state="ready", started_at=900.0)  # fmt: skip
+        crashed = WorkerInfo(
+            id="crashed",
+            model="m",
+            host="h",
+            pid=1,
+            device="cpu",
+            buckets=["32"],
+            state="ready",
+            started_at=900.0,
+        )
         pipe = r.pipeline(transaction=False)
-        for cmd in [*registry.heartbeat(crashed, 0.001),  # lapses in 1 ms
-                    *registry.heartbeat(replace(crashed, id="alive"), 60.0)]:  # fmt: skip
+        for cmd in [
+            *registry.heartbeat(crashed, 0.001),  # lapses in 1 ms
+            *registry.heartbeat(replace(crashed, id="alive"), 60.0),
+        ]:
             pipe.execute_command(*cmd)
         await pipe.execute()
         snaps = Snapshots(r, dict(make_config().models), GatewayMetrics(), RedisGate(2.0, 8))

@@ -18,25 +18,58 @@ from sluicebench.loadgen.soak_verdict import (
     without_largest_step,
 )
 
-LIM = Limits(warmup_s=10, duration_s=60, rate_per_s=50, result_ttl_s=10, idempotency_ttl_s=10,
-             idempotency_fraction=0.2, buckets=2)  # fmt: skip
+LIM = Limits(
+    warmup_s=10,
+    duration_s=60,
+    rate_per_s=50,
+    result_ttl_s=10,
+    idempotency_ttl_s=10,
+    idempotency_fraction=0.2,
+    buckets=2,
+)
 MB = 1024 * 1024
 
 
-def sample(t: float, gw_mb: float = 60.0, jobs: int = 500, used: float = 2.0,
-           series: int = 68, done: int = 100, gw_fds: int = 31) -> dict[str, Any]:  # fmt: skip
-    fam = {"job": jobs, "idempotency": 100, "wait_hist": int(t // 10), "e2e_hist": int(t // 10),
-           "wake": 2, "queue": 2}  # fmt: skip
-    return {"t_s": t, "rss_mb": {"gateway": gw_mb, "worker-1": 48.0, "worker-2": 48.0},
-            "redis_used_mb": used, "redis_keys": jobs + 110 + 2 * int(t // 10), "families": fam,
-            "dead_letters": 0, "metric_series": series, "window": {"done": done},
-            "fds": {"gateway": gw_fds, "worker-1": 5, "worker-2": 5, "redis": 28}}  # fmt: skip
+def sample(
+    t: float,
+    gw_mb: float = 60.0,
+    jobs: int = 500,
+    used: float = 2.0,
+    series: int = 68,
+    done: int = 100,
+    gw_fds: int = 31,
+) -> dict[str, Any]:
+    fam = {
+        "job": jobs,
+        "idempotency": 100,
+        "wait_hist": int(t // 10),
+        "e2e_hist": int(t // 10),
+        "wake": 2,
+        "queue": 2,
+    }
+    return {
+        "t_s": t,
+        "rss_mb": {"gateway": gw_mb, "worker-1": 48.0, "worker-2": 48.0},
+        "redis_used_mb": used,
+        "redis_keys": jobs + 110 + 2 * int(t // 10),
+        "families": fam,
+        "dead_letters": 0,
+        "metric_series": series,
+        "window": {"done": done},
+        "fds": {"gateway": gw_fds, "worker-1": 5, "worker-2": 5, "redis": 28},
+    }
 
 
 def run(samples: list[dict[str, Any]]) -> dict[str, Any]:
     load = {"errors": {}, "sent": 3000, "succeeded": 3000}
-    final = {"counters": {"arrived": 3000, "succeeded": 3000}, "queued": 0, "in_flight": 0,
-             "waiters": 0.0, "job_keys": 0, "idempotency_keys": 0}  # fmt: skip
+    final = {
+        "counters": {"arrived": 3000, "succeeded": 3000},
+        "queued": 0,
+        "in_flight": 0,
+        "waiters": 0.0,
+        "job_keys": 0,
+        "idempotency_keys": 0,
+    }
     return verdict(samples, LIM, load, final)
 
 
@@ -132,28 +165,64 @@ def test_sockets_left_open_after_the_load_fail() -> None:
 
 def test_errors_and_unfinished_jobs_fail() -> None:
     load = {"errors": {"503": 2}, "sent": 10, "succeeded": 8}
-    final = {"counters": {"arrived": 10, "succeeded": 9}, "queued": 1, "in_flight": 0,
-             "waiters": 3.0, "job_keys": 4, "idempotency_keys": 0}  # fmt: skip
+    final = {
+        "counters": {"arrived": 10, "succeeded": 9},
+        "queued": 1,
+        "in_flight": 0,
+        "waiters": 3.0,
+        "job_keys": 4,
+        "idempotency_keys": 0,
+    }
     assert [c.ok for c in completion_checks(load, final)] == [False] * 5
 
 
 def test_classify_sorts_every_family_of_sluice_keys() -> None:
     m = "soak"
     names = [
-        keys.job_key(m, "soak.1"), keys.job_key(m, "soak.2"), keys.idempotency_key(m, "k"),
-        keys.wait_hist_key(m, 1700000000), keys.dead_letter_key(m), keys.queue_key(m, "32"),
-        keys.inflight_key(m), keys.wake_key(m, "32"), keys.stats_key(m), keys.seq_key(m),
-        keys.worker_key(m, "w1"), keys.workers_key(m), keys.workers_info_key(m),
-        keys.worker_control_key(m, "w1"), keys.models_key(), keys.e2e_hist_key(m, 1700000000),
-        keys.owner_jobs_key(m), keys.rate_limit_key(m), keys.decisions_key(m),
-        keys.scale_state_key(m), "unrelated",
-    ]  # fmt: skip
+        keys.job_key(m, "soak.1"),
+        keys.job_key(m, "soak.2"),
+        keys.idempotency_key(m, "k"),
+        keys.wait_hist_key(m, 1700000000),
+        keys.dead_letter_key(m),
+        keys.queue_key(m, "32"),
+        keys.inflight_key(m),
+        keys.wake_key(m, "32"),
+        keys.stats_key(m),
+        keys.seq_key(m),
+        keys.worker_key(m, "w1"),
+        keys.workers_key(m),
+        keys.workers_info_key(m),
+        keys.worker_control_key(m, "w1"),
+        keys.models_key(),
+        keys.e2e_hist_key(m, 1700000000),
+        keys.owner_jobs_key(m),
+        keys.rate_limit_key(m),
+        keys.decisions_key(m),
+        keys.scale_state_key(m),
+        "unrelated",
+    ]
     counts = classify(names, [m])
     assert counts["job"] == 2 and counts["workers"] == 2 and counts["scale"] == 2
     assert counts["other"] == 1 and sum(counts.values()) == len(names)
-    assert all(counts[f] == 1 for f in ("idempotency", "wait_hist", "e2e_hist", "dead_letter",
-                                        "queue", "inflight", "wake", "stats", "seq", "worker",
-                                        "control", "owners", "rate_limit", "models"))  # fmt: skip
+    assert all(
+        counts[f] == 1
+        for f in (
+            "idempotency",
+            "wait_hist",
+            "e2e_hist",
+            "dead_letter",
+            "queue",
+            "inflight",
+            "wake",
+            "stats",
+            "seq",
+            "worker",
+            "control",
+            "owners",
+            "rate_limit",
+            "models",
+        )
+    )
 
 
 def test_metric_series_counts_sluice_series_and_reads_the_waiters() -> None:

@@ -21,15 +21,32 @@ def test_bench_holds_results_not_code() -> None:
 def test_every_benchmark_registers_from_sluicebench() -> None:
     modules = {c.callback.__module__ for c in bench_app.registered_commands if c.callback}
     assert all(m.startswith("sluicebench.") for m in modules), modules
-    assert {"queue", "gateway", "worker", "autoscaler", "dispatch", "load", "stack", "soak",
-            "bulk", "faults", "dashboard", "auth-submit", "claim-check",
-            "strict-json"} <= set(COMMANDS)  # fmt: skip
+    assert {
+        "queue",
+        "gateway",
+        "worker",
+        "autoscaler",
+        "dispatch",
+        "load",
+        "stack",
+        "soak",
+        "bulk",
+        "faults",
+        "dashboard",
+        "auth-submit",
+        "claim-check",
+        "strict-json",
+    } <= set(COMMANDS)
 
 
 @pytest.mark.parametrize("name", COMMANDS)
 def test_command_answers_help(name: str) -> None:
-    out = subprocess.run([sys.executable, "-m", "sluice", "bench", name, "--help"],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice", "bench", name, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-500:]
     assert "usage" in out.stdout.lower()  # typer says Usage, argparse usage
 
@@ -37,9 +54,26 @@ def test_command_answers_help(name: str) -> None:
 def test_a_benchmark_whose_workers_are_spawned_processes_runs(tmp_path: Path) -> None:
     # Spawned workers re-import the benchmark's module: it must resolve there too.
     out_json = tmp_path / "q.json"
-    args = ["--jobs", "200", "--rq-jobs", "20", "--batch-sizes", "8", "--workers", "1",
-            "--repeat", "1", "--json", str(out_json)]  # fmt: skip
-    out = subprocess.run([sys.executable, "-m", "sluice", "bench", "queue", *args],
-                         capture_output=True, text=True, timeout=180, cwd=tmp_path)  # fmt: skip
+    args = [
+        "--jobs",
+        "200",
+        "--rq-jobs",
+        "20",
+        "--batch-sizes",
+        "8",
+        "--workers",
+        "1",
+        "--repeat",
+        "1",
+        "--json",
+        str(out_json),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "sluice", "bench", "queue", *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-800:]
     assert out_json.exists()

@@ -34,9 +34,13 @@ def _files(package: str) -> list[Path]:
 
 
 def _breaches(packages: tuple[str, ...], banned: tuple[str, ...]) -> list[str]:
-    return [f"{p.relative_to(ROOT)}:{line} imports {mod}"
-            for pkg in packages for p in _files(pkg)
-            for line, mod in _imports(p) if mod in banned]  # fmt: skip
+    return [
+        f"{p.relative_to(ROOT)}:{line} imports {mod}"
+        for pkg in packages
+        for p in _files(pkg)
+        for line, mod in _imports(p)
+        if mod in banned
+    ]
 
 
 def test_the_rules_see_every_package() -> None:
@@ -52,8 +56,12 @@ def test_no_torch_outside_workers(package: str) -> None:
 def test_sluice_imports_app_packages_only_through_its_plugin_list() -> None:
     assert _breaches(("sluice",), APPS) == []
     cli = ast.parse((ROOT / "sluice" / "cli.py").read_text())
-    plugins = next(node.value for node in cli.body if isinstance(node, ast.Assign)
-                   and any(getattr(t, "id", "") == "PLUGINS" for t in node.targets))  # fmt: skip
+    plugins = next(
+        node.value
+        for node in cli.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", "") == "PLUGINS" for t in node.targets)
+    )
     names = ast.literal_eval(plugins)
     assert names == ("gateway.cli", "workers.cli", "autoscaler.cli", "sluicebench.cli")
 

@@ -17,8 +17,14 @@ MODEL_KEY_FUNCS = [
 
 
 def _call(fn, model: str) -> str:  # type: ignore[no-untyped-def]
-    extra = {"job_id": "m.1", "bucket": "32", "key": "k", "worker_id": "w", "window_start_s": 10,
-             "bulk_id": "m.bulk1"}  # fmt: skip
+    extra = {
+        "job_id": "m.1",
+        "bucket": "32",
+        "key": "k",
+        "worker_id": "w",
+        "window_start_s": 10,
+        "bulk_id": "m.bulk1",
+    }
     params = list(inspect.signature(fn).parameters)[1:]
     return fn(model, *(extra[p] for p in params))
 

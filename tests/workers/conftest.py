@@ -35,10 +35,12 @@ def worker_config(
         "cost": {"method": "words"},
         "batching": {"max_batch": 8, "max_batch_tokens": 4096, "lease_s": 5, **(batching or {})},
     }
-    return parse_config({
-        "models": {MODEL: model},
-        "worker": {"heartbeat_s": 0.2, "quarantine_grace_s": 0.3, **(worker or {})},
-    })  # fmt: skip
+    return parse_config(
+        {
+            "models": {MODEL: model},
+            "worker": {"heartbeat_s": 0.2, "quarantine_grace_s": 0.3, **(worker or {})},
+        }
+    )
 
 
 def submit(qc: QueueClient, cfg: SluiceConfig, texts: list[Any], model: str = MODEL) -> list[str]:

@@ -88,8 +88,20 @@ def test_sluice_worker_refuses_it_at_start_with_exit_2(tmp_path: Path, redis_url
     cfg = parse_config({"models": {MODEL: {"handler": NO_HALF, "params": {"dtype": "fp16"}}}})
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
-    cmd = [sys.executable, "-c", "from sluice.cli import main; main()", "worker", "-c", str(path),
-           "-m", MODEL, "--device", "cpu", "--redis-url", redis_url]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "from sluice.cli import main; main()",
+        "worker",
+        "-c",
+        str(path),
+        "-m",
+        MODEL,
+        "--device",
+        "cpu",
+        "--redis-url",
+        redis_url,
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2, out.stderr
     assert "models.m.params.dtype 'fp16' on cpu" in out.stderr

@@ -17,8 +17,10 @@ from tests.workers.conftest import MODEL, Running, submit
 from workers.handlers import HandlerContext, make_handler
 
 pytestmark = [pytest.mark.slow, pytest.mark.redis]
-WORDS = ("queue worker batch model token padding latency gpu request the a of to and "
-         "serving throughput bucket scale replica embedding sentence").split()  # fmt: skip
+WORDS = (
+    "queue worker batch model token padding latency gpu request the a of to and "
+    "serving throughput bucket scale replica embedding sentence"
+).split()
 
 
 def mixed_texts(n: int, seed: int = 3) -> list[str]:
@@ -43,10 +45,17 @@ def test_worker_embeddings_match_sentence_transformers(
     start_worker: Callable[..., Running],
     reference: Callable[[list[str]], np.ndarray],
 ) -> None:
-    cfg = parse_config({"models": {MODEL: {
-        "handler": "embedding", "cost": {"method": "tokenizer", "truncate": True},
-        "batching": {"max_batch": 8, "max_batch_tokens": 4096},
-    }}})  # fmt: skip
+    cfg = parse_config(
+        {
+            "models": {
+                MODEL: {
+                    "handler": "embedding",
+                    "cost": {"method": "tokenizer", "truncate": True},
+                    "batching": {"max_batch": 8, "max_batch_tokens": 4096},
+                }
+            }
+        }
+    )
     qc = QueueClient(r, dict(cfg.models))
     texts = mixed_texts(24)
     ids = submit(qc, cfg, texts)

@@ -131,8 +131,7 @@ def test_quarantine_releases_its_prefetch_without_using_an_attempt(
 
 
 def test_an_error_in_the_loop_releases_the_prefetched_batch(r: redis.Redis) -> None:
-    cfg = worker_config("synthetic", {"base_ms": 200, "per_token_ms": 0},
-                        batching={"max_batch": 2})  # fmt: skip
+    cfg = worker_config("synthetic", {"base_ms": 200, "per_token_ms": 0}, batching={"max_batch": 2})
     qc = client(r, cfg)
     ids = submit(qc, cfg, ["x"] * 6)
     w = idle_worker(r, cfg, overlap=True)
@@ -165,8 +164,9 @@ def test_housekeeping_survives_redis_refusing_writes(
 ) -> None:
     # A 3 s batch on a 1.5 s lease (ticks every 0.2 s): renewals and heartbeats are
     # refused (OOM) for 0.6 s, then must resume before the old lease runs out.
-    cfg = worker_config("synthetic", {"base_ms": 3000, "per_token_ms": 0},
-                        batching={"lease_s": 1.5})  # fmt: skip
+    cfg = worker_config(
+        "synthetic", {"base_ms": 3000, "per_token_ms": 0}, batching={"lease_s": 1.5}
+    )
     qc = client(r, cfg)
     ids = submit(qc, cfg, ["x"] * 2)
     run = start_worker(cfg, overlap=False)
@@ -188,9 +188,11 @@ def test_busy_while_holding_a_prefetched_lease_between_batches(
 ) -> None:
     # Inference is instant, collating takes 300 ms: after each batch the main thread
     # waits for the prefetch thread, which already holds the next batch's leases.
-    cfg = worker_config("tests.workers.fault_handlers:SlowCollateHandler",
-                        {"base_ms": 0, "per_token_ms": 0, "collate_ms": 300},
-                        batching={"max_batch": 1})  # fmt: skip
+    cfg = worker_config(
+        "tests.workers.fault_handlers:SlowCollateHandler",
+        {"base_ms": 0, "per_token_ms": 0, "collate_ms": 300},
+        batching={"max_batch": 1},
+    )
     qc = client(r, cfg)
     submit(qc, cfg, ["x"] * 4)
     run = start_worker(cfg, overlap=True)

@@ -124,8 +124,9 @@ def lease_expiries_ms(r: redis.Redis) -> list[float]:
 
 def test_renews_leases_while_a_long_batch_runs(r: redis.Redis, start_worker: StartWorker) -> None:
     # One batch sleeps 2.5 s; the lease is 1 s, so it lapses unless renewed.
-    cfg = worker_config("synthetic", {"base_ms": 2500, "per_token_ms": 0},
-                        batching={"lease_s": 1.0})  # fmt: skip
+    cfg = worker_config(
+        "synthetic", {"base_ms": 2500, "per_token_ms": 0}, batching={"lease_s": 1.0}
+    )
     qc = client(r, cfg)
     ids = submit(qc, cfg, ["x"] * 4)
     run = start_worker(cfg, overlap=False)
@@ -149,8 +150,7 @@ def test_renews_leases_while_a_long_batch_runs(r: redis.Redis, start_worker: Sta
 
 
 def test_drain_finishes_the_batches_it_holds(r: redis.Redis, start_worker: StartWorker) -> None:
-    cfg = worker_config("synthetic", {"base_ms": 400, "per_token_ms": 0},
-                        batching={"max_batch": 2})  # fmt: skip
+    cfg = worker_config("synthetic", {"base_ms": 400, "per_token_ms": 0}, batching={"max_batch": 2})
     qc = client(r, cfg)
     submit(qc, cfg, ["x"] * 10)
     run = start_worker(cfg, overlap=True)
@@ -166,8 +166,11 @@ def test_drain_finishes_the_batches_it_holds(r: redis.Redis, start_worker: Start
 
 def test_oom_at_warm_up_caps_the_token_budget(r: redis.Redis, start_worker: StartWorker) -> None:
     # Bucket 32, batches of 8: the warm-up shape is 8 x 32 = 256 tokens; 64 fit.
-    cfg = worker_config("tests.workers.fault_handlers:OomHandler",
-                        {"oom_above": 64, "oom_in_warmup": True}, buckets=[32])  # fmt: skip
+    cfg = worker_config(
+        "tests.workers.fault_handlers:OomHandler",
+        {"oom_above": 64, "oom_in_warmup": True},
+        buckets=[32],
+    )
     qc = client(r, cfg)
     ids = submit(qc, cfg, ["a b"] * 6)
     run = start_worker(cfg, burst=True)
@@ -177,8 +180,11 @@ def test_oom_at_warm_up_caps_the_token_budget(r: redis.Redis, start_worker: Star
 
 
 def test_a_model_that_cannot_load_exits_non_zero(r: redis.Redis, start_worker: StartWorker) -> None:
-    cfg = worker_config("tests.workers.fault_handlers:OomHandler",
-                        {"oom_above": 8, "oom_in_warmup": True}, buckets=[32])  # fmt: skip
+    cfg = worker_config(
+        "tests.workers.fault_handlers:OomHandler",
+        {"oom_above": 8, "oom_in_warmup": True},
+        buckets=[32],
+    )
     run = start_worker(cfg)
     assert run.join() == EXIT_LOAD_FAILED  # even one input of 32 tokens does not fit
     assert workers(client(r, cfg)) == []  # and it deregistered

@@ -65,9 +65,17 @@ def write_raw(r: redis.Redis, n: int, input_json: str) -> str:
     job_id = f"{MODEL}.raw{n:04d}"
     now_ms = int(time.time() * 1000)
     fields = {
-        "id": job_id, "bucket": "32", "cost": "2", "prio": "1", "status": "queued",
-        "input": input_json, "enq": str(now_ms), "dl": "0", "att": "0", "score": str(10**12 + n),
-    }  # fmt: skip
+        "id": job_id,
+        "bucket": "32",
+        "cost": "2",
+        "prio": "1",
+        "status": "queued",
+        "input": input_json,
+        "enq": str(now_ms),
+        "dl": "0",
+        "att": "0",
+        "score": str(10**12 + n),
+    }
     pipe = r.pipeline(transaction=True)
     pipe.hset(keys.job_key(MODEL, job_id), mapping=fields)
     pipe.zadd(keys.queue_key(MODEL, "32"), {job_id: 10**12 + n})

@@ -61,8 +61,12 @@ def test_warm_up_halves_after_the_failed_shape_is_freed() -> None:
         (torch.cuda.OutOfMemoryError("CUDA out of memory."), True),  # the same class
         (RuntimeError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; ...)"), True),
         (RuntimeError("CUDA error: out of memory\nCUDA kernel errors might be ..."), True),
-        (RuntimeError("CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"),
-         True),
+        (
+            RuntimeError(
+                "CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`"
+            ),
+            True,
+        ),
         (RuntimeError("cuDNN error: CUDNN_STATUS_ALLOC_FAILED"), True),
         (RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB, ...)"), True),
         (RuntimeError("CUDA error: device-side assert triggered"), False),

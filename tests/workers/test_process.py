@@ -44,8 +44,11 @@ def spawn(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., subprocess.P
 
 
 def slow_config(batch_ms: int, lease_s: float = 5.0) -> SluiceConfig:
-    return worker_config("synthetic", {"base_ms": batch_ms, "per_token_ms": 0},
-                         batching={"max_batch": 2, "lease_s": lease_s})  # fmt: skip
+    return worker_config(
+        "synthetic",
+        {"base_ms": batch_ms, "per_token_ms": 0},
+        batching={"max_batch": 2, "lease_s": lease_s},
+    )
 
 
 def test_sigterm_finishes_held_jobs_deregisters_and_exits_0(

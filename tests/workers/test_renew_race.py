@@ -23,13 +23,27 @@ class FinishesDuringRenewal:
 
 
 def test_jobs_completed_during_the_renewal_are_not_lost(caplog: pytest.LogCaptureFixture) -> None:
-    info = WorkerInfo(id="w1", model="m", host="h", pid=1, device="cpu", buckets=["32"],
-                      state="ready", started_at=0.0)  # fmt: skip
+    info = WorkerInfo(
+        id="w1",
+        model="m",
+        host="h",
+        pid=1,
+        device="cpu",
+        buckets=["32"],
+        state="ready",
+        started_at=0.0,
+    )
     status = WorkerStatus(info)
     status.hold(["m.a", "m.b", "m.c"])
     client = FinishesDuringRenewal(status, ["m.a", "m.b"])
-    hk = Housekeeper(client, status, heartbeat_s=1.0, ttl_s=2.0, lease_s=3.0,  # type: ignore[arg-type]
-                     on_command=lambda c: None)  # fmt: skip
+    hk = Housekeeper(
+        client,
+        status,
+        heartbeat_s=1.0,
+        ttl_s=2.0,
+        lease_s=3.0,  # type: ignore[arg-type]
+        on_command=lambda c: None,
+    )
     with caplog.at_level(logging.WARNING):
         hk.renew()
     assert list(hk.lost) == []

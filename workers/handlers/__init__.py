@@ -16,8 +16,16 @@ BUILTINS: dict[str, str] = {
     "embedding": "workers.handlers.embedding:EmbeddingHandler",
 }
 
-__all__ = ["BUILTINS", "Collated", "Handler", "HandlerContext", "Shape", "load_handler_class",
-           "make_handler", "warmup_shapes"]  # fmt: skip
+__all__ = [
+    "BUILTINS",
+    "Collated",
+    "Handler",
+    "HandlerContext",
+    "Shape",
+    "load_handler_class",
+    "make_handler",
+    "warmup_shapes",
+]
 
 
 def load_handler_class(spec: str) -> type[Handler]:

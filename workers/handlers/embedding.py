@@ -85,8 +85,9 @@ class EmbeddingHandler(TorchHandler):
     def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
         texts = [input_text(x) for x in inputs]
         # padding=True pads to this batch's longest input, never to a global maximum.
-        enc = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_len,
-                             return_tensors="pt")  # fmt: skip
+        enc = self.tokenizer(
+            texts, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt"
+        )
         mask = enc["attention_mask"]
         data = {
             k: v for k, v in enc.items() if k in ("input_ids", "attention_mask", "token_type_ids")

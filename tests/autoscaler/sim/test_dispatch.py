@@ -80,8 +80,9 @@ CLAIM_CASES = [
 
 
 @pytest.mark.parametrize(("short_wait_ms", "long_wait_ms", "picked"), CLAIM_CASES)
-def test_hrrn_pick_follows_the_claim_script(short_wait_ms: int, long_wait_ms: int,
-                                            picked: int) -> None:  # fmt: skip
+def test_hrrn_pick_follows_the_claim_script(
+    short_wait_ms: int, long_wait_ms: int, picked: int
+) -> None:
     now = 10.0
     times = [now - short_wait_ms / 1000, now - long_wait_ms / 1000]
     pick = dispatch.hrrn_pick(times, [0.024, 0.240], overdue_factor=20.0)
@@ -91,9 +92,12 @@ def test_hrrn_pick_follows_the_claim_script(short_wait_ms: int, long_wait_ms: in
 
 @pytest.mark.parametrize(("short_wait_ms", "long_wait_ms", "picked"), CLAIM_CASES)
 def test_claim_script_picks_the_same_bucket(
-    r: redis.Redis, queue_factory: Callable[..., QueueClient], short_wait_ms: int,
-    long_wait_ms: int, picked: int,
-) -> None:  # fmt: skip
+    r: redis.Redis,
+    queue_factory: Callable[..., QueueClient],
+    short_wait_ms: int,
+    long_wait_ms: int,
+    picked: int,
+) -> None:
     # The real claim.lua on a real Redis, with the heads' enqueue times set to the
     # waits above: it must choose what hrrn_pick chooses (the tie case sees a few
     # ms of clock between HSET and claim, which only favours the short head more).
@@ -118,10 +122,11 @@ def test_pull_never_leaves_a_worker_idle_while_work_waits_and_push_does() -> Non
 
 @settings(max_examples=40, deadline=None)
 @given(
-    st.lists(st.tuples(st.floats(0, 2), st.sampled_from([8, 24, 100, 240, 500])),
-             min_size=1, max_size=60),
+    st.lists(
+        st.tuples(st.floats(0, 2), st.sampled_from([8, 24, 100, 240, 500])), min_size=1, max_size=60
+    ),
     st.integers(1, 4),
-)  # fmt: skip
+)
 def test_pull_is_work_conserving_on_any_trace(rows: list[tuple[float, int]], k: int) -> None:
     tr = _trace(sorted((t, float(c)) for t, c in rows))
     r = dispatch.run("pull", tr, Fleet(k, MU))
@@ -143,8 +148,10 @@ def test_equal_sizes_all_strategies_agree() -> None:
     base = dispatch.run("pull", tr, fleet)
     for s in ("pull-fifo", "round-robin", "least-connections"):
         assert dispatch.run(s, tr, fleet).start_s == base.start_s, s
-    p99 = {s: dispatch_report.summarize(dispatch.run(s, tr, fleet, seed=1), 0.9)[0]["e2e_p99_ms"]
-           for s in ("pull", "power-of-two")}  # fmt: skip
+    p99 = {
+        s: dispatch_report.summarize(dispatch.run(s, tr, fleet, seed=1), 0.9)[0]["e2e_p99_ms"]
+        for s in ("pull", "power-of-two")
+    }
     assert p99["pull"] <= p99["power-of-two"] <= 1.25 * p99["pull"]
 
 
@@ -163,7 +170,8 @@ def test_pull_fifo_matches_the_autoscaler_simulator() -> None:
     # fixed controller, job for job (the mean is the simulator's rounded figure).
     tr = dispatch_report.mixed_at(0.85, Fleet(3, MU), jobs=2000, seed=4)
     p = AutoscalingConfig.model_validate(
-        {"min_replicas": 3, "max_replicas": 3, "service_rate_cost_per_s": MU})  # fmt: skip
+        {"min_replicas": 3, "max_replicas": 3, "service_rate_cost_per_s": MU}
+    )
     sim = simulator.simulate(tr, Fixed(3), p, MU, 30.0, initial=3)
     r = dispatch.run("pull-fifo", tr, Fleet(3, MU))
     mean_ms = 1000 * sum(r.wait_s(j) for j in range(len(tr.times_s))) / len(tr.times_s)
@@ -173,10 +181,14 @@ def test_pull_fifo_matches_the_autoscaler_simulator() -> None:
 def test_buckets_give_short_jobs_a_far_lower_p99_than_round_robin() -> None:
     fleet = Fleet(8, MU)
     tr = dispatch_report.mixed_at(0.9, fleet, jobs=20_000, seed=5)
-    rows = {(d["strategy"], d["class"]): d for d in
-            [*dispatch_report.summarize(dispatch.run("pull", tr, fleet), 0.9),
-             *dispatch_report.summarize(dispatch.run("round-robin", tr, fleet), 0.9),
-             *dispatch_report.summarize(dispatch.run("pull-fifo", tr, fleet), 0.9)]}  # fmt: skip
+    rows = {
+        (d["strategy"], d["class"]): d
+        for d in [
+            *dispatch_report.summarize(dispatch.run("pull", tr, fleet), 0.9),
+            *dispatch_report.summarize(dispatch.run("round-robin", tr, fleet), 0.9),
+            *dispatch_report.summarize(dispatch.run("pull-fifo", tr, fleet), 0.9),
+        ]
+    }
     pull, rr, fifo = rows["pull", "short"], rows["round-robin", "short"], rows["pull-fifo", "short"]
     assert 5 * pull["e2e_p99_ms"] < rr["e2e_p99_ms"]
     # Buckets add to pooling: short jobs beat one shared FIFO too...
@@ -193,15 +205,34 @@ def test_one_bucket_makes_pull_fifo() -> None:
 
 def test_simulate_dispatch_cli_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "d.json"
-    res = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch",
-                                   "pull,round-robin", "--utilization", "0.9", "--jobs", "3000",
-                                   "--replicas", "4", "--json", str(out)])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--config",
+            str(SIM_CONFIG),
+            "--dispatch",
+            "pull,round-robin",
+            "--utilization",
+            "0.9",
+            "--jobs",
+            "3000",
+            "--replicas",
+            "4",
+            "--json",
+            str(out),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     assert data["replicas"] == 4 and data["service_rate_cost_per_s"] == MU
     keys = [(d["strategy"], d["class"]) for d in data["results"]]
-    assert keys == [("pull", "short"), ("pull", "long"), ("round-robin", "short"),
-                    ("round-robin", "long")]  # fmt: skip
+    assert keys == [
+        ("pull", "short"),
+        ("pull", "long"),
+        ("round-robin", "short"),
+        ("round-robin", "long"),
+    ]
     rr = data["results"][2]
     assert rr["e2e_p99_vs_rr"] == 1.0 and data["results"][0]["e2e_p99_vs_rr"] > 1.0
     assert abs(rr["offered_utilization"] - 0.9) < 0.05
@@ -211,11 +242,13 @@ def test_simulate_dispatch_cli_writes_json(tmp_path: Path) -> None:
 def test_simulate_cli_errors() -> None:
     bad = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch", "rr"])
     assert bad.exit_code != 0 and "least-connections" in bad.output
-    util = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch",
-                                    "pull", "--utilization", "1.5"])  # fmt: skip
+    util = CliRunner().invoke(
+        app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch", "pull", "--utilization", "1.5"]
+    )
     assert util.exit_code != 0 and "(0, 1)" in util.output
-    jobs = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch",
-                                    "pull", "--jobs", "5"])  # fmt: skip
+    jobs = CliRunner().invoke(
+        app, ["simulate", "--config", str(SIM_CONFIG), "--dispatch", "pull", "--jobs", "5"]
+    )
     assert jobs.exit_code != 0 and "at least 100" in jobs.output
     none = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG)])
     assert none.exit_code != 0 and "--trace is required" in none.output
@@ -229,6 +262,9 @@ def test_bench_dispatch_meets_the_target(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     rows = json.loads(out.read_text())["results"]
     assert {d["strategy"] for d in rows} == set(dispatch.STRATEGIES)
-    pull90 = next(d for d in rows if d["utilization"] == 0.9 and d["strategy"] == "pull"
-                  and d["class"] == "short")  # fmt: skip
+    pull90 = next(
+        d
+        for d in rows
+        if d["utilization"] == 0.9 and d["strategy"] == "pull" and d["class"] == "short"
+    )
     assert pull90["e2e_p99_vs_rr"] >= 5 and pull90["wait_p99_vs_rr"] >= 5

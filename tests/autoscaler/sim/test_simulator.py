@@ -17,8 +17,13 @@ from sluice.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM_CONFIG = ROOT / "bench" / "autoscaler_sim.yaml"
-P = AutoscalingConfig(min_replicas=1, max_replicas=64, p99_wait_slo_ms=1000, cold_start_s=30,
-                      service_rate_cost_per_s=1000)  # fmt: skip
+P = AutoscalingConfig(
+    min_replicas=1,
+    max_replicas=64,
+    p99_wait_slo_ms=1000,
+    cold_start_s=30,
+    service_rate_cost_per_s=1000,
+)
 
 
 def _trace(rows: list[tuple[float, float]], duration_s: float = 60.0) -> traces.Trace:
@@ -85,9 +90,22 @@ def test_parse_policy_and_trace_specs(tmp_path: Path) -> None:
 
 def test_simulate_cli_writes_json_and_plot(tmp_path: Path) -> None:
     out, png = tmp_path / "r.json", tmp_path / "r.png"
-    res = CliRunner().invoke(app, ["simulate", "--config", str(SIM_CONFIG), "--trace",
-                                   "spike:1.5", "--policy", "sluice,fixed:9", "--json",
-                                   str(out), "--plot", str(png)])  # fmt: skip
+    res = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "--config",
+            str(SIM_CONFIG),
+            "--trace",
+            "spike:1.5",
+            "--policy",
+            "sluice,fixed:9",
+            "--json",
+            str(out),
+            "--plot",
+            str(png),
+        ],
+    )
     assert res.exit_code == 0, res.output
     data = json.loads(out.read_text())
     names = [r["policy"] for r in data["results"]]
@@ -95,4 +113,3 @@ def test_simulate_cli_writes_json_and_plot(tmp_path: Path) -> None:
     assert data["oracle_replica_seconds"] == data["results"][0]["replica_seconds"]
     assert png.stat().st_size > 10_000
     assert "SLO met" in res.output
-
