@@ -91,6 +91,9 @@ def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, wait_s: float 
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
 
 
 @pytest.fixture(scope="module")

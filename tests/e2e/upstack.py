@@ -82,3 +82,5 @@ def shut_down(up: Up) -> None:
         except subprocess.TimeoutExpired:
             up.proc.kill()
             up.proc.wait()
+    if up.proc.stdout is not None:
+        up.proc.stdout.close()

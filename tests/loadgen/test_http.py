@@ -82,6 +82,7 @@ async def test_a_kept_alive_connection_the_server_dropped_is_retried_once() -> N
     assert await engine.call("GET", "/a") == (200, {})
     await asyncio.sleep(0.05)  # the server has closed the connection meanwhile
     assert await engine.call("POST", "/b", {"x": 1}) == (200, {})
+    await engine.aclose()
     server.close()
     assert len(conns) == 2 and len(requests) == 2  # the second went once, on a new connection
 
