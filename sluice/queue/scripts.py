@@ -33,6 +33,7 @@ from sluice.jobs import (
     new_job_id,
     priority_rank,
 )
+from sluice.queue.signatures import CLAIM, SIGNATURES
 from sluice.records import SCORE_SCALE, lua_constants, score_range
 
 T = TypeVar("T")
@@ -52,7 +53,9 @@ def script_source(name: str) -> str:
     """The script body with the record layouts (sluice/records.py) and the shared
     helpers prepended."""
     lua = resources.files("sluice.queue") / "lua"
-    return lua_constants() + common_source() + "\n" + (lua / f"{name}.lua").read_text()
+    sig = SIGNATURES.get(name)
+    prologue = sig.lua_prologue() if sig else ""
+    return lua_constants() + common_source() + "\n" + prologue + (lua / f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,26 +151,33 @@ class QueueOps:
         cfg = self.model(model)
         b = cfg.batching
         served = list(buckets) if buckets else cfg.bucket_names
-        args: list[Any] = [
-            keys.job_prefix(model),
-            keys.queue_prefix(model),
-            keys.wait_hist_prefix(model),
-            keys.done_channel(model),
-            worker_id,
-            max_batch or b.max_batch,
-            max_batch_tokens or b.max_batch_tokens,
-            _ms(b.lease_s),
-            b.max_attempts,
-            RECLAIM_LIMIT,
-            cfg.queue.result_ttl_s,
-            cfg.queue.dead_letter_ttl_s,
-            *(cfg.queue.priority_weights[p] for p in PRIORITIES),
-            b.overdue_factor,
-            keys.wake_prefix(model),
-            *(_bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)),
-            cfg.bulk.reserve_workers,
-            _ms(cfg.queue.max_priority_wait_s),
-        ]
+        bulk_batch, bulk_cost = _bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)
+        weights = cfg.queue.priority_weights
+        args = CLAIM.pack(
+            {
+                "jprefix": keys.job_prefix(model),
+                "qprefix": keys.queue_prefix(model),
+                "hprefix": keys.wait_hist_prefix(model),
+                "channel": keys.done_channel(model),
+                "worker": worker_id,
+                "max_batch": max_batch or b.max_batch,
+                "max_cost": max_batch_tokens or b.max_batch_tokens,
+                "lease_ms": _ms(b.lease_s),
+                "max_attempts": b.max_attempts,
+                "reclaim_limit": RECLAIM_LIMIT,
+                "result_ttl": cfg.queue.result_ttl_s,
+                "dead_ttl": cfg.queue.dead_letter_ttl_s,
+                "weight_high": weights["high"],
+                "weight_normal": weights["normal"],
+                "weight_low": weights["low"],
+                "overdue_factor": b.overdue_factor,
+                "wake_prefix": keys.wake_prefix(model),
+                "bulk_max_batch": bulk_batch,
+                "bulk_max_cost": bulk_cost,
+                "bulk_reserve": cfg.bulk.reserve_workers,
+                "prio_wait": _ms(cfg.queue.max_priority_wait_s),
+            }
+        )
         for name in served:
             est = (service_ms or {}).get(name)
             if est is None:

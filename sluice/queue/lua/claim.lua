@@ -4,18 +4,11 @@
 -- KEYS[5] workers running a bulk batch (zset, lease expiry ms)
 -- KEYS[6] live workers (zset, heartbeat expiry s)
 -- KEYS[7..] queue keys served
--- ARGV[1] job key prefix   ARGV[2] queue key prefix   ARGV[3] wait-histogram prefix
--- ARGV[4] done channel     ARGV[5] worker id          ARGV[6] max batch
--- ARGV[7] max batch cost   ARGV[8] lease ms           ARGV[9] max attempts
--- ARGV[10] reclaim limit   ARGV[11] result TTL s      ARGV[12] dead-letter TTL s
--- ARGV[13..15] priority weights (high, normal, low)   ARGV[16] overdue factor
--- ARGV[17] wake list prefix
--- ARGV[18] max batch of bulk items (0 = take none: a worker's prefetch)
--- ARGV[19] max batch cost of bulk items
--- ARGV[20] live workers kept free of bulk batches (bulk.reserve_workers)
--- ARGV[21] max priority wait ms (queue.max_priority_wait_s; 0 = strict priority)
--- ARGV[22..] per served queue: bucket name, expected service ms (same order as KEYS[7..])
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..window, ARGV[17]..bucket
+-- ARGV[1..21]: the fixed arguments, declared by name in sluice/queue/signatures.py
+--   (CLAIM) and read into locals of those names by its generated prologue.
+-- ARGV[FIRST_GROUP..] per served queue: bucket name, expected service ms (same
+--   order as KEYS[7..])
+-- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
 -- Bulk items (priority rank 3, ADR 0090) always yield: a bucket whose head is a
 -- bulk item is chosen only when no served queue has an interactive head, an
@@ -32,7 +25,7 @@
 -- arrival order, except that a normal or low job that has waited more than
 -- max_priority_wait goes first, oldest first, and counts as an overdue head in the
 -- bucket choice. Bulk items are never aged: they only fill headroom (ADR 0090).
--- Token budget (ARGV[7], ARGV[19]): padded tokens, batch size x the widest job's
+-- Token budget (max_cost, bulk_max_cost): padded tokens, batch size x the widest job's
 -- cost, floored to a whole number of the bucket's bound (its warm-up shape).
 -- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
 -- A queued job whose hash lacks a field the protocol needs (or holds garbage in
@@ -54,11 +47,7 @@ end
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, live_workers = KEYS[5], KEYS[6]
 local Q1 = 7  -- KEYS index of the first queue
-local jprefix, qprefix, hprefix, channel = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local worker, max_batch, max_cost = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
-local lease_ms, max_attempts = tonumber(ARGV[8]), tonumber(ARGV[9])
-local reclaim_limit, result_ttl, dead_ttl = tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])
-local weights = {tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15])}
+local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
 local ended = {}
 
@@ -67,8 +56,7 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK, LOW = 3, 2
-local P1 = 22  -- ARGV index of the first served queue's bucket name
-local overdue_factor, prio_wait = tonumber(ARGV[16]), tonumber(ARGV[21])
+local P1 = FIRST_GROUP  -- ARGV index of the first served queue's bucket name
 
 -- A class's jobs in arrival order: scores [rank * SCORE_SCALE, (rank + 1) * SCORE_SCALE).
 local function class_range(queue, rank, limit)
@@ -132,35 +120,43 @@ local function recount_cost(stats_key, queue, bucket, jp)
   end
 end
 
-local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
-local bulk_best, bulk_enq = 0, now + 1
-for k = Q1, #KEYS do
-  local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
-    local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
-    if prio >= BULK then
-      if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
-    else
-      local service = tonumber(ARGV[P1 + (k - Q1) * 2 + 1])
-      local wait = math.max(now - enq, 0)
-      local ratio = (weights[prio + 1] or 1) * (wait + service) / service
-      if ratio > best_ratio then best, best_ratio = k, ratio end
-      if wait > overdue_factor * service and enq < oldest_enq then oldest, oldest_enq = k, enq end
-      -- A normal or low job waiting past max_priority_wait behind this head makes
-      -- its bucket overdue too, as old as that job.
-      local pe = prio < LOW and prio_overdue_enq(KEYS[k], prio)
-      if pe and pe < oldest_enq then oldest, oldest_enq = k, pe end
+-- Highest response ratio next over the served queues' interactive heads, overdue
+-- heads (and buckets with an aged normal or low job) first, oldest first; and the
+-- queue whose bulk head is oldest. Returns their KEYS indexes (0: none).
+local function pick_bucket()
+  local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
+  local bulk_best, bulk_enq = 0, now + 1
+  for k = Q1, #KEYS do
+    local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
+      local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
+      if prio >= BULK then
+        if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
+      else
+        local service = tonumber(ARGV[P1 + (k - Q1) * 2 + 1])
+        local wait = math.max(now - enq, 0)
+        local ratio = (weights[prio + 1] or 1) * (wait + service) / service
+        if ratio > best_ratio then best, best_ratio = k, ratio end
+        if wait > overdue_factor * service and enq < oldest_enq then oldest, oldest_enq = k, enq end
+        -- A normal or low job waiting past max_priority_wait behind this head makes
+        -- its bucket overdue too, as old as that job.
+        local pe = prio < LOW and prio_overdue_enq(KEYS[k], prio)
+        if pe and pe < oldest_enq then oldest, oldest_enq = k, pe end
+      end
     end
   end
+  if oldest > 0 then best = oldest end
+  return best, bulk_best
 end
-if oldest > 0 then best = oldest end
+
+local best, bulk_best = pick_bucket()
 -- Bulk only while enough live workers hold no bulk batch (counting this one as a
 -- holder): an interactive job that arrives then finds one about to be free.
 -- Reads only: a write before the first memory-taking one would let the whole
 -- script run past maxmemory (Redis checks OOM until a script has written).
 local function bulk_room()
-  local reserve = tonumber(ARGV[20])
+  local reserve = bulk_reserve
   if reserve <= 0 then return true end
   local held = redis.call('ZCOUNT', holders, '(' .. now, '+inf')
   local mine = tonumber(redis.call('ZSCORE', holders, worker) or '0')
@@ -168,15 +164,15 @@ local function bulk_room()
   local live = redis.call('ZCOUNT', live_workers, now / 1000, '+inf')
   return live - held - 1 >= reserve
 end
-local bulk_batch = best == 0 and bulk_best > 0 and tonumber(ARGV[18]) > 0 and bulk_room()
+local bulk_batch = best == 0 and bulk_best > 0 and bulk_max_batch > 0 and bulk_room()
 if bulk_batch then
-  best, max_batch, max_cost = bulk_best, tonumber(ARGV[18]), tonumber(ARGV[19])
+  best, max_batch, max_cost = bulk_best, bulk_max_batch, bulk_max_cost
 end
 if best == 0 then
   -- Stale tokens go only when the queues are truly empty: bulk items held back (a
   -- prefetch, or no room under reserve_workers) are still work for another worker.
   if bulk_best == 0 then
-    for k = Q1, #KEYS do redis.call('DEL', ARGV[17] .. ARGV[P1 + (k - Q1) * 2]) end
+    for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. ARGV[P1 + (k - Q1) * 2]) end
   end
   publish_ended(channel, ended)
   return {'', now, 0, n_reclaimed}
@@ -254,24 +250,40 @@ local function flush_rem()
   if #rem > 0 then call_chunked('ZREM', queue, rem, 1000); rem = {} end
 end
 
--- Jobs past max_priority_wait go first, oldest first, then the queue's front.
-local full = false
-if not bulk_batch then
-  for _, c in ipairs(prio_overdue_ids(queue, max_batch + 7)) do
-    scanned = scanned + 1
-    if not consider(c[4]) then full = true; break end
+-- Lease from the chosen queue: jobs past max_priority_wait first, oldest first,
+-- then the queue's front, until the batch or its budget is full.
+local function fill_batch()
+  local full = false
+  if not bulk_batch then
+    for _, c in ipairs(prio_overdue_ids(queue, max_batch + 7)) do
+      scanned = scanned + 1
+      if not consider(c[4]) then full = true; break end
+    end
+    flush_rem()
   end
-  flush_rem()
+  while not full do
+    local ids = redis.call('ZRANGE', queue, 0, max_batch - taken + 7)
+    if #ids == 0 then break end
+    for _, id in ipairs(ids) do
+      if not consider(id) then full = true; break end
+    end
+    flush_rem()
+    scanned = scanned + #ids
+    if scanned > 10 * max_batch + 1000 then break end
+  end
 end
-while not full do
-  local ids = redis.call('ZRANGE', queue, 0, max_batch - taken + 7)
-  if #ids == 0 then break end
-  for _, id in ipairs(ids) do
-    if not consider(id) then full = true; break end
+
+fill_batch()
+
+-- The batch's queue waits go into this window's histogram (layout: sluice/records.py).
+local function record_waits()
+  local hkey = hprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
+  for slot, count in pairs(wait_hist) do
+    local label = bounds[slot] and int(bounds[slot]) or 'inf'
+    redis.call('HINCRBY', hkey, label, count)
   end
-  flush_rem()
-  scanned = scanned + #ids
-  if scanned > 10 * max_batch + 1000 then break end
+  redis.call('HINCRBY', hkey, 'count', taken)
+  redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
 end
 
 if #lease > 0 then call_chunked('ZADD', inflight, lease, 1000) end
@@ -282,15 +294,7 @@ end
 if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if recount then recount_cost(stats, queue, bucket, jprefix) end
 if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
-if taken > 0 and not bulk_batch then
-  local hkey = hprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
-  for slot, count in pairs(wait_hist) do
-    local label = bounds[slot] and int(bounds[slot]) or 'inf'
-    redis.call('HINCRBY', hkey, label, count)
-  end
-  redis.call('HINCRBY', hkey, 'count', taken)
-  redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
-end
+if taken > 0 and not bulk_batch then record_waits() end
 out[3] = n_expired
 publish_ended(channel, ended)
 return out
