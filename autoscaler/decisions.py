@@ -15,7 +15,6 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -25,6 +24,7 @@ from autoscaler.policy import Decision
 from sluice import keys
 from sluice.backoff import Reconnect
 from sluice.queue.client import REDIS_ERRORS
+from sluice.records import DECISION_PERIOD_FIELD, DecisionRecord
 
 log = logging.getLogger("sluice.autoscaler")
 LOG_LENGTH = 50  # decisions kept per model (newest first)
@@ -32,42 +32,10 @@ LOG_TTL_S = 86_400
 STATE_TTL_MIN_S = 60  # the latest decision outlives a few missed periods, then expires
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One decision as the dashboard shows it."""
-
-    at_ms: int
-    current: int
-    desired: int
-    reason: str
-    needed: float
-    ready: int | None = None
-    starting: int | None = None
-    queued: int | None = None
-    p99_wait_ms: float | None = None
-
-    @property
-    def signature(self) -> tuple[int, int, str]:
-        return self.current, self.desired, self.reason
-
-    def fields(self) -> dict[str, Any]:
-        return {
-            "at_ms": self.at_ms,
-            "current": self.current,
-            "desired": self.desired,
-            "reason": self.reason,
-            "needed": round(self.needed, 2),
-            "ready": self.ready,
-            "starting": self.starting,
-            "queued": self.queued,
-            "p99_wait_ms": self.p99_wait_ms,
-        }
-
-
-def entry(d: Decision, obs: Observation | None, at_ms: int) -> Entry:
+def entry(d: Decision, obs: Observation | None, at_ms: int) -> DecisionRecord:
     if obs is None or obs.missing:
-        return Entry(at_ms, d.current, d.desired, d.reason, d.needed)
-    return Entry(
+        return DecisionRecord(at_ms, d.current, d.desired, d.reason, d.needed)
+    return DecisionRecord(
         at_ms,
         d.current,
         d.desired,
@@ -80,12 +48,14 @@ def entry(d: Decision, obs: Observation | None, at_ms: int) -> Entry:
     )
 
 
-def commands(model: str, e: Entry, period_s: float, changed: bool) -> list[tuple[Any, ...]]:
+def commands(
+    model: str, e: DecisionRecord, period_s: float, changed: bool
+) -> list[tuple[Any, ...]]:
     """Redis commands (one pipeline) that record ``e``; ``changed`` appends it to the log."""
     state = keys.scale_state_key(model)
     flat = {k: "" if v is None else v for k, v in e.fields().items()}
     cmds: list[tuple[Any, ...]] = [
-        ("HSET", state, *(x for kv in flat.items() for x in kv), "period_s", period_s),
+        ("HSET", state, *(x for kv in flat.items() for x in kv), DECISION_PERIOD_FIELD, period_s),
         ("EXPIRE", state, max(STATE_TTL_MIN_S, int(10 * period_s))),
     ]
     if changed:

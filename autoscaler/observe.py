@@ -37,6 +37,7 @@ from sluice.jobs import ClassHeads, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
 from sluice.queue.scripts import Call
+from sluice.records import Stat
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
@@ -203,8 +204,8 @@ class Observer:
     def _observe(self, model: str, rd: Reading, current: int) -> Observation:
         c, bulk = rd.stats.counters, rd.bulk
         # Rates are interactive: bulk arrivals only fill headroom (ADR 0090).
-        arrived = c.get("arrived_cost", 0) - c.get("bulk_arrived_cost", 0)
-        now = Sample(rd.now_s, arrived, c.get("completed_cost", 0))
+        arrived = c.get(Stat.ARRIVED_COST, 0) - c.get(Stat.BULK_ARRIVED_COST, 0)
+        now = Sample(rd.now_s, arrived, c.get(Stat.COMPLETED_COST, 0))
         samples = self.samples.setdefault(model, deque())
         if samples and (
             now.arrived_cost < samples[-1].arrived_cost

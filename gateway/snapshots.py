@@ -26,6 +26,7 @@ from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
+from sluice.records import Stat
 from sluice.registry import WorkerInfo, list_workers_call, prune
 
 log = logging.getLogger("sluice.gateway")
@@ -55,7 +56,8 @@ def _smoothed_rate(prev: ModelSnapshot | None, stats: QueueStats, now_s: float) 
     if prev is None:
         return 0.0
     dt = now_s - prev.at_s
-    done = stats.counters.get("completed_cost", 0) - prev.stats.counters.get("completed_cost", 0)
+    done_key = Stat.COMPLETED_COST
+    done = stats.counters.get(done_key, 0) - prev.stats.counters.get(done_key, 0)
     if dt <= 0 or done < 0:
         return prev.completion_rate
     sample = done / dt

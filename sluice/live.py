@@ -9,6 +9,7 @@ from sluice import keys
 from sluice.config import SluiceConfig
 from sluice.queue import QueueClient
 from sluice.queue.scripts import Call
+from sluice.records import Stat
 from sluice.registry import list_workers_call, workers_by_state
 
 WINDOW_S = 10  # the claim script's histogram window
@@ -49,7 +50,7 @@ def read_line(q: QueueClient, model: str, now_s: float) -> ModelLine:
     stats = q.stats(model)
     live, _ = q.run(list_workers_call(model))
     hists = q.run(_recent_hists(model, now_s))
-    done = stats.counters.get("succeeded", 0) + stats.counters.get("failed", 0)
+    done = stats.counters.get(Stat.SUCCEEDED, 0) + stats.counters.get(Stat.FAILED, 0)
     return ModelLine(model, workers_by_state(live), stats.queued, done, p99_from_hist(hists))
 
 

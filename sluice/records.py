@@ -11,12 +11,22 @@ where more than one program reads or writes them:
   hash per ``WAIT_WINDOW_S`` window (field = bucket upper bound in ms, or
   ``inf``, plus ``count``), kept ``WAIT_HIST_TTL_S``; ``sluice.waits`` reads it.
   The complete script keeps the end-to-end latency histogram in the same layout.
+- **stats hash** (``keys.stats_key``): the counters the scripts keep per model
+  (:class:`Stat`), plus each bucket's queued cost under :func:`bucket_cost_field`.
+  Scripts write them; the CLI, the gateway and the autoscaler read them.
+- **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
+  log): what the autoscaler writes each period and the dashboard shows
+  (:class:`DecisionRecord`).
 
 The Lua scripts get these values from :func:`lua_constants`, prepended to every
 script by ``sluice.queue.scripts.script_source``: no script spells them out.
 """
 
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from enum import StrEnum
+from typing import Any
 
 SCORE_SCALE = 10**12  # a priority rank's share of the queue score (seq < 1e12)
 
@@ -40,6 +50,62 @@ WAIT_BOUNDS_MS: tuple[int, ...] = (
 WAIT_LABELS: tuple[str, ...] = (*(str(b) for b in WAIT_BOUNDS_MS), "inf")
 
 
+class Stat(StrEnum):
+    """Fields of the stats hash: totals since the queue began (``queued_cost`` is
+    what is queued now). The Lua scripts write them as ``STAT.<value>``."""
+
+    ARRIVED = "arrived"  # jobs submitted (submit)
+    ARRIVED_COST = "arrived_cost"
+    BULK_ARRIVED_COST = "bulk_arrived_cost"  # of which bulk items (ADR 0090)
+    SUCCEEDED = "succeeded"  # complete
+    COMPLETED_COST = "completed_cost"
+    FAILED = "failed"  # dead-lettered: complete, reclaim, claim's malformed records
+    RETRIED = "retried"
+    EXPIRED = "expired"  # past the deadline while queued (claim)
+    CANCELLED = "cancelled"
+    QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
+
+
+BUCKET_COST_PREFIX = "cost:"  # + bucket name: that bucket's queued cost
+
+
+def bucket_cost_field(bucket: str) -> str:
+    """The stats hash field holding one bucket's queued cost."""
+    return BUCKET_COST_PREFIX + bucket
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """One autoscaler decision as stored: the fields of the latest-decision hash
+    (plus ``period_s`` there) and of each JSON entry of the decision log. None
+    (no observation) is stored as "" in the hash and null in the log."""
+
+    at_ms: int
+    current: int
+    desired: int
+    reason: str
+    needed: float
+    ready: int | None = None
+    starting: int | None = None
+    queued: int | None = None
+    p99_wait_ms: float | None = None
+
+    @property
+    def signature(self) -> tuple[int, int, str]:
+        """What makes a decision news for the log: another count or reason."""
+        return self.current, self.desired, self.reason
+
+    def fields(self) -> dict[str, Any]:
+        return {**asdict(self), "needed": round(self.needed, 2)}
+
+
+DECISION_PERIOD_FIELD = "period_s"  # the latest-decision hash only: the loop's period
+# Every number a reader of the latest-decision hash parses back (the rest is text).
+DECISION_NUMBERS = frozenset(
+    [*(f.name for f in fields(DecisionRecord) if f.name != "reason"), DECISION_PERIOD_FIELD]
+)
+
+
 def score_range(rank: int) -> tuple[str, str]:
     """ZRANGEBYSCORE/ZCOUNT bounds of one priority class's entries (min, exclusive max)."""
     return f"{rank * SCORE_SCALE}", f"({(rank + 1) * SCORE_SCALE}"
@@ -48,6 +114,7 @@ def score_range(rank: int) -> tuple[str, str]:
 def lua_constants() -> str:
     """The layouts above as Lua locals, for the start of every script."""
     bounds = ", ".join(str(b) for b in WAIT_BOUNDS_MS)
+    stats = ", ".join(f"{s.value} = '{s.value}'" for s in Stat)
     return "\n".join(
         (
             "-- Generated from sluice/records.py: edit there, not here.",
@@ -55,6 +122,8 @@ def lua_constants() -> str:
             f"local WAIT_WINDOW_MS = {WAIT_WINDOW_S * 1000}",
             f"local WAIT_HIST_TTL_S = {WAIT_HIST_TTL_S}",
             f"local WAIT_BOUNDS_MS = {{{bounds}}}",
+            f"local STAT = {{{stats}}}",
+            f"local STAT_BUCKET_COST = '{BUCKET_COST_PREFIX}'",
             "",
         )
     )

@@ -11,9 +11,17 @@ from rich.table import Table
 from sluice.config import SluiceConfig
 from sluice.jobs import JobRecord
 from sluice.queue import QueueClient
+from sluice.records import Stat
 from sluice.registry import list_workers_call
 
-STATUS_COUNTERS = ("arrived", "succeeded", "failed", "expired", "cancelled", "retried")
+STATUS_COUNTERS = (
+    Stat.ARRIVED,
+    Stat.SUCCEEDED,
+    Stat.FAILED,
+    Stat.EXPIRED,
+    Stat.CANCELLED,
+    Stat.RETRIED,
+)
 
 
 def queues_table(q: QueueClient, cfg: SluiceConfig) -> Table:

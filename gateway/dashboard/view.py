@@ -13,20 +13,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.records import DECISION_NUMBERS, Stat
 from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
 from sluice.waits import BOUNDS_MS, merge
 
 RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live
 GROWTH_SPAN_S = 10.0  # "is the queue growing" looks this far back
-COUNTERS = (
-    "arrived",
-    "succeeded",
-    "failed",
-    "expired",
-    "cancelled",
-    "retried",
-    "arrived_cost",
-    "completed_cost",
+COUNTERS: tuple[str, ...] = (
+    Stat.ARRIVED,
+    Stat.SUCCEEDED,
+    Stat.FAILED,
+    Stat.EXPIRED,
+    Stat.CANCELLED,
+    Stat.RETRIED,
+    Stat.ARRIVED_COST,
+    Stat.COMPLETED_COST,
 )
 
 
@@ -152,19 +153,7 @@ def autoscaler_view(state: Mapping[str, str], log: list[str], now_s: float) -> d
     return {"latest": latest, "decisions": decisions}
 
 
-NUMERIC = frozenset(
-    (
-        "at_ms",
-        "current",
-        "desired",
-        "needed",
-        "ready",
-        "starting",
-        "queued",
-        "p99_wait_ms",
-        "period_s",
-    )
-)
+NUMERIC = DECISION_NUMBERS  # the latest-decision hash's numbers (sluice/records.py)
 
 
 def _number(v: str) -> float | None:

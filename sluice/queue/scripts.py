@@ -34,7 +34,13 @@ from sluice.jobs import (
     priority_rank,
 )
 from sluice.queue.signatures import CLAIM, SIGNATURES
-from sluice.records import SCORE_SCALE, lua_constants, score_range
+from sluice.records import (
+    BUCKET_COST_PREFIX,
+    SCORE_SCALE,
+    bucket_cost_field,
+    lua_constants,
+    score_range,
+)
 
 T = TypeVar("T")
 SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
@@ -310,10 +316,10 @@ class QueueOps:
         def parse(r: list[Any]) -> QueueStats:
             raw = {k: int(v) for k, v in r[0].items()}
             buckets = [
-                BucketStats(b, int(r[1 + i]), max(0, raw.get(f"cost:{b}", 0)))
+                BucketStats(b, int(r[1 + i]), max(0, raw.get(bucket_cost_field(b), 0)))
                 for i, b in enumerate(names)
             ]
-            counters = {k: v for k, v in raw.items() if not k.startswith("cost:")}
+            counters = {k: v for k, v in raw.items() if not k.startswith(BUCKET_COST_PREFIX)}
             return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters)
 
         return Call(parse, commands=cmds)

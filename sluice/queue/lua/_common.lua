@@ -22,13 +22,13 @@ local TERMINAL = {succeeded = true, failed = true, expired = true, cancelled = t
 
 -- Lower the backlog cost counters for a job leaving its queue.
 local function drop_cost(stats, bucket, cost)
-  redis.call('HINCRBY', stats, 'cost:' .. bucket, -cost)
-  redis.call('HINCRBY', stats, 'queued_cost', -cost)
+  redis.call('HINCRBY', stats, STAT_BUCKET_COST .. bucket, -cost)
+  redis.call('HINCRBY', stats, STAT.queued_cost, -cost)
 end
 
 local function add_cost(stats, bucket, cost)
-  redis.call('HINCRBY', stats, 'cost:' .. bucket, cost)
-  redis.call('HINCRBY', stats, 'queued_cost', cost)
+  redis.call('HINCRBY', stats, STAT_BUCKET_COST .. bucket, cost)
+  redis.call('HINCRBY', stats, STAT.queued_cost, cost)
 end
 
 -- A job of an API key (field 'owner') that ends no longer counts against that
@@ -73,7 +73,7 @@ local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
   redis.call('HDEL', jk, 'worker')
   redis.call('EXPIRE', jk, dead_ttl_s)
   push_dead(dead, string.sub(jk, 1, #jk - #id), id)
-  redis.call('HINCRBY', stats, 'failed', 1)
+  redis.call('HINCRBY', stats, STAT.failed, 1)
 end
 
 -- Wake idle workers blocked (BLPOP) on a bucket's wake list: one token per job
@@ -105,7 +105,7 @@ local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
   redis.call('HDEL', jk, 'worker', 'start')
   redis.call('ZADD', qprefix .. f[2], f[3], id)
   add_cost(stats, f[2], tonumber(f[4]))
-  redis.call('HINCRBY', stats, 'retried', 1)
+  redis.call('HINCRBY', stats, STAT.retried, 1)
   if wprefix then wake(wprefix .. f[2], 1) end
   return false
 end

@@ -25,6 +25,6 @@ release_owner(KEYS[4], f[4])
 redis.call('HSET', jk, 'status', 'cancelled', 'fin', int(now))
 redis.call('HDEL', jk, 'worker', 'input')
 redis.call('EXPIRE', jk, ttl)
-redis.call('HINCRBY', stats, 'cancelled', 1)
+redis.call('HINCRBY', stats, STAT.cancelled, 1)
 publish_ended(channel, {id})
 return {'cancelled', status}

@@ -113,10 +113,10 @@ local function recount_cost(stats_key, queue, bucket, jp)
   for _, id in ipairs(ids) do
     total = total + (tonumber(redis.call('HGET', jp .. id, 'cost')) or 0)
   end
-  local counted = tonumber(redis.call('HGET', stats_key, 'cost:' .. bucket) or '0') or 0
+  local counted = tonumber(redis.call('HGET', stats_key, STAT_BUCKET_COST .. bucket) or '0') or 0
   if counted ~= total then
-    redis.call('HSET', stats_key, 'cost:' .. bucket, int(total))
-    redis.call('HINCRBY', stats_key, 'queued_cost', int(total - counted))
+    redis.call('HSET', stats_key, STAT_BUCKET_COST .. bucket, int(total))
+    redis.call('HINCRBY', stats_key, STAT.queued_cost, int(total - counted))
   end
 end
 
@@ -293,7 +293,7 @@ if bulk_batch and taken > 0 then
 end
 if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if recount then recount_cost(stats, queue, bucket, jprefix) end
-if n_expired > 0 then redis.call('HINCRBY', stats, 'expired', n_expired) end
+if n_expired > 0 then redis.call('HINCRBY', stats, STAT.expired, n_expired) end
 if taken > 0 and not bulk_batch then record_waits() end
 out[3] = n_expired
 publish_ended(channel, ended)

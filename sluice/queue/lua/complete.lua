@@ -81,9 +81,9 @@ for i = 0, n - 1 do
 end
 if #done_ids > 0 then
   call_chunked('ZREM', inflight, done_ids, 1000)
-  redis.call('HINCRBY', stats, 'succeeded', #done_ids)
+  redis.call('HINCRBY', stats, STAT.succeeded, #done_ids)
 end
-if done_cost > 0 then redis.call('HINCRBY', stats, 'completed_cost', done_cost) end
+if done_cost > 0 then redis.call('HINCRBY', stats, STAT.completed_cost, done_cost) end
 if #done_ids > 0 then
   local hkey = eprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
   for slot, count in pairs(e2e_hist) do

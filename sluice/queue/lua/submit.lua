@@ -58,7 +58,7 @@ end
 if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
   local queued = 0
   for k = 5, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
-  local queued_cost = tonumber(redis.call('HGET', stats, 'queued_cost') or '0')
+  local queued_cost = tonumber(redis.call('HGET', stats, STAT.queued_cost) or '0')
   if max_jobs > 0 and queued + new_count > max_jobs then
     return {'full', 'queue_jobs', queued, queued_cost}
   end
@@ -119,13 +119,13 @@ for i = 0, n - 1 do
 end
 for bucket, za in pairs(zadds) do
   call_chunked('ZADD', qprefix .. bucket, za, 1000)
-  redis.call('HINCRBY', stats, 'cost:' .. bucket, costs[bucket])
+  redis.call('HINCRBY', stats, STAT_BUCKET_COST .. bucket, costs[bucket])
   wake(wprefix .. bucket, #za / 2)
 end
-if new_cost > 0 then redis.call('HINCRBY', stats, 'queued_cost', new_cost) end
-redis.call('HINCRBY', stats, 'arrived', new_count)
-redis.call('HINCRBY', stats, 'arrived_cost', new_cost)
+if new_cost > 0 then redis.call('HINCRBY', stats, STAT.queued_cost, new_cost) end
+redis.call('HINCRBY', stats, STAT.arrived, new_count)
+redis.call('HINCRBY', stats, STAT.arrived_cost, new_cost)
 -- Bulk items (rank 3) are counted apart too: the autoscaler sizes for interactive
 -- arrivals and lets bulk work only fill headroom (ADR 0090).
-if bulk_cost > 0 then redis.call('HINCRBY', stats, 'bulk_arrived_cost', bulk_cost) end
+if bulk_cost > 0 then redis.call('HINCRBY', stats, STAT.bulk_arrived_cost, bulk_cost) end
 return out
