@@ -47,13 +47,14 @@ class Stack:
         self.redis = start_redis()
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self._spawn(
+        self.spawn(
             "gateway", ["gateway", "--port", str(port), "--workers", str(self.gateway_workers)]
         )
         self.children.wait_http(f"{self.url}/readyz", timeout_s)
         return self
 
-    def _spawn(self, role: str, args: list[str]) -> Child:
+    def spawn(self, role: str, args: list[str]) -> Child:
+        """Start ``sluice ARGS --config ... --redis-url ...``; :meth:`close` stops it."""
         assert self.redis is not None
         name = role.replace(":", "-") + f"-{len(self.procs)}"
         common = ["--config", str(self.config_path), "--redis-url", self.redis.url]
@@ -65,7 +66,7 @@ class Stack:
         """Start n more workers of model and wait until all of its workers are ready."""
         args = ["worker", "--model", model, "--metrics-port", "-1", "--log-level", "WARNING"]
         for _ in range(n):
-            self._spawn(f"worker:{model}", [*args, *self.worker_args, *extra_args])
+            self.spawn(f"worker:{model}", [*args, *self.worker_args, *extra_args])
         want = len(self.workers(model))
         deadline = time.monotonic() + timeout_s
         while self.ready_workers(model) < want:
@@ -80,7 +81,7 @@ class Stack:
     def add_autoscaler(self, backend: str = "dry-run") -> None:
         """Start ``sluice autoscaler`` (dry-run: it observes, reclaims and decides but
         starts no worker, so the workers stay the ones this stack started)."""
-        self._spawn(
+        self.spawn(
             "autoscaler",
             ["autoscaler", "--backend", backend, "--metrics-port", "0", "--log-level", "WARNING"],
         )
