@@ -103,8 +103,13 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 class LeanEngine:
     """HTTP/1.1 over asyncio streams with a pool of keep-alive connections."""
 
-    def __init__(self, url: str, timeout_s: float, headers: dict[str, str] | None = None) -> None:
-        """``headers`` go on every request; by default $SLUICE_API_KEY's ``Authorization``."""
+    def __init__(
+        self, url: str, timeout_s: float | None, headers: dict[str, str] | None = None
+    ) -> None:
+        """``headers`` go on every request; by default $SLUICE_API_KEY's ``Authorization``.
+
+        ``timeout_s`` None: no deadline per request (a timer per request costs CPU the
+        gateway benchmark's saturation loop would measure)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"the lean engine speaks plain http://host:port, got {url!r}")
