@@ -63,7 +63,7 @@ class Children:
     def spawn(self, name: str, args: list[str], role: str = "") -> Child:
         """Start ``sluice ARGS``, its stdout and stderr in ``<log_dir>/<name>.log``."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        log = open(self.log_dir / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
         proc = subprocess.Popen(
             [*sluice_argv(), *args],
             stdin=subprocess.DEVNULL,
