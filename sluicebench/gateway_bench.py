@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ from sluice.config import parse_config
 from sluice.jobs import Outcome
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
-from sluice.redis_server import start_redis
+from sluice.redis_server import free_port, start_redis
 from sluicebench.gateway_bare import BARE_URL_ENV
 from sluicebench.gateway_loops import RunResult, closed_loop, engine, open_loop
 
@@ -74,16 +73,8 @@ class Server:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
-
-
 def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
-    port = _free_port()
+    port = free_port()
     headers: dict[str, str] = {}
     if name.startswith("gateway"):
         if name == KEYED:
