@@ -11,13 +11,13 @@ so the submit script runs its per-key code), is measured side by side.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,9 @@ from sluice.config import parse_config
 from sluice.jobs import Outcome
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
-from sluice.redis_server import start_redis
+from sluice.redis_server import free_port, start_redis
 from sluicebench.gateway_bare import BARE_URL_ENV
-from sluicebench.gateway_loadgen import Conn, RunResult, closed_loop, open_loop
+from sluicebench.gateway_loops import RunResult, closed_loop, engine, open_loop
 
 MODEL = "bench"
 BODY = b'{"input": "the quick brown fox jumps over the lazy dog"}'
@@ -70,24 +70,16 @@ class Server:
     port: int
     path: str
     proc: subprocess.Popen[bytes]
-    headers: str = ""
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = int(s.getsockname()[1])
-    s.close()
-    return port
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
-    port = _free_port()
-    headers = ""
+    port = free_port()
+    headers: dict[str, str] = {}
     if name.startswith("gateway"):
         if name == KEYED:
             cfg_path = cfg_path.with_name("sluice-keys.yaml")
-            headers = f"Authorization: Bearer {BENCH_KEY}\r\n"
+            headers = {"Authorization": f"Bearer {BENCH_KEY}"}
         cmd = [
             sys.executable,
             "-c",
@@ -154,30 +146,27 @@ async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -
     cfg = parse_config(CONFIG)
     r = connect_async(redis_url)
     queue = AsyncQueueClient(r, dict(cfg.models))
-    conns: asyncio.Queue[Conn] = asyncio.Queue()
-    for _ in range(256):
-        conns.put_nowait(Conn("127.0.0.1", port))
+    client = engine("127.0.0.1", port, {})
+    slots = asyncio.Semaphore(256)  # connections in use, submits and polls together
     wake_ms: list[float] = []
     bad = 0
 
     async def one() -> None:
         nonlocal bad
-        c = await conns.get()
-        accepted = await c.request("POST", f"/v1/models/{MODEL}/jobs", BODY)
-        conns.put_nowait(c)
-        if accepted.status != 202:
+        async with slots:
+            status, raw = await client.send("POST", f"/v1/models/{MODEL}/jobs", BODY)
+        if status != 202:
             bad += 1
             return
-        job_id = accepted.json()["id"]
-        pc = await conns.get()
-        poll = asyncio.create_task(pc.request("GET", f"/v1/jobs/{job_id}?wait=10"))
-        await asyncio.sleep(0.02)  # the poll is waiting by now
-        sent = time.perf_counter()
-        await queue.complete(MODEL, [Outcome.ok(job_id, 1)])
-        reply = await poll
-        wake_ms.append((time.perf_counter() - sent) * 1000)
-        conns.put_nowait(pc)
-        if reply.json().get("status") != "succeeded":
+        job_id = json.loads(raw)["id"]
+        async with slots:
+            poll = asyncio.create_task(client.send("GET", f"/v1/jobs/{job_id}?wait=10"))
+            await asyncio.sleep(0.02)  # the poll is waiting by now
+            sent = time.perf_counter()
+            await queue.complete(MODEL, [Outcome.ok(job_id, 1)])
+            _, raw = await poll
+            wake_ms.append((time.perf_counter() - sent) * 1000)
+        if json.loads(raw).get("status") != "succeeded":
             bad += 1
 
     loop = asyncio.get_running_loop()
@@ -190,8 +179,7 @@ async def _longpoll(port: int, redis_url: str, rate: float, duration_s: float) -
     await asyncio.gather(*tasks)
     elapsed = loop.time() - start
     await r.aclose()
-    while not conns.empty():
-        await conns.get_nowait().close()
+    await client.aclose()
     res = RunResult(rate, n, n - bad, bad, elapsed, wake_ms)
     return {
         "jobs_per_s": rate,

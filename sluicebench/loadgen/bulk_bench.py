@@ -552,7 +552,7 @@ def run_bulk(workdir: Path, p: BulkParams, progress: bool = True) -> dict[str, A
     lines = int(nominal_capacity(p) * (p.duration_s + 15.0)) + 1000
     base = LoadSpec(url="", model="", bands=(LengthBand(p.words, p.words, 1.0),), progress=progress)
     with Stack(cfg_path, workdir / "logs-bulk") as st:
-        st._spawn("bulk-worker", ["bulk", "worker"])  # `sluice bulk worker`, stopped by close()
+        st.spawn("bulk-worker", ["bulk", "worker"])  # `sluice bulk worker`, stopped by close()
         with Client(st.url) as http:
             assert st.redis is not None
             queue = QueueClient(connect(st.redis.url), dict(parse_config(cfg).models))

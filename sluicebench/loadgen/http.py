@@ -1,4 +1,8 @@
-"""The load generator's HTTP engines: httpx, and a lean HTTP/1.1 client for loopback runs.
+"""The measurement package's HTTP engines: httpx, and the one lean HTTP/1.1 client.
+
+The lean client serves every benchmark that loads a gateway over loopback: the
+load generator (``sluice bench load``, stack, soak, bulk) and the gateway
+benchmark's open and closed loops (sluicebench.gateway_loops).
 
 Measured on this team's 2-core machine against the gateway: httpx spent about
 1.2 ms of CPU per request, more than the gateway itself (about 0.6 ms), so a
@@ -99,7 +103,13 @@ _Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 class LeanEngine:
     """HTTP/1.1 over asyncio streams with a pool of keep-alive connections."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(
+        self, url: str, timeout_s: float | None, headers: dict[str, str] | None = None
+    ) -> None:
+        """``headers`` go on every request; by default $SLUICE_API_KEY's ``Authorization``.
+
+        ``timeout_s`` None: no deadline per request (a timer per request costs CPU the
+        gateway benchmark's saturation loop would measure)."""
         parts = urlsplit(url)
         if parts.scheme != "http" or not parts.hostname:
             raise ValueError(f"the lean engine speaks plain http://host:port, got {url!r}")
@@ -108,7 +118,7 @@ class LeanEngine:
         self.timeout_s = timeout_s
         self.idle: list[tuple[_Conn, float]] = []  # (connection, idle since)
         self.host_header = f"Host: {parts.netloc}\r\n".encode()
-        for name, value in auth_headers().items():  # $SLUICE_API_KEY, on every request
+        for name, value in (auth_headers() if headers is None else headers).items():
             self.host_header += f"{name}: {value}\r\n".encode("latin-1")
 
     def _reuse(self) -> _Conn | None:
@@ -128,11 +138,25 @@ class LeanEngine:
         params: dict[str, str] | None = None,
         headers: dict[str, str] | None = None,
     ) -> tuple[int, Any]:
-        target = self.prefix + path + (f"?{urlencode(params)}" if params else "")
-        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else b""
+        target = path + (f"?{urlencode(params)}" if params else "")
+        payload = json.dumps(body, separators=(",", ":")).encode() if body is not None else None
+        status, raw = await self.send(method, target, payload, headers)
+        return status, _decode(raw)
+
+    async def send(
+        self,
+        method: str,
+        target: str,
+        payload: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """Status and raw body; ``payload`` is JSON already encoded (sent as it is)."""
+        target = self.prefix + target
         head = f"{method} {target} HTTP/1.1\r\n".encode() + self.host_header
-        if body is not None:
+        if payload is not None:
             head += b"Content-Type: application/json\r\n"
+        else:
+            payload = b""
         for name, value in (headers or {}).items():
             head += f"{name}: {value}\r\n".encode("latin-1")
         request = head + b"Content-Length: %d\r\n\r\n" % len(payload) + payload
@@ -158,7 +182,7 @@ class LeanEngine:
             self.idle.append((conn, time.monotonic()))
         else:
             _close(conn)
-        return status, _decode(raw)
+        return status, raw
 
     async def _exchange(
         self, conn: _Conn | None, request: bytes

@@ -122,9 +122,9 @@ def _run_async(spec: LoadSpec, probe: Probe, every_s: float) -> Sampled:
 
 
 def _pids(st: Stack) -> dict[str, int]:
-    pids = {p.role: p.popen.pid for p in st.procs if p.role in ("gateway", "autoscaler")}
+    pids = {p.role: p.proc.pid for p in st.procs if p.role in ("gateway", "autoscaler")}
     for i, p in enumerate(st.workers(MODEL), 1):
-        pids[f"worker-{i}"] = p.popen.pid
+        pids[f"worker-{i}"] = p.proc.pid
     if st.redis is not None and st.redis.proc is not None:
         pids["redis"] = st.redis.proc.pid
     return pids

@@ -1,37 +1,26 @@
 """A real Sluice stack as child processes: private Redis, a gateway, N workers.
 
 For the stack benchmarks and the load generator's end-to-end test. Every
-process is started through the ``sluice`` CLI exactly as a user would, on
-loopback, and everything started here is stopped here (``close``).
+process is started through the product's own child-process group
+(sluice.children, the one ``sluice up`` uses), on loopback, and everything
+started here is stopped here (``close``).
 """
 
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
-import httpx
 import psutil
 import redis
 
 from sluice import keys
+from sluice.children import Child, Children
 from sluice.config import load_config
 from sluice.errors import SluiceError
 from sluice.redis_server import RedisServer, free_port, start_redis
-
-
-@dataclass
-class _Proc:
-    role: str  # "gateway" or "worker:<model>"
-    popen: subprocess.Popen[bytes]
-    ps: psutil.Process
-    log: IO[bytes]
 
 
 @dataclass
@@ -44,37 +33,32 @@ class Stack:
     worker_args: list[str] = field(default_factory=list)
     redis: RedisServer | None = None
     url: str = ""
-    procs: list[_Proc] = field(default_factory=list)
+    children: Children = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.children = Children(self.log_dir)
+
+    @property
+    def procs(self) -> list[Child]:
+        """Every process started here and not yet stopped, in start order."""
+        return self.children.all
 
     def start(self, timeout_s: float = 30.0) -> Stack:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
         self.redis = start_redis()
         port = free_port()
         self.url = f"http://127.0.0.1:{port}"
-        self._spawn(
+        self.spawn(
             "gateway", ["gateway", "--port", str(port), "--workers", str(self.gateway_workers)]
         )
-        _wait_http(f"{self.url}/readyz", timeout_s, self.procs[-1])
+        self.children.wait_http(f"{self.url}/readyz", timeout_s)
         return self
 
-    def _spawn(self, role: str, args: list[str]) -> _Proc:
+    def spawn(self, role: str, args: list[str]) -> Child:
+        """Start ``sluice ARGS --config ... --redis-url ...``; :meth:`close` stops it."""
         assert self.redis is not None
         name = role.replace(":", "-") + f"-{len(self.procs)}"
-        log = (self.log_dir / f"{name}.log").open("wb")
-        cmd = [
-            sys.executable,
-            "-m",
-            "sluice",
-            *args,
-            "--config",
-            str(self.config_path),
-            "--redis-url",
-            self.redis.url,
-        ]
-        popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        proc = _Proc(role, popen, psutil.Process(popen.pid), log)
-        self.procs.append(proc)
-        return proc
+        common = ["--config", str(self.config_path), "--redis-url", self.redis.url]
+        return self.children.spawn(name, [*args, *common], role=role)
 
     def add_workers(
         self, model: str, n: int, timeout_s: float = 60.0, extra_args: tuple[str, ...] = ()
@@ -82,13 +66,11 @@ class Stack:
         """Start n more workers of model and wait until all of its workers are ready."""
         args = ["worker", "--model", model, "--metrics-port", "-1", "--log-level", "WARNING"]
         for _ in range(n):
-            self._spawn(f"worker:{model}", [*args, *self.worker_args, *extra_args])
+            self.spawn(f"worker:{model}", [*args, *self.worker_args, *extra_args])
         want = len(self.workers(model))
         deadline = time.monotonic() + timeout_s
         while self.ready_workers(model) < want:
-            for p in self.workers(model):
-                if p.popen.poll() is not None:
-                    raise _exited(p)
+            self.children.check_alive()
             if time.monotonic() > deadline:
                 raise SluiceError(f"{model}: {want} workers not ready within {timeout_s}s")
             time.sleep(0.1)
@@ -99,13 +81,13 @@ class Stack:
     def add_autoscaler(self, backend: str = "dry-run") -> None:
         """Start ``sluice autoscaler`` (dry-run: it observes, reclaims and decides but
         starts no worker, so the workers stay the ones this stack started)."""
-        self._spawn(
+        self.spawn(
             "autoscaler",
             ["autoscaler", "--backend", backend, "--metrics-port", "0", "--log-level", "WARNING"],
         )
 
-    def workers(self, model: str) -> list[_Proc]:
-        return [p for p in self.procs if p.role == f"worker:{model}" and p.popen.poll() is None]
+    def workers(self, model: str) -> list[Child]:
+        return [p for p in self.procs if p.role == f"worker:{model}" and p.alive()]
 
     def ready_workers(self, model: str) -> int:
         assert self.redis is not None
@@ -118,28 +100,20 @@ class Stack:
 
     def stop_workers(self, model: str, timeout_s: float = 20.0) -> None:
         """SIGTERM (drain) every worker of model and wait for them to exit."""
-        procs = self.workers(model)
-        for p in procs:
-            p.popen.send_signal(signal.SIGTERM)
-        _reap(procs, timeout_s)
-        self.procs = [p for p in self.procs if p not in procs]
+        self.children.stop(self.workers(model), timeout_s)
 
     def cpu_s(self) -> dict[str, float]:
         """CPU seconds so far per role (gateway includes its uvicorn children), and Redis."""
         out: dict[str, float] = {}
         for p in self.procs:
             role = p.role.split(":")[0]
-            out[role] = out.get(role, 0.0) + _tree_cpu(p.ps)
+            out[role] = out.get(role, 0.0) + _tree_cpu(p.proc.pid)
         if self.redis is not None and self.redis.proc is not None:
-            out["redis"] = _tree_cpu(psutil.Process(self.redis.proc.pid))
+            out["redis"] = _tree_cpu(self.redis.proc.pid)
         return out
 
     def close(self) -> None:
-        for p in self.procs:
-            if p.popen.poll() is None:
-                p.popen.send_signal(signal.SIGTERM)
-        _reap(self.procs, 15.0)
-        self.procs = []
+        self.children.stop(self.procs, 15.0)
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
@@ -151,48 +125,13 @@ class Stack:
         self.close()
 
 
-def _exited(p: _Proc) -> SluiceError:
-    return SluiceError(f"a {p.role} process exited with {p.popen.returncode}; see {p.log.name}")
-
-
-def _tree_cpu(ps: psutil.Process) -> float:
+def _tree_cpu(pid: int) -> float:
     total = 0.0
     try:
+        ps = psutil.Process(pid)
         for proc in [ps, *ps.children(recursive=True)]:
             t = proc.cpu_times()
             total += t.user + t.system
     except psutil.Error:
         pass  # exited between the listing and the read: its time is lost, not fatal
     return total
-
-
-def _reap(procs: list[_Proc], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    for p in procs:
-        try:
-            p.popen.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            # Kill what we started, children first (uvicorn workers are the gateway's).
-            try:
-                children = p.ps.children(recursive=True)
-            except psutil.Error:
-                children = []
-            for child in children:
-                child.kill()
-            p.popen.kill()
-            p.popen.wait()
-        p.log.close()
-
-
-def _wait_http(url: str, timeout_s: float, proc: _Proc) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.popen.poll() is not None:
-            raise _exited(proc)
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SluiceError(f"{url} not ready within {timeout_s}s")

@@ -19,7 +19,6 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -29,6 +28,7 @@ from typing import Any
 import httpx
 import yaml
 
+from sluice.children import Children
 from sluice.config import parse_config
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
@@ -93,50 +93,20 @@ def durability(n: int, threads: int, rounds: int = 5) -> list[dict[str, Any]]:
     return rows
 
 
-def _gateway(tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
+def _gateway(group: Children, tmp: Path, url: str) -> tuple[subprocess.Popen[bytes], str]:
     path = tmp / "sluice.yaml"
     path.write_text(yaml.safe_dump(CONFIG))
     port = free_port()
-    log = (tmp / f"gateway-{port}.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sluice",
-            "gateway",
-            "-c",
-            str(path),
-            "--redis-url",
-            url,
-            "--port",
-            str(port),
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    args = ["gateway", "-c", str(path), "--redis-url", url, "--port", str(port)]
+    child = group.spawn(f"gateway-{port}", args)
     base = f"http://127.0.0.1:{port}"
-    _until(lambda: _status(f"{base}/readyz") == 200, 30)
-    return proc, base
+    group.wait_http(f"{base}/readyz", 30)
+    return child.proc, base
 
 
-def _worker(tmp: Path, url: str) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "sluice",
-        "worker",
-        "-c",
-        str(tmp / "sluice.yaml"),
-        "-m",
-        "m",
-        "--redis-url",
-        url,
-        "--metrics-port",
-        "-1",
-        "--log-level",
-        "ERROR",
-    ]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+def _worker(group: Children, tmp: Path, url: str) -> None:
+    args = ["worker", "-c", str(tmp / "sluice.yaml"), "-m", "m", "--redis-url", url]
+    group.spawn("worker", [*args, "--metrics-port", "-1", "--log-level", "ERROR"])
 
 
 def _status(url: str, **kw: Any) -> int:
@@ -166,9 +136,10 @@ def outage(fault: str) -> dict[str, Any]:
         tmp = Path(tmp_s)
         port = free_port()
         server = RedisServer(port=port).start()
-        gw, base = _gateway(tmp, server.url)
-        worker = _worker(tmp, server.url)
+        group = Children(tmp)
         try:
+            _, base = _gateway(group, tmp, server.url)
+            _worker(group, tmp, server.url)
             _until(lambda: _submit(base)[0] == 202, 30)
             assert server.proc is not None
             if fault == "paused":
@@ -191,17 +162,16 @@ def outage(fault: str) -> dict[str, Any]:
                 "first_202_after_back_s": round(back_s, 3),
             }
         finally:
-            for p in (gw, worker):
-                p.kill()
-                p.wait()
+            group.stop(group.all, timeout_s=0.0)  # the figures are taken: no drain
             server.stop()
 
 
 def sigterm_with_long_polls(n: int = 50) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="sluice-bench-stop-") as tmp_s:
         server = RedisServer().start()
-        gw, base = _gateway(Path(tmp_s), server.url)
+        group = Children(Path(tmp_s))
         try:
+            gw, base = _gateway(group, Path(tmp_s), server.url)
             # No worker: the jobs stay queued, so each long-poll would wait 30 s.
             parse = httpx.post(
                 f"{base}/v1/models/m/jobs/batch", timeout=10, json={"inputs": ["x"] * n}
@@ -231,8 +201,7 @@ def sigterm_with_long_polls(n: int = 50) -> dict[str, Any]:
                 "answers": {str(c): codes.count(c) for c in sorted(set(codes))},
             }
         finally:
-            if gw.poll() is None:
-                gw.kill()
+            group.stop(group.all, timeout_s=0.0)
             server.stop()
 
 

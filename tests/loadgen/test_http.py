@@ -92,3 +92,19 @@ def test_engine_choice() -> None:
     assert len(make_engines("auto", "https://h", 1.0, 64)) == 8  # httpx, 8 slots per client
     with pytest.raises(ValueError):
         make_engines("lean", "https://h", 1.0, 1)
+
+
+async def test_send_passes_encoded_bytes_and_only_the_headers_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The gateway benchmark's loops send one pre-encoded body with the headers they name.
+    monkeypatch.setenv("SLUICE_API_KEY", "sk_env")
+    server, requests, _ = await _serve([b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}"])
+    engine = LeanEngine(_url(server), timeout_s=2.0, headers={"Authorization": "Bearer sk_x"})
+    assert await engine.send("POST", "/jobs", b'{"input": "a b"}') == (202, b"{}")
+    await engine.aclose()
+    server.close()
+    assert requests[0].startswith(b"POST /base/jobs HTTP/1.1\r\n")
+    assert b"Authorization: Bearer sk_x\r\n" in requests[0]
+    assert b"sk_env" not in requests[0]
+    assert requests[0].endswith(b'\r\n\r\n{"input": "a b"}')

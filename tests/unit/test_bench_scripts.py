@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +17,18 @@ COMMANDS = sorted(c.name for c in bench_app.registered_commands if c.name)
 
 def test_bench_holds_results_not_code() -> None:
     assert not list((ROOT / "bench").glob("*.py"))  # nothing shadows a package any more
+
+
+def test_docs_run_benchmarks_as_commands_not_scripts() -> None:
+    # A doc naming a bench/*.py script sends a reader to a file that is gone.
+    docs = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    stale = [
+        f"{d.relative_to(ROOT)}: {m.group(0)}"
+        for d in docs
+        if d.name != "0120-measurement-wing.md"  # the ADR names what it replaced
+        for m in re.finditer(r"python bench/\w+\.py", d.read_text())
+    ]
+    assert stale == []
 
 
 def test_every_benchmark_registers_from_sluicebench() -> None:
