@@ -31,6 +31,20 @@ def test_docs_run_benchmarks_as_commands_not_scripts() -> None:
     assert stale == []
 
 
+def test_every_sluice_bench_command_the_docs_name_is_registered() -> None:
+    # A renamed or dropped command leaves a doc, or a make target, that fails.
+    # ADRs are records of a decision (0120 writes ``sluice bench x``), not instructions.
+    guides = [d for d in sorted((ROOT / "docs").rglob("*.md")) if "adr" not in d.parts]
+    docs = [ROOT / "README.md", ROOT / "Makefile", *guides]
+    named = {
+        (d.relative_to(ROOT).as_posix(), m)
+        for d in docs
+        for m in re.findall(r"sluice bench ([a-z][a-z-]*)", d.read_text())
+    }
+    assert len(named) > 10
+    assert sorted(n for n in named if n[1] not in COMMANDS) == []
+
+
 def test_every_benchmark_registers_from_sluicebench() -> None:
     modules = {c.callback.__module__ for c in bench_app.registered_commands if c.callback}
     assert all(m.startswith("sluicebench.") for m in modules), modules
