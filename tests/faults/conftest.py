@@ -143,6 +143,16 @@ class Proc:
         if self.alive():
             self.popen.send_signal(sig)
 
+    def freeze(self) -> None:
+        """SIGSTOP, and return once the kernel shows the process stopped (state T).
+
+        ``kill`` returns before the target stops when it is running on another core;
+        after this returns it cannot send anything more.
+        """
+        self.signal(signal.SIGSTOP)
+        stat = Path(f"/proc/{self.pid}/stat")
+        wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 10, "stopped", 0.001)
+
     def text(self) -> str:
         return self.log.read_text(errors="replace")
 
