@@ -33,7 +33,7 @@ from sluice.jobs import (
     new_job_id,
     priority_rank,
 )
-from sluice.queue.signatures import CLAIM, SIGNATURES
+from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
 from sluice.records import (
     BUCKET_COST_PREFIX,
     SCORE_SCALE,
@@ -106,32 +106,33 @@ class QueueOps:
     ) -> Call[list[Submitted]]:
         cfg = self.model(model)
         o = owner or _NO_OWNER
-        args: list[Any] = [
-            keys.job_prefix(model),
-            keys.queue_prefix(model),
-            keys.idempotency_prefix(model),
-            max_jobs,
-            max_cost,
-            cfg.queue.idempotency_ttl_s,
-            len(jobs),
-            keys.wake_prefix(model),
-            o.name,
-            o.max_unfinished,
-            o.rate_per_s,
-            max(1, o.burst),
+        fixed = {
+            "jprefix": keys.job_prefix(model),
+            "qprefix": keys.queue_prefix(model),
+            "iprefix": keys.idempotency_prefix(model),
+            "max_jobs": max_jobs,
+            "max_cost": max_cost,
+            "idem_ttl": cfg.queue.idempotency_ttl_s,
+            "wprefix": keys.wake_prefix(model),
+            "owner": o.name,
+            "owner_max": o.max_unfinished,
+            "rate": o.rate_per_s,
+            "burst": max(1, o.burst),
+        }
+        groups = [
+            {
+                "id": job.id or new_job_id(model),
+                "bucket": job.bucket,
+                "cost": int(job.cost),
+                "prio": priority_rank(job.priority),
+                "input": _dumps(job.input),
+                "meta": _dumps(job.metadata) if job.metadata else "",
+                "deadline": int(job.deadline_ms or cfg.queue.default_deadline_ms or 0),
+                "idem": _idem(o.name, job.idempotency_key),
+            }
+            for job in jobs
         ]
-        for job in jobs:
-            deadline = job.deadline_ms or cfg.queue.default_deadline_ms or 0
-            args += [
-                job.id or new_job_id(model),
-                job.bucket,
-                int(job.cost),
-                priority_rank(job.priority),
-                _dumps(job.input),
-                _dumps(job.metadata) if job.metadata else "",
-                int(deadline),
-                _idem(o.name, job.idempotency_key),
-            ]
+        args = SUBMIT.pack(fixed, groups)
         ks = [
             keys.stats_key(model),
             keys.seq_key(model),
@@ -159,6 +160,12 @@ class QueueOps:
         served = list(buckets) if buckets else cfg.bucket_names
         bulk_batch, bulk_cost = _bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)
         weights = cfg.queue.priority_weights
+        groups = []
+        for name in served:
+            est = (service_ms or {}).get(name)
+            if est is None:
+                est = b.service_ms_base + b.service_ms_per_cost * int(name)
+            groups.append({"bucket": name, "service_ms": max(est, 0.001)})
         args = CLAIM.pack(
             {
                 "jprefix": keys.job_prefix(model),
@@ -182,19 +189,23 @@ class QueueOps:
                 "bulk_max_cost": bulk_cost,
                 "bulk_reserve": cfg.bulk.reserve_workers,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
-            }
+            },
+            groups,
         )
-        for name in served:
-            est = (service_ms or {}).get(name)
-            if est is None:
-                est = b.service_ms_base + b.service_ms_per_cost * int(name)
-            args += [name, max(est, 0.001)]
         ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
         ks += [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
-            jobs = [_claimed(reply[i : i + 5]) for i in range(4, len(reply), 5)]
-            return Batch(model, reply[0], int(reply[1]), jobs, int(reply[2]), int(reply[3]))
+            head, claimed = CLAIM.unpack(reply)
+            jobs = [_claimed(j) for j in claimed]
+            return Batch(
+                model,
+                head["bucket"],
+                int(head["now"]),
+                jobs,
+                int(head["expired"]),
+                int(head["reclaimed"]),
+            )
 
         return Call(parse, "claim", ks, args)
 
@@ -213,40 +224,61 @@ class QueueOps:
         """Outcomes of one batch; with ``worker_id``, retry/fail/release count only
         while that worker still holds the job (a lapsed lease cannot give it back)."""
         cfg = self.model(model)
-        args: list[Any] = [
-            keys.job_prefix(model),
-            keys.queue_prefix(model),
-            keys.done_channel(model),
-            cfg.queue.result_ttl_s,
-            cfg.queue.dead_letter_ttl_s,
-            cfg.batching.max_attempts,
-            worker_id,
-            keys.wake_prefix(model),
-            keys.e2e_hist_prefix(model),
-            len(outcomes),
+        fixed = {
+            "jprefix": keys.job_prefix(model),
+            "qprefix": keys.queue_prefix(model),
+            "channel": keys.done_channel(model),
+            "result_ttl": cfg.queue.result_ttl_s,
+            "dead_ttl": cfg.queue.dead_letter_ttl_s,
+            "max_attempts": cfg.batching.max_attempts,
+            "reporter": worker_id,
+            "wprefix": keys.wake_prefix(model),
+            "eprefix": keys.e2e_hist_prefix(model),
+        }
+        groups = [
+            {
+                "id": o.id,
+                "kind": o.kind,
+                "payload": _dumps(o.payload),
+                "run_ms": round(float(o.run_ms), 3),
+            }
+            for o in outcomes
         ]
-        for o in outcomes:
-            args += [o.id, o.kind, _dumps(o.payload), round(float(o.run_ms), 3)]
+        args = COMPLETE.pack(fixed, groups)
         ks = [*self._ks(model), keys.bulk_holders_key(model)]
-        return Call(lambda r: (int(r[0]), int(r[1])), "complete", ks, args)
+
+        def parse(reply: list[Any]) -> tuple[int, int]:
+            head, _ = COMPLETE.unpack(reply)
+            return int(head["accepted"]), int(head["stale"])
+
+        return Call(parse, "complete", ks, args)
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
-        args = [keys.job_prefix(model), worker_id, _ms(self.model(model).batching.lease_s)]
+        fixed = {
+            "jprefix": keys.job_prefix(model),
+            "worker": worker_id,
+            "lease_ms": _ms(self.model(model).batching.lease_s),
+        }
+        args = RENEW.pack(fixed, [{"id": j} for j in job_ids])
         ks = [keys.inflight_key(model), keys.bulk_holders_key(model)]
-        return Call(list, "renew", ks, [*args, *job_ids])
+        return Call(lambda r: [g["lost"] for g in RENEW.unpack(r)[1]], "renew", ks, args)
 
     def reclaim(self, model: str, limit: int = RECLAIM_LIMIT) -> Call[int]:
         cfg = self.model(model)
-        args = [
-            keys.job_prefix(model),
-            keys.queue_prefix(model),
-            keys.done_channel(model),
-            limit,
-            cfg.batching.max_attempts,
-            cfg.queue.dead_letter_ttl_s,
-            keys.wake_prefix(model),
-        ]
-        return Call(int, "reclaim", self._ks(model), args)
+        args = RECLAIM.pack(
+            {
+                "jprefix": keys.job_prefix(model),
+                "qprefix": keys.queue_prefix(model),
+                "channel": keys.done_channel(model),
+                "limit": limit,
+                "max_attempts": cfg.batching.max_attempts,
+                "dead_ttl": cfg.queue.dead_letter_ttl_s,
+                "wprefix": keys.wake_prefix(model),
+            }
+        )
+        return Call(
+            lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", self._ks(model), args
+        )
 
     def cancel(self, job_id: str, owner: str = "") -> Call[str]:
         """With ``owner``, a job another API key submitted is not found (404, not 403)."""
@@ -257,20 +289,24 @@ class QueueOps:
             keys.job_key(model, job_id),
             keys.owner_jobs_key(model),
         ]
-        args = [
-            keys.queue_prefix(model),
-            keys.done_channel(model),
-            job_id,
-            self.model(model).queue.result_ttl_s,
-            owner,
-        ]
+        args = CANCEL.pack(
+            {
+                "qprefix": keys.queue_prefix(model),
+                "channel": keys.done_channel(model),
+                "id": job_id,
+                "result_ttl": self.model(model).queue.result_ttl_s,
+                "owner": owner,
+            }
+        )
 
         def parse(reply: list[str]) -> str:
-            if reply[0] == "missing":
+            head, _ = CANCEL.unpack(reply)
+            outcome, status = head["outcome"], head["status"]
+            if outcome == "missing":
                 raise JobNotFound(f"job {job_id!r} not found")
-            if reply[0] == "refused":
-                raise JobConflict(f"job {job_id!r} already {reply[1]}", reply[1])
-            return reply[1]
+            if outcome == "refused":
+                raise JobConflict(f"job {job_id!r} already {status}", status)
+            return str(status)
 
         return Call(parse, "cancel", ks, args)
 
@@ -374,30 +410,28 @@ def _idem(owner: str, key: str | None) -> str:
     return f"{owner}/{key}" if owner else key
 
 
-def _claimed(f: list[Any]) -> ClaimedJob:
+def _claimed(j: dict[str, Any]) -> ClaimedJob:
     """One leased job; input that is not JSON marks it malformed instead of losing
     the whole batch (the claim script has vouched for the other fields)."""
-    job_id, raw, cost, att, enq = f
     try:
-        value, why = json.loads(raw), None
+        value, why = json.loads(j["input"]), None
     except (TypeError, ValueError) as e:  # written by something other than submit
         value, why = None, f"stored input is not valid JSON ({e})"
-    return ClaimedJob(job_id, value, int(cost), int(att), int(enq), malformed=why)
+    return ClaimedJob(
+        j["id"], value, int(j["cost"]), int(j["attempts"]), int(j["enq"]), malformed=why
+    )
 
 
 def _parse_submit(reply: list[Any]) -> list[Submitted]:
-    if reply[0] == "limited":
-        wait_s = int(reply[1]) / 1000
+    head, jobs = SUBMIT.unpack(reply)
+    state, detail = head["state"], head["detail"]
+    if state == "limited":
+        wait_s = int(detail) / 1000
         raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
-    if reply[0] == "full" and reply[1] == "owner_jobs":
-        raise QueueFull(
-            f"this API key has {reply[2]} unfinished jobs, its limit",
-            "owner_jobs",
-            int(reply[2]),
-            0,
-        )
-    if reply[0] == "full":
-        reason, queued, cost = reply[1], int(reply[2]), int(reply[3])
-        what = "jobs" if reason == "queue_jobs" else "cost"
-        raise QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", reason, queued, cost)
-    return [Submitted(reply[i], bool(int(reply[i + 1]))) for i in range(2, len(reply), 2)]
+    queued, cost = int(head["queued"]), int(head["queued_cost"])
+    if state == "full" and detail == "owner_jobs":
+        raise QueueFull(f"this API key has {queued} unfinished jobs, its limit", detail, queued, 0)
+    if state == "full":
+        what = "jobs" if detail == "queue_jobs" else "cost"
+        raise QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost)
+    return [Submitted(j["id"], bool(int(j["created"]))) for j in jobs]

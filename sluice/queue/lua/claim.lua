@@ -6,8 +6,9 @@
 -- KEYS[7..] queue keys served
 -- ARGV[1..21]: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
--- ARGV[FIRST_GROUP..] per served queue: bucket name, expected service ms (same
---   order as KEYS[7..])
+-- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
+--   the same order as KEYS[7..]). The reply is declared there too (reply, REPLY,
+--   reply_group).
 -- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
 -- Bulk items (priority rank 3, ADR 0090) always yield: a bucket whose head is a
@@ -56,7 +57,8 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK, LOW = 3, 2
-local P1 = FIRST_GROUP  -- ARGV index of the first served queue's bucket name
+local served = {}  -- served[k]: the group of KEYS[k]
+for k = Q1, #KEYS do served[k] = arg_group(k - Q1 + 1) end
 
 -- A class's jobs in arrival order: scores [rank * SCORE_SCALE, (rank + 1) * SCORE_SCALE).
 local function class_range(queue, rank, limit)
@@ -134,7 +136,7 @@ local function pick_bucket()
       if prio >= BULK then
         if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
       else
-        local service = tonumber(ARGV[P1 + (k - Q1) * 2 + 1])
+        local service = served[k].service_ms
         local wait = math.max(now - enq, 0)
         local ratio = (weights[prio + 1] or 1) * (wait + service) / service
         if ratio > best_ratio then best, best_ratio = k, ratio end
@@ -172,19 +174,19 @@ if best == 0 then
   -- Stale tokens go only when the queues are truly empty: bulk items held back (a
   -- prefetch, or no room under reserve_workers) are still work for another worker.
   if bulk_best == 0 then
-    for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. ARGV[P1 + (k - Q1) * 2]) end
+    for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
   end
   publish_ended(channel, ended)
-  return {'', now, 0, n_reclaimed}
+  return reply{bucket = '', now = now, expired = 0, reclaimed = n_reclaimed}
 end
 
-local queue, bucket = KEYS[best], ARGV[P1 + (best - Q1) * 2]
+local queue, bucket = KEYS[best], served[best].bucket
 -- The budget counts padded tokens (inputs x the widest input's cost), floored to a
 -- whole number of the bucket's bound: exactly the largest shape a worker warms up
 -- for this bucket (workers/handlers/base.py warmup_shapes).
 local bound = tonumber(bucket)
 if bound and bound > 0 then max_cost = math.max(1, math.floor(max_cost / bound)) * bound end
-local out = {bucket, now, 0, n_reclaimed}
+local out = reply{bucket = bucket, now = now, expired = 0, reclaimed = n_reclaimed}
 local taken, widest, n_expired, scanned = 0, 0, 0, 0
 local wait_hist = {}
 local bounds = WAIT_BOUNDS_MS
@@ -202,7 +204,7 @@ local function lease_job(id, jk, f, cost)
     for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
     wait_hist[slot] = (wait_hist[slot] or 0) + 1
   end
-  for _, v in ipairs({id, f[6], f[2], int(att), f[5]}) do table.insert(out, v) end
+  reply_group(out, {id = id, input = f[6], cost = f[2], attempts = int(att), enq = f[5]})
   taken, widest = taken + 1, math.max(widest, cost)
 end
 
@@ -295,6 +297,6 @@ if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if recount then recount_cost(stats, queue, bucket, jprefix) end
 if n_expired > 0 then redis.call('HINCRBY', stats, STAT.expired, n_expired) end
 if taken > 0 and not bulk_batch then record_waits() end
-out[3] = n_expired
+out[REPLY.expired] = n_expired
 publish_ended(channel, ended)
 return out

@@ -1,13 +1,10 @@
 -- complete: record the outcome of every job of a batch in one round trip.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
 -- KEYS[4] per-owner unfinished-job counts   KEYS[5] workers running a bulk batch
--- ARGV[1] job key prefix    ARGV[2] queue key prefix    ARGV[3] done channel
--- ARGV[4] result TTL s      ARGV[5] dead-letter TTL s   ARGV[6] max attempts
--- ARGV[7] reporting worker id ('' = any)   ARGV[8] wake list prefix
--- ARGV[9] end-to-end histogram prefix   ARGV[10] number of outcomes N, then N groups
---   of 4: id, kind ('ok' | 'retry' | 'fail' | 'release'), payload (result or error
---   JSON), run ms
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[8]..bucket, ARGV[9]..window
+-- ARGV: declared by name in sluice/queue/signatures.py (COMPLETE): the fixed values,
+--   then one group per outcome (arg_group(i): id, kind 'ok' | 'retry' | 'fail' |
+--   'release', payload (result or error JSON), run_ms).
+-- Derived keys: jprefix..id, qprefix..bucket, wprefix..bucket, eprefix..window
 --   (same hash tag).
 -- The first result of a job wins: a job already ended (or cancelled) is left as
 -- it is and counted stale, so a late worker can never overwrite a result. A retry,
@@ -17,11 +14,8 @@
 -- A requeued job (retry, release) pushes a wake token onto its bucket's list.
 -- Each succeeded job's end-to-end latency (enqueue to now) is counted in the
 -- 10 s window's histogram, with the claim script's queue-wait bounds.
--- Returns {accepted, stale}.
+-- Replies (declared in COMPLETE): accepted, stale.
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local jprefix, qprefix, channel = ARGV[1], ARGV[2], ARGV[3]
-local result_ttl, dead_ttl, max_attempts = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local reporter, wprefix, eprefix, n = ARGV[7], ARGV[8], ARGV[9], tonumber(ARGV[10])
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
@@ -29,9 +23,9 @@ local done_cost, done_ids = 0, {}
 local bounds = WAIT_BOUNDS_MS
 local e2e_hist = {}
 
-for i = 0, n - 1 do
-  local b = 11 + i * 4
-  local id, kind, payload, run_ms = ARGV[b], ARGV[b + 1], ARGV[b + 2], ARGV[b + 3]
+for i = 1, N_GROUPS do
+  local o = arg_group(i)
+  local id, kind, payload, run_ms = o.id, o.kind, o.payload, o.run_ms
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker', 'owner', 'enq')
   local status = f[1]
@@ -96,4 +90,4 @@ publish_ended(channel, ended)
 -- The reporting worker's batch is over: it holds no bulk batch now (last: a write
 -- before the first memory-taking one would let this script run past maxmemory).
 if reporter ~= '' and KEYS[5] then redis.call('ZREM', KEYS[5], reporter) end
-return {accepted, stale}
+return reply{accepted = accepted, stale = stale}

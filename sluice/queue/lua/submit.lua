@@ -2,39 +2,34 @@
 -- KEYS[1] stats hash            KEYS[2] sequence counter
 -- KEYS[3] per-owner unfinished-job counts   KEYS[4] per-owner rate-limit state
 -- KEYS[5..] the model's queue keys (every bucket), for the admission count
--- ARGV[1] job key prefix        ARGV[2] queue key prefix    ARGV[3] idempotency key prefix
--- ARGV[4] max queued jobs (0 = no limit)   ARGV[5] max queued cost (0 = no limit)
--- ARGV[6] idempotency TTL seconds          ARGV[7] number of jobs N
--- ARGV[8] wake list prefix
--- ARGV[9] owner (API key name, '' = none)   ARGV[10] owner's max unfinished jobs (0 = no limit)
--- ARGV[11] owner's rate limit, jobs/s (0 = none)   ARGV[12] owner's burst (jobs)
--- then N groups of 8: id, bucket, cost, priority rank (0 high .. 2 low, 3 bulk), input JSON,
---   metadata JSON, deadline in ms from now (0 = none), idempotency key ('' = none)
--- Derived keys: ARGV[1]..id, ARGV[2]..bucket, ARGV[3]..idempotency key,
---   ARGV[8]..bucket (same hash tag).
--- Per bucket, pushes min(new jobs, 64) wake tokens onto ARGV[8]..bucket in one
+-- ARGV: declared by name in sluice/queue/signatures.py (SUBMIT): the fixed values
+--   (read into locals by the generated prologue), then one group per job
+--   (arg_group(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input JSON,
+--   meta JSON, deadline ms from now (0 = none), idem key ('' = none)).
+-- Derived keys: jprefix..id, qprefix..bucket, iprefix..idempotency key,
+--   wprefix..bucket (same hash tag).
+-- Per bucket, pushes min(new jobs, 64) wake tokens onto wprefix..bucket in one
 -- LPUSH (each list holds at most 64).
 -- Rate limit: a token bucket per owner ("tokens:ms" in KEYS[4]), refilled at
--- ARGV[11]/s up to ARGV[12]; a call needs min(new jobs, burst) tokens and takes
+-- rate/s up to burst; a call needs min(new jobs, burst) tokens and takes
 -- one per new job (a batch larger than the burst leaves a debt that later calls
 -- wait out). Idempotent replays are free. Nothing is taken from a refused call.
 -- A job id whose hash exists already (this call, retried) is returned as not created.
--- Returns {'ok', now, id_1, created_1, ...} or {'full', reason, queued, queued_cost}
--- or {'limited', ms until enough tokens}.
+-- Replies (declared in SUBMIT): state 'ok' (detail: now) then each job's id and
+-- created flag, or 'full' (detail: the reason; queued, queued_cost), or 'limited'
+-- (detail: ms until enough tokens).
 local stats, seq = KEYS[1], KEYS[2]
-local jprefix, qprefix, iprefix = ARGV[1], ARGV[2], ARGV[3]
-local max_jobs, max_cost = tonumber(ARGV[4]), tonumber(ARGV[5])
-local idem_ttl, n, wprefix = tonumber(ARGV[6]), tonumber(ARGV[7]), ARGV[8]
-local owners, rl, owner, owner_max = KEYS[3], KEYS[4], ARGV[9], tonumber(ARGV[10])
-local rate, burst = tonumber(ARGV[11]), tonumber(ARGV[12])
-local G = 13  -- ARGV index of the first job group
+local owners, rl = KEYS[3], KEYS[4]
+local n = N_GROUPS
+local jobs = {}
+for i = 1, n do jobs[i] = arg_group(i) end
 local now = now_ms()
 
 -- Replays of an idempotency key return the job that key created.
 local existing, new_count, new_cost, bulk_cost = {}, 0, 0, 0
-for i = 0, n - 1 do
-  local b = G + i * 8
-  local ikey = ARGV[b + 7]
+for i = 1, n do
+  local job = jobs[i]
+  local ikey = job.idem
   if ikey ~= '' then
     existing[i] = redis.call('GET', iprefix .. ikey)
     -- A key whose job has expired (result TTL) is free again: a new job, not a 404.
@@ -45,13 +40,13 @@ for i = 0, n - 1 do
   -- The same call run again (redis-py retries a script whose reply timed out or
   -- whose connection dropped) must not queue the job twice or count it twice:
   -- ids are made before the call, so a job hash already there is this call's.
-  if not existing[i] and redis.call('EXISTS', jprefix .. ARGV[b]) == 1 then
-    existing[i] = ARGV[b]
+  if not existing[i] and redis.call('EXISTS', jprefix .. job.id) == 1 then
+    existing[i] = job.id
   end
   if not existing[i] then
     new_count = new_count + 1
-    new_cost = new_cost + tonumber(ARGV[b + 2])
-    if tonumber(ARGV[b + 3]) == 3 then bulk_cost = bulk_cost + tonumber(ARGV[b + 2]) end
+    new_cost = new_cost + job.cost
+    if job.prio == 3 then bulk_cost = bulk_cost + job.cost end
   end
 end
 
@@ -60,16 +55,18 @@ if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
   for k = 5, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
   local queued_cost = tonumber(redis.call('HGET', stats, STAT.queued_cost) or '0')
   if max_jobs > 0 and queued + new_count > max_jobs then
-    return {'full', 'queue_jobs', queued, queued_cost}
+    return reply{state = 'full', detail = 'queue_jobs', queued = queued, queued_cost = queued_cost}
   end
   if max_cost > 0 and queued_cost + new_cost > max_cost then
-    return {'full', 'queue_cost', queued, queued_cost}
+    return reply{state = 'full', detail = 'queue_cost', queued = queued, queued_cost = queued_cost}
   end
 end
 
 if new_count > 0 and owner ~= '' and owner_max > 0 then
   local mine = tonumber(redis.call('HGET', owners, owner) or '0')
-  if mine + new_count > owner_max then return {'full', 'owner_jobs', mine, 0} end
+  if mine + new_count > owner_max then
+    return reply{state = 'full', detail = 'owner_jobs', queued = mine, queued_cost = 0}
+  end
 end
 
 local tokens = 0
@@ -83,38 +80,40 @@ if new_count > 0 and owner ~= '' and rate > 0 then
                              + math.max(now - last, 0) * rate / 1000)
   end
   local need = math.min(new_count, burst)
-  if tokens < need then return {'limited', math.ceil((need - tokens) * 1000 / rate)} end
+  if tokens < need then
+    local wait_ms = math.ceil((need - tokens) * 1000 / rate)
+    return reply{state = 'limited', detail = wait_ms, queued = 0, queued_cost = 0}
+  end
   redis.call('HSET', rl, owner, string.format('%.4f:%d', tokens - new_count, now))
 end
 if new_count > 0 and owner ~= '' then redis.call('HINCRBY', owners, owner, new_count) end
 
-local out = {'ok', now}
+local out = reply{state = 'ok', detail = now, queued = 0, queued_cost = 0}
 local base = 0
 if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count end
 local zadds, costs, k = {}, {}, 0
-for i = 0, n - 1 do
-  local b = G + i * 8
+for i = 1, n do
+  local job = jobs[i]
   if existing[i] then
-    table.insert(out, existing[i]); table.insert(out, 0)
+    reply_group(out, {id = existing[i], created = 0})
   else
-    local id, bucket, cost, prio = ARGV[b], ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])
-    local rel_deadline = tonumber(ARGV[b + 6])
+    local id, bucket, cost, prio = job.id, job.bucket, job.cost, job.prio
     local deadline = 0
-    if rel_deadline > 0 then deadline = now + rel_deadline end
+    if job.deadline > 0 then deadline = now + job.deadline end
     -- Score: priority class first, then arrival order (a per-model sequence).
     k = k + 1
     local score = int(prio * SCORE_SCALE + base + k)
     redis.call('HSET', jprefix .. id, 'id', id, 'bucket', bucket, 'cost', int(cost),
-      'prio', int(prio), 'status', 'queued', 'input', ARGV[b + 4], 'meta', ARGV[b + 5],
-      'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', ARGV[b + 7])
+      'prio', int(prio), 'status', 'queued', 'input', job.input, 'meta', job.meta,
+      'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem)
     if owner ~= '' then redis.call('HSET', jprefix .. id, 'owner', owner) end
     if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
     table.insert(zadds[bucket], score); table.insert(zadds[bucket], id)
     costs[bucket] = costs[bucket] + cost
-    if ARGV[b + 7] ~= '' then
-      redis.call('SET', iprefix .. ARGV[b + 7], id, 'EX', idem_ttl)
+    if job.idem ~= '' then
+      redis.call('SET', iprefix .. job.idem, id, 'EX', idem_ttl)
     end
-    table.insert(out, id); table.insert(out, 1)
+    reply_group(out, {id = id, created = 1})
   end
 end
 for bucket, za in pairs(zadds) do
