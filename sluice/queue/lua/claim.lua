@@ -4,7 +4,7 @@
 -- KEYS[5] workers running a bulk batch (zset, lease expiry ms)
 -- KEYS[6] live workers (zset, heartbeat expiry s)
 -- KEYS[7..] queue keys served
--- ARGV[1..21]: the fixed arguments, declared by name in sluice/queue/signatures.py
+-- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
 -- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
 --   the same order as KEYS[7..]). The reply is declared there too (reply, REPLY,
