@@ -99,11 +99,16 @@ def _read(kind: Kind, index: str) -> str:
 
 
 def _ordered(what: str, names: tuple[str, ...], values: Mapping[str, Any]) -> list[Any]:
+    # Hot path (once per job at submit): as many values as names, all found, means
+    # no unknown name either; only a mismatch pays for the full comparison.
+    if len(values) == len(names):
+        try:
+            return [values[n] for n in names]
+        except KeyError:
+            pass
     missing = [n for n in names if n not in values]
     unknown = [n for n in values if n not in names]
-    if missing or unknown:
-        raise ValueError(f"{what}: missing {missing}, unknown {unknown}")
-    return [values[n] for n in names]
+    raise ValueError(f"{what}: missing {missing}, unknown {unknown}")
 
 
 SUBMIT = Signature(
