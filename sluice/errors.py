@@ -51,6 +51,11 @@ class QueueFull(SluiceError):
         self.queued_cost = queued_cost
 
 
+class LeaseLost(SluiceError):
+    """A fenced write refused: the caller no longer holds the lease it wrote under
+    (a bulk coordinator that was paused past its lease, then woke)."""
+
+
 class Unauthorized(SluiceError):
     """No API key, or one that is not configured (HTTP 401 with WWW-Authenticate)."""
 

@@ -21,7 +21,7 @@ from sluice.bulk.feeder import build_chunk, outcome_line
 from sluice.bulk.ops import BulkOps, BulkState, scripts
 from sluice.config import SluiceConfig
 from sluice.cost import CostEstimator
-from sluice.errors import JobConflict, JobNotFound, QueueFull, RateLimited
+from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLimited
 from sluice.jobs import JobRecord, JobStatus, NewJob
 from sluice.queue import QueueClient
 from sluice.queue.scripts import Call
@@ -169,7 +169,8 @@ class Coordinator:
         )
         if reply != "ok":
             return -1 if reply == "lost" else 0
-        self._submit(chunk.jobs)
+        if not self._submit(chunk.jobs):
+            return -1
         return len(chunk.jobs)
 
     def _submit_lines(self, indexes: list[int]) -> None:
@@ -177,11 +178,19 @@ class Coordinator:
         and the submit, or a submit refused for a full queue): the same ids again."""
         for start, stop in _runs(indexes):  # every line of a run is a missing one
             lines = self.client.run(self.ops.input_lines(self.bulk_id, start, stop))
-            self._submit(build_chunk(self.bulk_id, start, lines, self.estimator).jobs)
+            if not self._submit(build_chunk(self.bulk_id, start, lines, self.estimator).jobs):
+                return  # the next lease renewal says lost
 
-    def _submit(self, jobs: list[NewJob]) -> None:
+    def _submit(self, jobs: list[NewJob]) -> bool:
+        """Submit, fenced on this coordinator's lease; False once the lease is lost.
+
+        The fence matters for a coordinator paused between its checkpoint and this
+        call: meanwhile another took the lease, submitted the same ids, ran them and
+        gathered them (deleting their hashes). Unfenced, the late submit would
+        recreate those jobs and run them a second time.
+        """
         if not jobs:
-            return
+            return True
         q, f = self.mcfg.queue, self.cfg.gateway.shed_fraction["low"]
         try:
             self.client.submit(
@@ -189,11 +198,16 @@ class Coordinator:
                 jobs,
                 max_jobs=max(1, int(q.max_queued_jobs * f)),
                 max_cost=max(1, int(q.max_queued_cost * f)),
+                fence=(keys.bulk_key(self.model, self.bulk_id), self.token),
             )
         except (QueueFull, RateLimited) as e:
             # Interactive traffic has the room: these lines stay checkpointed and are
             # submitted again on a later poll.
             log.info("bulk %s: queue full (%s); retrying on the next poll", self.bulk_id, e)
+        except LeaseLost:
+            log.warning("bulk %s: lease lost before its jobs were submitted", self.bulk_id)
+            return False
+        return True
 
     # -- ending and reporting -------------------------------------------------------
     def _cancel(self) -> str:

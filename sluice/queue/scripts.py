@@ -16,7 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from sluice import keys
 from sluice.config import PRIORITIES, ModelConfig
-from sluice.errors import JobConflict, JobNotFound, QueueFull, RateLimited
+from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLimited
 from sluice.jobs import (
     BULK_RANK,
     Batch,
@@ -103,7 +103,10 @@ class QueueOps:
         max_jobs: int = 0,
         max_cost: int = 0,
         owner: Owner | None = None,
+        fence: tuple[str, str] | None = None,
     ) -> Call[list[Submitted]]:
+        """``fence``: (hash key in this model's slot, token): nothing is written unless
+        that hash's ``token`` is the token (else :class:`LeaseLost`)."""
         cfg = self.model(model)
         o = owner or _NO_OWNER
         fixed = {
@@ -118,6 +121,7 @@ class QueueOps:
             "owner_max": o.max_unfinished,
             "rate": o.rate_per_s,
             "burst": max(1, o.burst),
+            "fence_token": fence[1] if fence else "",
         }
         groups = [
             {
@@ -138,6 +142,7 @@ class QueueOps:
             keys.seq_key(model),
             keys.owner_jobs_key(model),
             keys.rate_limit_key(model),
+            fence[0] if fence else keys.stats_key(model),  # unread without a token
         ]
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
         return Call(_parse_submit, "submit", ks, args)
@@ -425,6 +430,8 @@ def _claimed(j: dict[str, Any]) -> ClaimedJob:
 def _parse_submit(reply: list[Any]) -> list[Submitted]:
     head, jobs = SUBMIT.unpack(reply)
     state, detail = head["state"], head["detail"]
+    if state == "fenced":
+        raise LeaseLost("the lease this submit was fenced on is held by another holder")
     if state == "limited":
         wait_s = int(detail) / 1000
         raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)

@@ -125,6 +125,7 @@ SUBMIT = Signature(
         ("owner_max", "num"),  # owner's max unfinished jobs (0 = no limit)
         ("rate", "num"),  # owner's rate limit, jobs/s (0 = none)
         ("burst", "num"),  # owner's burst (jobs)
+        ("fence_token", "str"),  # '' = none; else the lease token KEYS[5] must hold
     ),
     group=(
         ("id", "str"),
@@ -136,7 +137,8 @@ SUBMIT = Signature(
         ("deadline", "num"),  # ms after enqueue (0 = none)
         ("idem", "str"),  # owner-scoped idempotency key or ''
     ),
-    # 'ok' with now | 'full' with the reason and what is queued | 'limited' with ms to wait
+    # 'ok' with now | 'full' with the reason and what is queued | 'limited' with ms to
+    # wait | 'fenced' (the fence key holds another token: nothing written)
     reply=("state", "detail", "queued", "queued_cost"),
     reply_group=("id", "created"),  # 'ok' only: each job, 1 if this call created it
 )

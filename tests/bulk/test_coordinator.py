@@ -164,12 +164,36 @@ def test_a_crash_between_checkpoint_and_submit_resubmits_the_same_jobs(
     c = Coordinator(q, cfg, bulk_id)
     assert c._take() == "ok"
     real = c._submit
-    monkeypatch.setattr(c, "_submit", lambda jobs: None)  # checkpointed, never submitted
+    monkeypatch.setattr(c, "_submit", lambda jobs: True)  # checkpointed, never submitted
     c.step()
     assert r.hlen(keys.bulk_pending_key(MODEL, bulk_id)) == 5 and bulk_queued(r) == 0
     monkeypatch.setattr(c, "_submit", real)
     assert run_to_end(c, q, r) == "finished"
     assert len(output(r, bulk_id, 12)) == 12
+    assert q.stats(MODEL).counters["succeeded"] == 12
+
+
+def test_a_coordinator_paused_between_checkpoint_and_submit_recreates_nothing(
+    r: redis.Redis, q: QueueClient, cfg: SluiceConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Paused (SIGSTOP) after its checkpoint, woken after another coordinator fed,
+    ran and gathered those lines: its late submit is refused by the lease fence.
+    Unfenced it recreated the gathered jobs (their hashes are deleted on gather),
+    and they ran a second time (seen in CI: 8,064 completions for 8,000 lines)."""
+    bulk_id = upload(q, cfg, [good(i) for i in range(12)])
+    first = Coordinator(q, cfg, bulk_id)
+    assert first._take() == "ok"
+    real = first._submit
+    paused: list[list[object]] = []
+    monkeypatch.setattr(first, "_submit", lambda jobs: paused.append(jobs) or True)
+    first.step()  # checkpointed 5 lines; "paused" before their submit
+    assert len(paused) == 1 and len(paused[0]) == 5 and bulk_queued(r) == 0
+    time.sleep(cfg.bulk.lease_s + 0.05)  # the lease lapses while it is paused
+    second = Coordinator(q, cfg, bulk_id, clock=time.monotonic)
+    assert run_to_end(second, q, r) == "finished"
+    assert q.stats(MODEL).counters["succeeded"] == 12
+    assert real(paused[0]) is False  # it wakes and submits what it had in hand
+    assert bulk_queued(r) == 0 and work(q) == 0  # nothing recreated, nothing runs again
     assert q.stats(MODEL).counters["succeeded"] == 12
 
 

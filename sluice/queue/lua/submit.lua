@@ -1,7 +1,11 @@
 -- submit: enqueue one or many jobs in one round trip (all or none).
 -- KEYS[1] stats hash            KEYS[2] sequence counter
 -- KEYS[3] per-owner unfinished-job counts   KEYS[4] per-owner rate-limit state
--- KEYS[5..] the model's queue keys (every bucket), for the admission count
+-- KEYS[5] the fence: a hash whose 'token' must equal fence_token (when that is not
+--   ''), checked before anything is written: a bulk coordinator's jobs are created
+--   only while it still holds the bulk job's lease (a paused one that wakes late
+--   cannot recreate a job another coordinator already ran and gathered)
+-- KEYS[6..] the model's queue keys (every bucket), for the admission count
 -- ARGV: declared by name in sluice/queue/signatures.py (SUBMIT): the fixed values
 --   (read into locals by the generated prologue), then one group per job
 --   (arg_group(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input JSON,
@@ -20,6 +24,9 @@
 -- (detail: ms until enough tokens).
 local stats, seq = KEYS[1], KEYS[2]
 local owners, rl = KEYS[3], KEYS[4]
+if fence_token ~= '' and redis.call('HGET', KEYS[5], 'token') ~= fence_token then
+  return reply{state = 'fenced', detail = '', queued = 0, queued_cost = 0}
+end
 local n = N_GROUPS
 local jobs = {}
 for i = 1, n do jobs[i] = arg_group(i) end
@@ -52,7 +59,7 @@ end
 
 if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
   local queued = 0
-  for k = 5, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
+  for k = 6, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
   local queued_cost = tonumber(redis.call('HGET', stats, STAT.queued_cost) or '0')
   if max_jobs > 0 and queued + new_count > max_jobs then
     return reply{state = 'full', detail = 'queue_jobs', queued = queued, queued_cost = queued_cost}
