@@ -38,3 +38,23 @@ class DevicePool:
     def release(self, name: str | None, need_gb: float) -> None:
         if name is not None:
             self.used_gb[name] = max(0.0, self.used_gb.get(name, 0.0) - need_gb)
+
+
+@dataclass
+class CorePool:
+    """CPU cores held by CPU workers: a worker starts only where its cores are free
+    (sluice/cores.py says how many one holds)."""
+
+    total: int
+    used: int = 0
+
+    def take(self, n: int) -> None:
+        """Reserve ``n`` cores; LookupError when fewer are free."""
+        if n > self.total - self.used:
+            raise LookupError(
+                f"it needs {n} CPU core(s) and {self.total - self.used} of {self.total} are free"
+            )
+        self.used += n
+
+    def give(self, n: int) -> None:
+        self.used = max(0, self.used - n)

@@ -5,6 +5,7 @@ Owns what is stored in Redis and how it is read and written: key names
 (``bulk``), the worker registry (``registry``), job records (``jobs``), API keys
 (``apikeys``); the config schema (``config``), the error table (``errors``),
 the Python client (``client``), a managed redis-server (``redis_server``),
+how CPU workers divide the machine's cores (``cores``),
 the child ``sluice`` processes of a local stack (``children``, which
 sluicebench's stacks reuse) and ``sluice up`` (``up``). The command line is
 ``cli``: core commands here, the others from the packages named in its

@@ -107,6 +107,10 @@ class AutoscalingConfig(_Strict):
     cold_start_s: float = Field(30.0, ge=0)
     low_priority_max_replicas: int | None = Field(None, ge=0)
     gpu_memory_gb: float = Field(0.0, ge=0)
+    # Local backend: CPU cores one CPU worker holds (its torch threads). None: the
+    # handler's params.num_threads, else the machine's cores / max_replicas (at
+    # least 1); the synthetic handler holds none. 0: holds none (I/O-bound).
+    cpu_cores: int | None = Field(None, ge=0)
     metrics_window_s: float = Field(60.0, gt=0)
     # Per-replica service rate (cost units/s) assumed until workers report a
     # measured one; None derives it from the batching block.
@@ -248,6 +252,9 @@ class AutoscalerConfig(_Strict):
 
     backend: Literal["local", "kubernetes", "dry-run"] = "local"
     devices: list[DeviceConfig] = Field(default_factory=list)  # empty: CPU, no memory budget
+    # Local backend: cores CPU workers may hold in all (None: the cores this
+    # process may run on). A CPU worker that would oversubscribe them is not started.
+    cpu_cores: int | None = Field(None, gt=0)
     namespace: str = "default"
     restart_backoff_s: float = Field(1.0, gt=0)
     restart_backoff_max_s: float = Field(60.0, gt=0)

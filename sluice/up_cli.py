@@ -12,6 +12,7 @@ from rich.live import Live
 
 from sluice.cli_common import check_redis, fail, stop_event_on_signals
 from sluice.config import SluiceConfig
+from sluice.cores import describe
 from sluice.errors import RedisUnavailable, SluiceError
 from sluice.live import LiveStatus
 from sluice.queue import QueueClient
@@ -101,6 +102,7 @@ def run_up(
     reason = ""
     try:
         print("starting Redis, the gateway, the autoscaler and its workers ...", flush=True)
+        print("cores: " + "; ".join(describe(cfg)), flush=True)
         urls = stack.start(redis_url, host or cfg.gateway.host, port or cfg.gateway.port, data_dir)
         print(banner(urls, cfg), flush=True)
         status = LiveStatus(QueueClient(connect(urls.redis), dict(cfg.models)), cfg)

@@ -154,13 +154,18 @@ class Worker:
             except Exception:
                 log.exception("worker %s could not load or warm up its model", self.id)
                 return EXIT_LOAD_FAILED
+            threads = self.handler.cpu_threads()
+            if threads is not None:  # in the heartbeat: sluice status, the dashboard, tests
+                info = self.status.snapshot()
+                self.status.update(extra={**info.extra, "threads": threads})
             if not self._stopping():
                 self._set_state("ready", ready_at=self.wall())
                 log.info(
-                    "worker %s ready: model %s on %s, buckets %s, loaded in %.1f s",
+                    "worker %s ready: model %s on %s (threads %s), buckets %s, loaded in %.1f s",
                     self.id,
                     self.model,
                     self.opts.device,
+                    "-" if threads is None else threads,
                     ",".join(self.buckets),
                     time.monotonic() - t0,
                 )
@@ -383,6 +388,7 @@ class Worker:
             failures=info.failures + (1 if result.failed else 0),
             service_rate=self.rate.rate,
             extra={
+                **info.extra,  # what the worker set at start (threads) and the held count
                 "token_budget": self.budget.current,
                 "overlap": self.overlap,
                 "padding_efficiency": round(self.metrics.padding_efficiency_value, 4),

@@ -1,6 +1,8 @@
 """Spawn and drain ``sluice worker`` processes on this machine.
 
-A scale-up spawns workers (on a device with room, see autoscaler/devices.py); a
+A scale-up spawns workers (on a device with room, see autoscaler/devices.py; a
+CPU worker only where its cores are free, with that many torch threads, see
+sluice/cores.py); a
 scale-down sends SIGTERM -- the worker's drain: it stops claiming, finishes
 what it holds, deregisters and exits 0 -- to the idlest workers and waits for
 them. A busy worker is never killed: only a drained worker that outlives
@@ -25,8 +27,9 @@ from pathlib import Path
 from typing import IO
 
 from autoscaler.backends.base import idlest_first
-from autoscaler.devices import DevicePool
+from autoscaler.devices import CorePool, DevicePool
 from sluice.config import REDIS_URL_ENV, SluiceConfig
+from sluice.cores import THREADS_ENV, cores_per_worker, total_cores
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
@@ -43,6 +46,7 @@ class LocalWorker:
     spawned_wall_s: float = 0.0  # to compare with the heartbeat's ready_at (wall clock)
     log_file: IO[bytes] | None = None
     draining_since: float | None = None
+    cores: int = 0  # CPU cores held (given back when it exits)
 
 
 @dataclass
@@ -81,6 +85,7 @@ class LocalBackend:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.clock = clock
         self.pool = DevicePool(list(cfg.autoscaler.devices))
+        self.cores = CorePool(total_cores(cfg))
         self.models = {m: _ModelState() for m in cfg.models}
         self._seq = 0
 
@@ -150,11 +155,19 @@ class LocalBackend:
 
     # -- mechanics ----------------------------------------------------------------
     def _spawn(self, model: str) -> bool:
-        need = self.cfg.models[model].autoscaling.gpu_memory_gb
+        mcfg = self.cfg.models[model]
+        need = mcfg.autoscaling.gpu_memory_gb
         try:
             device = self.pool.place(need)
         except LookupError as e:
             log.warning("local: cannot start another %s worker: %s", model, e)
+            return False
+        cores = 0 if device is not None else cores_per_worker(mcfg, self.cores.total)
+        try:
+            self.cores.take(cores)
+        except LookupError as e:
+            self.pool.release(device, need)
+            log.warning("local: not starting another %s worker: %s", model, e)
             return False
         self._seq += 1
         wid = f"local-{os.getpid()}-{self._seq}"
@@ -173,6 +186,8 @@ class LocalBackend:
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
             args += ["--device", "cuda"]
+        elif cores > 0:
+            env[THREADS_ENV] = str(cores)  # a params.num_threads of its own still wins
         try:
             out = (self.log_dir / f"{wid}.log").open("ab")
             proc = subprocess.Popen(
@@ -181,13 +196,13 @@ class LocalBackend:
         except OSError as e:
             log.error("local: cannot start a %s worker: %s", model, e)
             self.pool.release(device, need)
+            self.cores.give(cores)
             return False
         self.models[model].workers.append(
-            LocalWorker(wid, model, proc, device, self.clock(), time.time(), out)
+            LocalWorker(wid, model, proc, device, self.clock(), time.time(), out, cores=cores)
         )
-        log.info(
-            "local: started %s worker %s (pid %d, device %s)", model, wid, proc.pid, device or "cpu"
-        )
+        where = device or f"cpu, {cores} core(s)"
+        log.info("local: started %s worker %s (pid %d, %s)", model, wid, proc.pid, where)
         return True
 
     def _shrink(self, model: str, n: int) -> None:
@@ -254,6 +269,8 @@ class LocalBackend:
 
     def _release(self, w: LocalWorker) -> None:
         self.pool.release(w.device, self.cfg.models[w.model].autoscaling.gpu_memory_gb)
+        self.cores.give(w.cores)
+        w.cores = 0
         if w.log_file is not None:
             w.log_file.close()
             w.log_file = None

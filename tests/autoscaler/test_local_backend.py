@@ -1,5 +1,6 @@
 """The local backend's mechanics with a stand-in worker process (fast, no Redis):
-device placement in CUDA_VISIBLE_DEVICES, memory budget, drain order, crash restart."""
+device placement in CUDA_VISIBLE_DEVICES, memory budget, CPU cores, drain order,
+crash restart."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ args = sys.argv[1:]
 wid = args[args.index("--worker-id") + 1]
 out = os.environ["FAKE_DIR"]
 with open(os.path.join(out, wid + ".json"), "w") as f:
-    json.dump({"args": args, "cuda": os.environ.get("CUDA_VISIBLE_DEVICES")}, f)
+    env = os.environ
+    json.dump({"args": args, "cuda": env.get("CUDA_VISIBLE_DEVICES"),
+               "threads": env.get("SLUICE_NUM_THREADS")}, f)
 if os.path.exists(os.path.join(out, "crash")):
     sys.exit(3)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
@@ -29,21 +32,15 @@ while True:
 """
 
 
-def _backend(tmp_path: Path, monkeypatch, **autoscaler: object) -> LocalBackend:  # type: ignore[no-untyped-def]
+def _backend(  # type: ignore[no-untyped-def]
+    tmp_path: Path, monkeypatch, model: dict[str, object] | None = None, **autoscaler: object
+) -> LocalBackend:
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE)
     monkeypatch.setenv("FAKE_DIR", str(tmp_path))
-    cfg = parse_config(
-        {
-            "models": {
-                "m": {
-                    "handler": "synthetic",
-                    "autoscaling": {"max_replicas": 8, "gpu_memory_gb": 6},
-                }
-            },
-            "autoscaler": autoscaler,
-        }
-    )
+    monkeypatch.delenv("SLUICE_NUM_THREADS", raising=False)
+    m = model or {"handler": "synthetic", "autoscaling": {"max_replicas": 8, "gpu_memory_gb": 6}}
+    cfg = parse_config({"models": {"m": m}, "autoscaler": autoscaler})
     return LocalBackend(
         cfg,
         tmp_path / "sluice.yaml",
@@ -112,6 +109,45 @@ def test_places_by_memory_and_drains_the_idlest(tmp_path: Path, monkeypatch) -> 
     finally:
         be.close(timeout_s=5)
     assert all(p.poll() == 0 for p in procs)  # close() drained the rest
+
+
+def test_cpu_workers_hold_cores_and_never_oversubscribe_them(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model = {"handler": "embedding", "autoscaling": {"max_replicas": 4, "min_replicas": 0}}
+    be = _backend(tmp_path, monkeypatch, model, cpu_cores=3)
+    try:
+        be.scale("m", 4, [])
+        # Unset threads: 3 cores // max_replicas 4 -> 1 core each, so 3 of the 4 start.
+        assert be.current("m") == 3 and be.cores.used == 3
+        started = _wait_files(tmp_path, 3)
+        assert [s["threads"] for s in started] == ["1", "1", "1"]
+        assert all(s["cuda"] is None for s in started)
+        ids = [w.id for w in be.models["m"].workers]
+        be.scale("m", 2, [_info(i) for i in ids])  # one drains and gives its core back
+        deadline = time.monotonic() + 10
+        while not be.models["m"].exits and time.monotonic() < deadline:
+            be.tick(0.0)
+            time.sleep(0.05)
+        assert be.cores.used == 2
+        be.scale("m", 4, [])  # room for one more, not two
+        assert be.current("m") == 3 and be.cores.used == 3
+    finally:
+        be.close(timeout_s=5)
+    assert be.cores.used == 0
+
+
+def test_num_threads_sets_the_cores_a_worker_holds(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    model = {
+        "handler": "embedding",
+        "params": {"num_threads": 2},
+        "autoscaling": {"max_replicas": 4, "min_replicas": 0},
+    }
+    be = _backend(tmp_path, monkeypatch, model, cpu_cores=5)
+    try:
+        be.scale("m", 4, [])
+        assert be.current("m") == 2 and be.cores.used == 4  # 2 + 2; a third needs 2, 1 is free
+        assert [s["threads"] for s in _wait_files(tmp_path, 2)] == ["2", "2"]
+    finally:
+        be.close(timeout_s=5)
 
 
 def test_a_crash_is_restarted_with_backoff(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class Up:
     gateway: str
     redis_url: str
     config_path: Path
+    printed: list[str] = field(default_factory=list)  # what it printed until its banner
 
     def queue(self) -> QueueClient:
         return QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
@@ -59,7 +60,7 @@ def launch(config: dict[str, Any], directory: Path) -> Up:
         text=True,
         env=os.environ | {"HF_HUB_OFFLINE": "1"},
     )
-    lines = []
+    lines: list[str] = []
     assert proc.stdout is not None
     redis_url = ""
     while True:
@@ -70,7 +71,7 @@ def launch(config: dict[str, Any], directory: Path) -> Up:
             redis_url = line.split()[1]
         if line.startswith("Ctrl-C"):
             break
-    return Up(proc, f"http://127.0.0.1:{port}", redis_url, path)
+    return Up(proc, f"http://127.0.0.1:{port}", redis_url, path, lines)
 
 
 def shut_down(up: Up) -> None:

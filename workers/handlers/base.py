@@ -61,6 +61,11 @@ class Handler:
         self.ctx = ctx
         self.params = ctx.params
 
+    def cpu_threads(self) -> int | None:
+        """The CPU threads this handler computes with (None: it computes on no CPU
+        threads of its own, e.g. it sleeps or runs on a GPU)."""
+        return None
+
     def load(self) -> None:
         """Load weights onto ``ctx.device``; a worker is ``starting`` until this returns."""
 

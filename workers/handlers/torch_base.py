@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
 import torch
 
+from sluice.cores import THREADS_ENV
 from sluice.errors import ConfigError
 from workers.handlers.base import Collated, Handler, HandlerContext
 
@@ -26,7 +28,8 @@ class TorchHandler(Handler):
     Params: ``dtype`` (``float32``, the default, ``float16`` or ``bfloat16``: the
     handler holds its weights in it, so a half type halves weight memory; on CUDA
     the forward also runs under autocast to it), ``num_threads`` (torch intra-op
-    threads on CPU; default torch's own). A dtype the device cannot run is refused
+    threads on CPU; default: the cores the local backend gave this worker in
+    ``SLUICE_NUM_THREADS``, else torch's own). A dtype the device cannot run is refused
     here, at start, with a ``ConfigError`` naming the setting.
     """
 
@@ -35,10 +38,15 @@ class TorchHandler(Handler):
     def __init__(self, ctx: HandlerContext) -> None:
         super().__init__(ctx)
         self.device = torch.device(ctx.device)
-        threads = int(self.params.get("num_threads", 0) or 0)
+        # params.num_threads, else the cores the local backend gave this worker
+        # (sluice/cores.py), else torch's own default.
+        threads = int(self.params.get("num_threads", 0) or os.environ.get(THREADS_ENV) or 0)
         if threads > 0 and self.device.type == "cpu":
             torch.set_num_threads(threads)
         self.dtype = self._checked_dtype(self.params.get("dtype"))
+
+    def cpu_threads(self) -> int | None:
+        return torch.get_num_threads() if self.device.type == "cpu" else None
 
     def _checked_dtype(self, name: Any) -> torch.dtype:
         setting = f"models.{self.ctx.model}.params.dtype"
