@@ -45,6 +45,7 @@ def entry(d: Decision, obs: Observation | None, at_ms: int) -> DecisionRecord:
         obs.starting,
         obs.queued,
         obs.p99_wait_ms,
+        d.state.saturation.why if d.reason == "saturated" else "",
     )
 
 

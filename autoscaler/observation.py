@@ -27,6 +27,7 @@ class Observation:
     arrival_rate_cost: float | None = 0.0  # cost units/s over the metrics window
     arrival_rate_cost_recent: float | None = None  # policy.RECENT_RATE_S: reacts fast
     completion_rate_cost: float | None = None
+    completion_rate_cost_recent: float | None = None  # RECENT_RATE_S: the saturation guard
     service_rate: float | None = None  # measured cost units/s per busy worker
     p99_wait_ms: float | None = None  # recent queue-wait p99 (recorded at claim)
     oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here

@@ -232,6 +232,7 @@ class Observer:
             arrival_rate_cost=long[0] if long else None,
             arrival_rate_cost_recent=short[0] if short else None,
             completion_rate_cost=long[1] if long else None,
+            completion_rate_cost_recent=short[1] if short else None,
             service_rate=rate,
             p99_wait_ms=rd.p99_wait_ms,
             oldest_wait_ms=rd.oldest_wait_ms,

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from autoscaler import bulk_policy
+from autoscaler import bulk_policy, saturation
 from autoscaler.observation import Observation
+from autoscaler.saturation import Saturation
 from sluice.config import AutoscalingConfig, ModelConfig
 
 RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s, the long one)
@@ -41,6 +42,7 @@ REASONS = (
     "orphaned-jobs",
     "bulk",
     "bulk-wake",
+    "saturated",
 )
 
 
@@ -55,6 +57,7 @@ class PolicyState:
     # When decide() first ran: a fresh (restarted) autoscaler has no window of history,
     # so it does not scale down before it has watched for one.
     started_s: float | None = None
+    saturation: Saturation = field(default_factory=Saturation)  # autoscaler/saturation.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,12 +266,22 @@ def decide(
     want, needed, reason = _want(p, obs, mu, cold_s)
     want, needed, reason = bulk_policy.raise_for_bulk(p, obs, mu, want, needed, reason)
     want, reason = _bound(p, want, floor, reason)
+    sat = state.saturation
+    if p.saturation_hold_s > 0:
+        give_up_s = cold_s + 4 * RECENT_RATE_S  # the new replicas never got ready and ran
+        sat = saturation.measure(sat, obs, now_s, RECENT_RATE_S, p.saturation_hold_s, give_up_s)
+        cap = sat.capped(now_s)
+        if cap is not None and want > max(cap, floor):
+            want, reason = max(cap, floor), "saturated"
     window = p.scale_down_window_s
     recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)
     recs += ((now_s, want),)
-    new_state = replace(new_state, recommendations=recs)
+    new_state = replace(new_state, recommendations=recs, saturation=sat)
     if want > cur:
-        return Decision(cur, _limit_up(p, cur, want), reason, needed, new_state)
+        desired = _limit_up(p, cur, want)
+        if p.saturation_hold_s > 0:
+            sat = saturation.start_probe(sat, obs, cur, desired, now_s)
+        return Decision(cur, desired, reason, needed, replace(new_state, saturation=sat))
     if want < cur:
         desired, reason = _stabilise_down(p, cur, new_state, now_s, reason)
         return Decision(cur, desired, reason, needed, new_state)

@@ -111,6 +111,9 @@ class AutoscalingConfig(_Strict):
     # handler's params.num_threads, else the machine's cores / max_replicas (at
     # least 1); the synthetic handler holds none. 0: holds none (I/O-bound).
     cpu_cores: int | None = Field(None, ge=0)
+    # The saturation guard (docs/adr/0126): a scale-up that did not raise the drain
+    # rate caps the replicas this long; 0 turns the guard off.
+    saturation_hold_s: float = Field(600.0, ge=0)
     metrics_window_s: float = Field(60.0, gt=0)
     # Per-replica service rate (cost units/s) assumed until workers report a
     # measured one; None derives it from the batching block.

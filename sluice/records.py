@@ -89,6 +89,7 @@ class DecisionRecord:
     starting: int | None = None
     queued: int | None = None
     p99_wait_ms: float | None = None
+    detail: str = ""  # what a "saturated" decision measured
 
     @property
     def signature(self) -> tuple[int, int, str]:
@@ -102,7 +103,10 @@ class DecisionRecord:
 DECISION_PERIOD_FIELD = "period_s"  # the latest-decision hash only: the loop's period
 # Every number a reader of the latest-decision hash parses back (the rest is text).
 DECISION_NUMBERS = frozenset(
-    [*(f.name for f in fields(DecisionRecord) if f.name != "reason"), DECISION_PERIOD_FIELD]
+    [
+        *(f.name for f in fields(DecisionRecord) if f.name not in ("reason", "detail")),
+        DECISION_PERIOD_FIELD,
+    ]
 )
 
 

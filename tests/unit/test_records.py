@@ -51,5 +51,5 @@ def test_a_decision_is_stored_with_the_declared_fields() -> None:
     stored = dict(zip(hset[2::2], hset[3::2], strict=True))
     assert list(stored) == [*names, records.DECISION_PERIOD_FIELD]
     assert list(json.loads(push[2])) == names
-    # A reader parses every field but the reason back to a number.
-    assert DECISION_NUMBERS == set(stored) - {"reason"}
+    # A reader parses every field but the reason and its detail back to a number.
+    assert DECISION_NUMBERS == set(stored) - {"reason", "detail"}
