@@ -40,17 +40,6 @@ def backlogged(current: int, ready: int, drain: float, **kw: object) -> Observat
     return Observation(**fields)  # type: ignore[arg-type]
 
 
-def run(
-    steps: list[tuple[float, Observation]], policy: AutoscalingConfig = POLICY
-) -> list[Decision]:
-    state, out = PolicyState(), []
-    for now, obs in steps:
-        d = decide(policy, obs, state, now)
-        out.append(d)
-        state = d.state
-    return out
-
-
 def scale_up_then(drain_after: float, policy: AutoscalingConfig = POLICY) -> list[Decision]:
     """1 replica draining 100/s asks for more (up to 2 in one step); 2 become ready at
     t=10 and drain ``drain_after``; t=30 is past the settle window (15 s)."""
