@@ -42,7 +42,11 @@ class Up:
         return QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
 
     def workers(self, model: str):  # type: ignore[no-untyped-def]
-        return self.queue().run(list_workers_call(model))[0]
+        qc = self.queue()
+        try:
+            return qc.run(list_workers_call(model))[0]
+        finally:
+            qc.redis.close()  # one look each: no socket left for the collector
 
     def ready(self, model: str) -> int:
         return sum(1 for w in self.workers(model) if w.state == "ready")

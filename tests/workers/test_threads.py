@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
+import redis
 import torch
 
 from sluice.cores import THREADS_ENV
 from sluice.queue import QueueClient
-from sluice.queue.client import connect
 from sluice.registry import list_workers_call
 from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
 
@@ -34,7 +34,7 @@ def _threads(qc: QueueClient, batches: int = 0) -> list[object]:
     ("env", "params", "expected"), [("1", {}, 1), ("1", {"num_threads": 2}, 2)]
 )
 def test_threads_from_the_backend_unless_the_params_say(
-    redis_url: str,
+    r: redis.Redis,
     start_worker: Callable[..., Running],
     monkeypatch: pytest.MonkeyPatch,
     restore_threads: None,
@@ -44,7 +44,7 @@ def test_threads_from_the_backend_unless_the_params_say(
 ) -> None:
     monkeypatch.setenv(THREADS_ENV, env)
     cfg = worker_config("tiny", params=params)
-    qc = QueueClient(connect(redis_url), dict(cfg.models))
+    qc = QueueClient(r, dict(cfg.models))  # the fixture's client: closed after the test
     start_worker(cfg)
     wait_for(lambda: _threads(qc) == [expected])
     assert torch.get_num_threads() == expected
