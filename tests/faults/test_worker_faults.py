@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from sluice.jobs import JobStatus
+from sluice.queue import QueueClient
 from tests.faults.conftest import (
     BROKEN,
     MODEL,
@@ -47,8 +48,7 @@ def _submit_batch(url: str, n: int) -> list[str]:
     return [j["id"] for j in resp.json()["jobs"]]
 
 
-def _held_by(stack: Stack, cfg: dict[str, object], worker_id: str, ids: list[str]) -> list[str]:
-    qc = stack.queue(cfg)
+def _held_by(qc: QueueClient, worker_id: str, ids: list[str]) -> list[str]:
     return [
         j
         for j in ids
@@ -56,16 +56,16 @@ def _held_by(stack: Stack, cfg: dict[str, object], worker_id: str, ids: list[str
     ]
 
 
-def _frozen_holding(stack: Stack, cfg: dict[str, object], proc: Proc, ids: list[str]) -> list[str]:
+def _frozen_holding(qc: QueueClient, proc: Proc, ids: list[str]) -> list[str]:
     """Freeze ``proc`` once it holds jobs; the jobs it still holds while frozen, else thaw.
 
     Read while it is stopped, the held list cannot include a job it is about to
     complete: a batch that ended between the read and the signal is not counted.
     """
-    if not _held_by(stack, cfg, "fault-a", ids):
+    if not _held_by(qc, "fault-a", ids):
         return []
     proc.freeze()
-    held = _held_by(stack, cfg, "fault-a", ids)
+    held = _held_by(qc, "fault-a", ids)
     if not held:
         proc.signal(signal.SIGCONT)
     return held
@@ -83,9 +83,10 @@ def test_kill9_mid_batch_every_job_completes_and_shows_one_result(
     wait_gateway_sees(url, 2)
     ids = _submit_batch(url, 48)  # a backlog: both workers are mid-batch when we look
     watcher = Watcher(url, ids).start()  # reading from before the kill to the end
+    looker = s.queue(cfg)  # one client for the polling, closed at the end
     try:
         held = wait_for(
-            lambda: _frozen_holding(s, cfg, a, ids),
+            lambda: _frozen_holding(looker, a, ids),
             20,
             "worker A frozen holding jobs",
             every_s=0.01,
@@ -95,6 +96,7 @@ def test_kill9_mid_batch_every_job_completes_and_shows_one_result(
         time.sleep(2.0)  # past a lease: a wrongly requeued job would run (and show) again
     finally:
         watcher.stop()
+        looker.redis.close()
     qc = s.queue(cfg)
     records = {j: qc.get(j) for j in ids}
     assert all(r is not None and r.status == JobStatus.SUCCEEDED for r in records.values())
@@ -126,9 +128,10 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
     wait_gateway_sees(url)
     ids = _submit_all(url, 8)
     watcher = Watcher(url, ids, threads=2).start()
+    looker = s.queue(cfg)
     try:
         held = wait_for(
-            lambda: _held_by(s, cfg, "fault-a", ids), 10, "worker A to hold jobs", every_s=0.01
+            lambda: _held_by(looker, "fault-a", ids), 10, "worker A to hold jobs", every_s=0.01
         )
         a.signal(signal.SIGSTOP)  # hung mid-batch: no heartbeats, no renewals, no result
         b = s.spawn_worker(path, "--worker-id", "fault-b")
@@ -150,6 +153,7 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
         time.sleep(1.0)  # let any late write land before we look
     finally:
         watcher.stop()
+        looker.redis.close()
     assert {j: qc.get(j).result for j in held} == first  # type: ignore[union-attr]  # first result kept
     assert not {j: r for j, r in watcher.seen.items() if len(r) != 1}
     counters = qc.stats(MODEL).counters
