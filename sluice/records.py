@@ -66,6 +66,9 @@ class Stat(StrEnum):
     QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
 
 
+# The job counts an operator reads (sluice status's columns, the dashboard's rates).
+JOB_COUNTS = (Stat.ARRIVED, Stat.SUCCEEDED, Stat.FAILED, Stat.EXPIRED, Stat.CANCELLED, Stat.RETRIED)
+
 BUCKET_COST_PREFIX = "cost:"  # + bucket name: that bucket's queued cost
 
 

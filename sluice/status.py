@@ -11,17 +11,10 @@ from rich.table import Table
 from sluice.config import SluiceConfig
 from sluice.jobs import JobRecord
 from sluice.queue import QueueClient
-from sluice.records import Stat
+from sluice.records import JOB_COUNTS
 from sluice.registry import list_workers_call
 
-STATUS_COUNTERS = (
-    Stat.ARRIVED,
-    Stat.SUCCEEDED,
-    Stat.FAILED,
-    Stat.EXPIRED,
-    Stat.CANCELLED,
-    Stat.RETRIED,
-)
+STATUS_COUNTERS = JOB_COUNTS
 
 
 def queues_table(q: QueueClient, cfg: SluiceConfig) -> Table:

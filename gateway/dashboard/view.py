@@ -13,22 +13,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.records import DECISION_NUMBERS, Stat
+from sluice.records import DECISION_NUMBERS, JOB_COUNTS, Stat
 from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
 from sluice.waits import BOUNDS_MS, merge
 
 RATE_SPAN_S = 5.0  # throughput over the last few seconds: smooth, still live
 GROWTH_SPAN_S = 10.0  # "is the queue growing" looks this far back
-COUNTERS: tuple[str, ...] = (
-    Stat.ARRIVED,
-    Stat.SUCCEEDED,
-    Stat.FAILED,
-    Stat.EXPIRED,
-    Stat.CANCELLED,
-    Stat.RETRIED,
-    Stat.ARRIVED_COST,
-    Stat.COMPLETED_COST,
-)
+COUNTERS: tuple[str, ...] = (*JOB_COUNTS, Stat.ARRIVED_COST, Stat.COMPLETED_COST)
 
 
 def quantile_ms(counts: list[int], q: float) -> float | None:
