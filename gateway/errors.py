@@ -1,6 +1,8 @@
 """The one mapping from Sluice's errors to HTTP, and the error body every answer uses.
 
-Every error response is ``{"error": {"type", "message"}}``. Client mistakes are
+Every error response is ``{"error": {"type", "message"}}``, except under the
+OpenAI-compatible paths (``/v1/embeddings``), which answer in OpenAI's shape
+(:func:`openai_error`) so OpenAI clients raise their own errors. Client mistakes are
 4xx, an unreachable or slow Redis is 503, and only a bug is 500. Routes raise
 and the exception handlers answer; ASGI code that answers before routing (the
 body guard, the access guards) calls :func:`send_error`, so both send the same
@@ -28,6 +30,7 @@ from sluice.errors import (
     InvalidInput,
     JobConflict,
     JobNotFound,
+    ModelFailed,
     NotReady,
     Overloaded,
     PriorityNotAllowed,
@@ -35,6 +38,7 @@ from sluice.errors import (
     RateLimited,
     RedisUnavailable,
     SluiceError,
+    TimedOut,
     Unauthorized,
     UnknownModel,
     UnsupportedMediaType,
@@ -57,6 +61,8 @@ HTTP_STATUS: dict[type[SluiceError], int] = {
     Overloaded: 429,
     RedisUnavailable: 503,
     NotReady: 503,
+    ModelFailed: 502,
+    TimedOut: 504,
     ConfigError: 500,
 }
 HTTP_TYPES = {404: "not_found", 405: "method_not_allowed", 413: "input_too_large"}
@@ -73,20 +79,45 @@ def status_for(e: SluiceError) -> int:
 WS_POLICY_VIOLATION = 1008  # the close code of a WebSocket refused before it is accepted
 
 
+OPENAI_PATHS = frozenset({"/v1/embeddings"})
+# OpenAI's codes for the errors whose name it fixes; otherwise Sluice's type is the code.
+OPENAI_CODES = {"unknown_model": "model_not_found", "unauthorized": "invalid_api_key"}
+
+
+def openai_error(status: int, type_: str, message: str, param: str | None = None) -> Any:
+    """OpenAI's error body: ``{"error": {"message", "type", "param", "code"}}``; the
+    code is Sluice's error type (OpenAI's own name where it has one)."""
+    if status == 429:
+        kind = "rate_limit_error"
+    elif status >= 500:
+        kind = "server_error"
+    else:
+        kind = "invalid_request_error"
+    code = OPENAI_CODES.get(type_, type_)
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 def error_response(
     status: int,
     type_: str,
     message: str,
     retry_after_s: float | None = None,
     headers: Mapping[str, str] | None = None,
+    *,
+    path: str = "",
+    param: str | None = None,
 ) -> JSONResponse:
-    """The error body with its status; ``headers`` are set after the table's own."""
+    """The error body with its status; ``headers`` are set after the table's own.
+    Under an OpenAI path the body is OpenAI's and a 422 is OpenAI's 400."""
     fixed = {}
     if retry_after_s is not None:
         fixed["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     if status == 401:  # RFC 9110: a 401 names the scheme it wants
         fixed["WWW-Authenticate"] = 'Bearer realm="sluice"'
-    body = {"error": {"type": type_, "message": message}}
+    body: Any = {"error": {"type": type_, "message": message}}
+    if path in OPENAI_PATHS:
+        status = 400 if status == 422 else status
+        body = openai_error(status, type_, message, param)
     resp = JSONResponse(body, status_code=status, headers=fixed)
     for k, v in (headers or {}).items():
         resp.headers[k] = v
@@ -94,14 +125,16 @@ def error_response(
 
 
 def response_for(
-    e: SluiceError | StarletteHTTPException, headers: Mapping[str, str] | None = None
+    e: SluiceError | StarletteHTTPException,
+    headers: Mapping[str, str] | None = None,
+    path: str = "",
 ) -> JSONResponse:
     """The table's answer to ``e``: what a route that raises it answers, plus ``headers``."""
     if isinstance(e, SluiceError):
-        return error_response(status_for(e), e.type, str(e), e.retry_after_s, headers)
+        return error_response(status_for(e), e.type, str(e), e.retry_after_s, headers, path=path)
     type_ = HTTP_TYPES.get(e.status_code, "http_error")
     extra = {**(e.headers or {}), **(headers or {})}
-    return error_response(e.status_code, type_, str(e.detail), None, extra)
+    return error_response(e.status_code, type_, str(e.detail), None, extra, path=path)
 
 
 async def send_error(
@@ -121,7 +154,7 @@ async def send_error(
     if scope["type"] == "websocket":
         await send({"type": "websocket.close", "code": WS_POLICY_VIOLATION})
         return
-    await response_for(e, headers)(scope, receive, send)
+    await response_for(e, headers, scope.get("path", ""))(scope, receive, send)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -129,22 +162,24 @@ def _field(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "body"
 
 
-async def _sluice_error(_: Request, e: Exception) -> JSONResponse:
+async def _sluice_error(request: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, SluiceError)
-    return response_for(e)
+    return response_for(e, path=request.url.path)
 
 
-async def _validation_error(_: Request, e: Exception) -> JSONResponse:
+async def _validation_error(request: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, RequestValidationError)
+    path = request.url.path
     errs = e.errors()
     first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
     if first.get("type") == "json_invalid":
         # gateway.strict_json refuses through this path too, with its reason in ctx.
-        return error_response(422, INVALID_JSON, _json_message(first))
-    message = f"{_field(tuple(first.get('loc', ())))}: {first.get('msg')}"
+        return error_response(422, INVALID_JSON, _json_message(first), path=path)
+    field = _field(tuple(first.get("loc", ())))
+    message = f"{field}: {first.get('msg')}"
     if len(errs) > 1:
         message += f" (and {len(errs) - 1} more)"
-    return error_response(422, "invalid_request", message)
+    return error_response(422, "invalid_request", message, path=path, param=field)
 
 
 def _json_message(err: Any) -> str:
@@ -155,21 +190,22 @@ def _json_message(err: Any) -> str:
     return f"body is not valid JSON: {reason}{where}" if reason else "body is not valid JSON"
 
 
-async def _http_error(_: Request, e: Exception) -> JSONResponse:
+async def _http_error(request: Request, e: Exception) -> JSONResponse:
     assert isinstance(e, StarletteHTTPException)
-    return response_for(e)
+    return response_for(e, path=request.url.path)
 
 
-async def _redis_error(_: Request, e: Exception) -> JSONResponse:
+async def _redis_error(request: Request, e: Exception) -> JSONResponse:
     # A Redis that answers with an error (OOM, READONLY, LOADING) is unavailable to
     # us, not a bug in the request.
     log.warning("redis error: %s", e)
-    return error_response(503, RedisUnavailable.type, f"Redis error: {e}", 1)
+    path = request.url.path
+    return error_response(503, RedisUnavailable.type, f"Redis error: {e}", 1, path=path)
 
 
-async def _internal(_: Request, e: Exception) -> JSONResponse:
+async def _internal(request: Request, e: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=e)
-    return error_response(500, "internal", "internal error")
+    return error_response(500, "internal", "internal error", path=request.url.path)
 
 
 def install(app: FastAPI) -> None:

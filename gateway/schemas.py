@@ -137,6 +137,56 @@ class ModelList(BaseModel):
     models: list[ModelInfo]
 
 
+class EmbeddingsRequest(_Body):
+    """OpenAI's embeddings request; ``priority`` and ``deadline_ms`` are Sluice's own
+    (an OpenAI client sends them in ``extra_body``)."""
+
+    model: str = Field(..., max_length=64, description="A model named in the config.")
+    # Checked in the route, which says what is wrong (token arrays, empty strings).
+    input: Any = Field(..., description="A string, or a list of strings.")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, description="Refused: models return their own size.")
+    user: str | None = Field(None, max_length=256, description="Accepted and not used.")
+    priority: Priority = "normal"
+    deadline_ms: int | None = Field(None, gt=0, strict=True)
+
+
+class Embedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str = Field(
+        ..., description="floats, or base64 of little-endian float32 (encoding_format)"
+    )
+
+
+class EmbeddingsUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Embedding]
+    model: str
+    usage: EmbeddingsUsage
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class OpenAIErrorBody(BaseModel):
+    error: OpenAIErrorDetail
+
+
+def openai_errors(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for the OpenAI-shaped error statuses."""
+    return {c: {"model": OpenAIErrorBody} for c in codes}
+
+
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` entries for error statuses, all with the error body."""
     return {c: {"model": ErrorBody} for c in codes}

@@ -120,3 +120,16 @@ class ShuttingDown(NotReady):
 
 class UnsupportedMediaType(SluiceError):
     type = "unsupported_media_type"
+
+
+class ModelFailed(SluiceError):
+    """A job the caller waited on failed in the model (not the caller's input)."""
+
+    type = "model_failed"
+
+
+class TimedOut(SluiceError):
+    """A wait for jobs ended before they did (or a job expired before it ran)."""
+
+    type = "timeout"
+    retry_after_s = 1.0

@@ -129,6 +129,22 @@ def test_oom_on_a_single_input_goes_back_to_the_queue() -> None:
     assert res.outcomes[0].payload["type"] == "OutOfMemoryError"
 
 
+def test_synthetic_embeddings_are_unit_vectors_of_their_input() -> None:
+    from workers.handlers.synthetic import SyntheticHandler
+
+    plain = BatchRunner(handler(SyntheticHandler, base_ms=0, per_token_ms=0))
+    assert [o.payload for o in plain.run(jobs(["a b", "c"])).outcomes] == [
+        {"tokens": 2},
+        {"tokens": 1},
+    ]
+    emb = BatchRunner(handler(SyntheticHandler, base_ms=0, per_token_ms=0, embedding_dim=16))
+    first = [o.payload["embedding"] for o in emb.run(jobs(["a b", "c", "a b"])).outcomes]
+    again = [o.payload["embedding"] for o in emb.run(jobs(["c"])).outcomes]
+    assert [len(v) for v in first] == [16, 16, 16]
+    assert all(abs(sum(x * x for x in v) - 1) < 1e-9 for v in first)
+    assert first[0] == first[2] != first[1] == again[0]  # the input decides, not the batch
+
+
 def test_a_synthetic_worker_never_imports_torch() -> None:
     code = (
         "import sys\n"

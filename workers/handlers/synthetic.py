@@ -6,7 +6,9 @@ little memory, which is what scaling tests need.
 
 from __future__ import annotations
 
+import math
 import time
+import zlib
 from typing import Any
 
 from workers.handlers.base import Collated, Handler, Shape
@@ -16,12 +18,15 @@ class SyntheticHandler(Handler):
     """Sleeps ``base_ms + per_token_ms x padded tokens`` per batch.
 
     Params: ``base_ms`` (5), ``per_token_ms`` (0.05), ``load_ms`` (0; sleeps in
-    ``load`` to model a cold start).
+    ``load`` to model a cold start), ``embedding_dim`` (0; above 0 each result is
+    ``{"embedding": [...]}`` of that many floats, a unit vector derived from the
+    input, so load tests carry a real embedding's size and ``/v1/embeddings`` works).
     """
 
     def load(self) -> None:
         self.base_ms = float(self.params.get("base_ms", 5.0))
         self.per_token_ms = float(self.params.get("per_token_ms", 0.05))
+        self.dim = int(self.params.get("embedding_dim", 0))
         load_ms = float(self.params.get("load_ms", 0.0))
         if load_ms > 0:
             time.sleep(load_ms / 1000)
@@ -32,7 +37,9 @@ class SyntheticHandler(Handler):
 
     def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
         longest = max(costs, default=0)
-        return Collated(list(costs), len(costs), longest * len(costs), sum(costs))
+        # With embeddings the inputs ride along (each vector derives from its input).
+        data = list(inputs) if self.dim > 0 else list(costs)
+        return Collated(data, len(costs), longest * len(costs), sum(costs))
 
     def batch_ms(self, padded_tokens: int) -> float:
         return self.base_ms + self.per_token_ms * padded_tokens
@@ -42,4 +49,15 @@ class SyntheticHandler(Handler):
         return batch.data
 
     def postprocess(self, output: Any, batch: Collated) -> list[Any]:
+        if self.dim > 0:
+            return [{"embedding": unit_vector(value, self.dim)} for value in output]
         return [{"tokens": cost} for cost in output]
+
+
+def unit_vector(value: Any, dim: int) -> list[float]:
+    """A deterministic unit vector of ``dim`` floats for ``value`` (the same input
+    gives the same vector on every worker and run)."""
+    seed = zlib.crc32(repr(value).encode())
+    raw = [math.sin(seed + 1.618 * i) for i in range(dim)]
+    norm = math.sqrt(sum(v * v for v in raw)) or 1.0
+    return [v / norm for v in raw]

@@ -1,0 +1,163 @@
+"""OpenAI-compatible embeddings: ``POST /v1/embeddings``, on top of the job machinery.
+
+Each input becomes one job of the named model (one submit, so admission,
+priorities, API-key limits, idempotency and metrics are the jobs API's); the
+route waits for all of them like ``predict`` does and answers in OpenAI's shape.
+Errors under this path are OpenAI's shape too (gateway.errors).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import sys
+from array import array
+from typing import Any
+
+from fastapi import APIRouter
+
+from gateway import service
+from gateway.deps import Caller, IdempotencyKey, State
+from gateway.responses import Json
+from gateway.schemas import EmbeddingsRequest, EmbeddingsResponse, openai_errors
+from gateway.state import GatewayState
+from gateway.strict_json import StrictJsonRoute
+from sluice.config import ModelConfig
+from sluice.errors import (
+    InvalidInput,
+    JobConflict,
+    JobNotFound,
+    ModelFailed,
+    TimedOut,
+)
+from sluice.jobs import JobRecord, JobStatus
+
+router = APIRouter(prefix="/v1", tags=["openai"], route_class=StrictJsonRoute)
+
+
+def texts_of(value: Any, limit: int) -> list[str]:
+    """The request's ``input`` as a list of non-empty strings, or InvalidInput saying why."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list):
+        raise InvalidInput("input: must be a string or a list of strings")
+    if not items:
+        raise InvalidInput("input: must not be an empty list")
+    if len(items) > limit:
+        raise InvalidInput(f"input: {len(items)} items, the limit is {limit}")
+    for i, text in enumerate(items):
+        where = f"input[{i}]" if len(items) > 1 or not isinstance(value, str) else "input"
+        if isinstance(text, int) or (isinstance(text, list) and text):
+            raise InvalidInput(f"{where}: token arrays are not supported; send the text")
+        if not isinstance(text, str):
+            raise InvalidInput(f"{where}: must be a string")
+        if not text:
+            raise InvalidInput(f"{where}: must not be empty")
+    return items
+
+
+def check_model(name: str, cfg: ModelConfig) -> None:
+    """Refuse at once a built-in handler known not to return embeddings (a custom
+    handler's results are checked when they arrive)."""
+    handler = cfg.handler
+    if handler == "tiny" or (handler == "synthetic" and not cfg.params.get("embedding_dim")):
+        raise InvalidInput(f"model: {name!r} does not return embeddings (handler {handler!r})")
+
+
+def encode(vector: list[float], encoding_format: str) -> list[float] | str:
+    """``float``: the list; ``base64``: little-endian float32 bytes, as OpenAI sends."""
+    if encoding_format == "float":
+        return vector
+    packed = array("f", vector)
+    if sys.byteorder == "big":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def vector_of(model: str, rec: JobRecord) -> list[float]:
+    result = rec.result
+    vector = result.get("embedding") if isinstance(result, dict) else None
+    if not isinstance(vector, list) or not all(isinstance(v, int | float) for v in vector):
+        raise ModelFailed(f"model {model!r} returned no embedding (a result without 'embedding')")
+    return vector
+
+
+def check_ended(recs: list[JobRecord]) -> None:
+    """Raise for the first job that did not succeed, naming its input."""
+    for i, rec in enumerate(recs):
+        where = f"input[{i}]" if len(recs) > 1 else "input"
+        if rec.status is JobStatus.SUCCEEDED:
+            continue
+        error = rec.error or {}
+        message = str(error.get("message") or rec.status.value)
+        if rec.status is JobStatus.FAILED and error.get("type") == InvalidInput.type:
+            raise InvalidInput(f"{where}: {message}")
+        if rec.status is JobStatus.FAILED:
+            raise ModelFailed(f"{where}: the model failed: {message}")
+        if rec.status is JobStatus.EXPIRED:
+            raise TimedOut(f"{where}: expired before a worker started it (deadline_ms)")
+        raise JobConflict(f"{where}: job {rec.id} was cancelled", rec.status.value)
+
+
+async def _wait_all(
+    st: GatewayState, ids: list[str], owner: str | None, keep: bool
+) -> list[JobRecord]:
+    """Every job once ended; TimedOut after ``predict_timeout_s``. Unless ``keep`` (an
+    Idempotency-Key, whose retry will wait on these same jobs) the unfinished are
+    cancelled: nobody else can ever read them."""
+    limit = st.gw.predict_timeout_s
+    recs = await asyncio.gather(*(service.wait(st, job_id, limit, owner) for job_id in ids))
+    pending = [r.id for r in recs if not r.status.terminal]
+    if pending:
+        if not keep:
+            for job_id in pending:
+                with contextlib.suppress(JobConflict, JobNotFound):
+                    await service.cancel(st, job_id, owner)
+        again = " (retry with the same Idempotency-Key to wait on)" if keep else ""
+        raise TimedOut(
+            f"{len(pending)} of {len(ids)} inputs not done after {limit:g} s "
+            f"(gateway.predict_timeout_s){again}"
+        )
+    return list(recs)
+
+
+@router.post(
+    "/embeddings",
+    response_class=Json,
+    responses={
+        200: {"model": EmbeddingsResponse},
+        **openai_errors(400, 401, 403, 404, 409, 413, 415, 429, 502, 503, 504),
+    },
+)
+async def create_embeddings(
+    body: EmbeddingsRequest,
+    st: State,
+    key: Caller,
+    idempotency_key: IdempotencyKey = None,
+) -> Json:
+    """OpenAI's embeddings API: ``model`` is a Sluice model, each input one job; waits
+    up to ``gateway.predict_timeout_s`` for all of them."""
+    cfg = st.model(body.model)
+    if body.dimensions is not None:
+        raise InvalidInput(
+            f"dimensions: not supported; model {body.model!r} returns embeddings of its own size"
+        )
+    check_model(body.model, cfg)
+    texts = texts_of(body.input, st.gw.max_batch_inputs)
+    owner = key.owner if key else None
+    spec = service.Spec(body.priority, body.deadline_ms, None, idempotency_key, owner)
+    views, _ = await service.submit(st, body.model, list(texts), spec, batch=True)
+    ids = [v["id"] for v in views]
+    recs = await _wait_all(st, ids, owner.name if owner else None, idempotency_key is not None)
+    check_ended(recs)
+    data = [
+        {
+            "object": "embedding",
+            "index": i,
+            "embedding": encode(vector_of(body.model, rec), body.encoding_format),
+        }
+        for i, rec in enumerate(recs)
+    ]
+    tokens = sum(rec.cost for rec in recs)
+    usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+    return Json({"object": "list", "data": data, "model": body.model, "usage": usage})
