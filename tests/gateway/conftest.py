@@ -115,3 +115,19 @@ async def make_gateway(kind: str, request: pytest.FixtureRequest) -> AsyncIterat
 async def gw(make_gateway: HarnessFactory) -> AsyncIterator[Harness]:
     async with make_gateway() as h:
         yield h
+
+
+OPENAI_PATH = "/v1/embeddings"
+
+
+def error_keys(path: str) -> set[str]:
+    """The keys of an error body on ``path``: OpenAI's under its paths, else Sluice's."""
+    return {"message", "type", "param", "code"} if path == OPENAI_PATH else {"type", "message"}
+
+
+def waited_out(path: str, resp: Any) -> bool:
+    """The one 5xx a fuzzed request may get: ``/v1/embeddings`` waits for workers,
+    and with none running its (valid) jobs time out: 504, code ``timeout``."""
+    if path != OPENAI_PATH or resp.status_code != 504:
+        return False
+    return bool(resp.json()["error"]["code"] == "timeout")
