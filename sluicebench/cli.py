@@ -49,6 +49,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("dispatch")(bench_dispatch_cmd)
     bench_app.command("load")(load_cmd)
     bench_app.command("stack")(stack_cmd)
+    bench_app.command("e2e")(e2e_cmd)
     bench_app.command("soak")(soak_cmd)
     bench_app.command("auth-submit")(auth_submit_cmd)
     for name, module in SCRIPTS.items():
@@ -141,6 +142,49 @@ def load_cmd(
     write_json(json_path, out)
     if out["sent"] and not out["succeeded"]:
         raise typer.Exit(1)  # nothing got through: a script should notice
+
+
+def e2e_cmd(
+    texts: Annotated[
+        int, typer.Option(help="Mixed-length texts (70/25/5% short/medium/long).")
+    ] = 2000,
+    concurrency: Annotated[int, typer.Option(help="Closed loop: calls outstanding.")] = 64,
+    open_fraction: Annotated[
+        float, typer.Option(help="Open loop: Poisson rate as a fraction of (b)'s closed loop.")
+    ] = 0.7,
+    open_s: Annotated[float, typer.Option(help="Open loop: seconds of arrivals.")] = 20.0,
+    warm_s: Annotated[float, typer.Option(help="Closed-loop warm-up before measuring.")] = 30.0,
+    systems: Annotated[
+        str, typer.Option(help="Comma list of example, best, in_process, microbatcher.")
+    ] = "example,best,in_process,microbatcher",
+    best_config: Annotated[Path, typer.Option(help="System (b)'s config.")] = Path(
+        "bench/e2e_best.yaml"
+    ),
+    seed: Annotated[int, typer.Option(help="Workload and arrival seed.")] = 1,
+    log_dir: Annotated[Path, typer.Option(help="The stacks' logs.")] = Path("bench/results/e2e"),
+    json_path: JsonOpt = None,
+) -> None:
+    """MiniLM end to end: the example config vs the best vs the in-process limit vs a
+    FastAPI micro-batcher, closed and open loop, per-class p50/p99, CPU and RSS."""
+    from sluicebench.e2e_bench import E2EParams, render, run_e2e
+
+    chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
+    known = {"example", "best", "in_process", "microbatcher"}
+    if not chosen or set(chosen) - known:
+        fail(f"--systems: choose from {sorted(known)}", 2)
+    params = E2EParams(
+        texts=texts,
+        concurrency=concurrency,
+        open_fraction=open_fraction,
+        open_s=open_s,
+        warm_s=warm_s,
+        seed=seed,
+        systems=chosen,
+        best_config=str(best_config),
+    )
+    data = run_e2e(params, log_dir, progress=_console().print)
+    render(data, _console())
+    write_json(json_path, data)
 
 
 def stack_cmd(
