@@ -6,6 +6,7 @@ import json
 import math
 from typing import Any
 
+import orjson
 from fastapi.responses import JSONResponse
 
 
@@ -22,6 +23,12 @@ def _finite(value: Any) -> Any:
 
 class Json(JSONResponse):
     def render(self, content: Any) -> bytes:
+        try:
+            # orjson: several times faster on a result's floats; NaN and infinities
+            # become null, as the fallback below makes them.
+            return orjson.dumps(content)
+        except orjson.JSONEncodeError:
+            pass
         try:
             return super().render(content)
         except ValueError:

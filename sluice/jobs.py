@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import secrets
 import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from sluice import fastjson
 from sluice.config import PRIORITIES
 from sluice.records import SCORE_SCALE
 
@@ -247,7 +247,7 @@ def _json(raw: dict[str, str], name: str, kind: type | None = None) -> Any:
     if not text:
         return None
     try:
-        value = json.loads(text)
+        value = fastjson.loads(text)
     except ValueError:
         return None
     return value if kind is None or isinstance(value, kind) else None

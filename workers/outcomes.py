@@ -9,13 +9,13 @@ elsewhere (at least once, an attempt used).
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Sequence
 
 from redis.exceptions import RedisError
 
+from sluice import fastjson
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Outcome
 from sluice.queue import QueueClient
@@ -28,7 +28,7 @@ COMPLETE_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 2.0, 2.0, 2.0)
 def serialisable(o: Outcome) -> Outcome:
     """The outcome itself, or a failure if its result cannot be stored as JSON."""
     try:
-        json.dumps(o.payload)
+        fastjson.dumps(o.payload)  # what the complete call will store
         return o
     except (TypeError, ValueError) as e:
         return Outcome.fail(o.id, "result_not_json", str(e)[:500], o.run_ms)

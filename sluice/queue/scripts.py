@@ -7,14 +7,13 @@ raises. The clients only execute calls, so both speak exactly the same protocol.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from sluice import keys
+from sluice import fastjson, keys
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLimited
 from sluice.jobs import (
@@ -76,9 +75,10 @@ class Call(Generic[T]):
 
 
 def _dumps(value: Any) -> str:
-    # ASCII escapes: a lone surrogate in a string (valid JSON, not valid UTF-8)
-    # would otherwise fail to encode for Redis and lose the whole call.
-    return json.dumps(value, separators=(",", ":"))
+    # orjson refuses a lone surrogate in a string (valid JSON, not valid UTF-8), and
+    # fastjson then writes ASCII escapes: it would otherwise fail to encode for Redis
+    # and lose the whole call.
+    return fastjson.dumps(value)
 
 
 def _ms(seconds: float) -> int:
@@ -419,7 +419,7 @@ def _claimed(j: dict[str, Any]) -> ClaimedJob:
     """One leased job; input that is not JSON marks it malformed instead of losing
     the whole batch (the claim script has vouched for the other fields)."""
     try:
-        value, why = json.loads(j["input"]), None
+        value, why = fastjson.loads(j["input"]), None
     except (TypeError, ValueError) as e:  # written by something other than submit
         value, why = None, f"stored input is not valid JSON ({e})"
     return ClaimedJob(
