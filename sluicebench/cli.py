@@ -161,7 +161,9 @@ def e2e_cmd(
         "bench/e2e_best.yaml"
     ),
     seed: Annotated[int, typer.Option(help="Workload and arrival seed.")] = 1,
-    log_dir: Annotated[Path, typer.Option(help="The stacks' logs.")] = Path("bench/results/e2e"),
+    log_dir: Annotated[Path, typer.Option(help="The stacks' logs.")] = Path(
+        "bench/results/e2e-logs"
+    ),
     json_path: JsonOpt = None,
 ) -> None:
     """MiniLM end to end: the example config vs the best vs the in-process limit vs a

@@ -12,8 +12,9 @@ each word to one token). Four systems, one after the other in one run:
 - (d) ``microbatcher``: FastAPI + an asyncio micro-batcher in one process
   (sluicebench/microbatcher.py), the hand-rolled alternative.
 
-Each served system (a, b, d) gets a warm-up closed loop (``warm_s``: models
-warm, and the autoscaler of (a) does whatever it does under this load), then a
+Each served system (a, b, d) gets a warm-up closed loop (at least ``warm_s``
+and until the autoscaler has settled: (a) starts one worker and scales to its
+most under this load; when each count was reached is reported), then a
 closed loop of ``concurrency`` callers over every text once (``predict`` for
 Sluice, ``/embed`` for (d)), then an open loop of Poisson arrivals at
 ``open_fraction`` of (b)'s closed-loop rate for ``open_s`` (the same offered
@@ -271,11 +272,15 @@ def _wait_http(url: str, ok: Callable[[httpx.Response], bool], timeout_s: float,
     raise RuntimeError(f"{what} did not come up in {timeout_s:.0f} s")
 
 
-def _ready_workers(resp: httpx.Response) -> int:
+def _workers(resp: httpx.Response) -> dict[str, int]:
     for m in resp.json().get("models", []):
         if m["name"] == MODEL:
-            return int(m["workers"].get("ready", 0))
-    return 0
+            return {k: int(v) for k, v in m["workers"].items()}
+    return {}
+
+
+def _ready_workers(resp: httpx.Response) -> int:
+    return _workers(resp).get("ready", 0)
 
 
 @dataclass
@@ -345,6 +350,42 @@ def ready_count(served: Served) -> int | None:
         return None
 
 
+def workers_now(served: Served) -> dict[str, int]:
+    try:
+        return _workers(httpx.get(f"{served.url}/v1/models", timeout=5))
+    except httpx.HTTPError:
+        return {}
+
+
+WARM_STEP_S = 10.0
+WARM_MAX_S = 180.0
+
+
+def warm_up(served: Served, target: Target, items: list[Item], p: E2EParams) -> dict[str, Any]:
+    """Closed loop in steps of WARM_STEP_S for at least ``warm_s`` and until the
+    autoscaler has settled: no worker starting or draining and the same ready count
+    as a step before (at most WARM_MAX_S). Returns when each worker count was reached."""
+    sluice = target.path != "/embed"
+    start = time.perf_counter()
+    seen: list[dict[str, Any]] = []
+    last: int | None = None
+    while True:
+        asyncio.run(closed_loop(target, timed_cycle(items, WARM_STEP_S), p.concurrency))
+        elapsed = time.perf_counter() - start
+        if not sluice:
+            if elapsed >= p.warm_s:
+                return {"warmup_s": round(elapsed, 1), "workers": []}
+            continue
+        now = workers_now(served)
+        ready = now.get("ready", 0)
+        if not seen or seen[-1]["ready"] != ready:
+            seen.append({"at_s": round(elapsed, 1), "ready": ready})
+        settled = ready == last and not now.get("starting") and not now.get("draining")
+        if (elapsed >= p.warm_s and settled) or elapsed >= WARM_MAX_S:
+            return {"warmup_s": round(elapsed, 1), "workers": seen}
+        last = ready
+
+
 def drive(
     served: Served, target: Target, items: list[Item], p: E2EParams, rate: float | None
 ) -> dict[str, Any]:
@@ -353,10 +394,7 @@ def drive(
     client = psutil.Process()
     out: dict[str, Any] = {}
 
-    async def warm() -> None:
-        await closed_loop(target, timed_cycle(items, p.warm_s), p.concurrency)
-
-    asyncio.run(warm())
+    out["warmup"] = warm_up(served, target, items, p)
     out["workers_after_warmup"] = ready_count(served) if target.path != "/embed" else None
     procs.mark()
     cpu0 = sum(client.cpu_times()[:2])
