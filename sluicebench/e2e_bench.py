@@ -359,16 +359,20 @@ def workers_now(served: Served) -> dict[str, int]:
 
 WARM_STEP_S = 10.0
 WARM_MAX_S = 180.0
+# An autoscaler that has not changed the ready count for this many steps (30 s) has
+# settled; one step is too few: it may still be deciding (it took 36 s under this load).
+WARM_SETTLED_STEPS = 3
 
 
 def warm_up(served: Served, target: Target, items: list[Item], p: E2EParams) -> dict[str, Any]:
     """Closed loop in steps of WARM_STEP_S for at least ``warm_s`` and until the
     autoscaler has settled: no worker starting or draining and the same ready count
-    as a step before (at most WARM_MAX_S). Returns when each worker count was reached."""
+    for WARM_SETTLED_STEPS steps (at most WARM_MAX_S). Returns when each worker
+    count was reached."""
     sluice = target.path != "/embed"
     start = time.perf_counter()
     seen: list[dict[str, Any]] = []
-    last: int | None = None
+    last, same = -1, 0  # the ready count, and how many steps in a row ended with it
     while True:
         asyncio.run(closed_loop(target, timed_cycle(items, WARM_STEP_S), p.concurrency))
         elapsed = time.perf_counter() - start
@@ -378,12 +382,15 @@ def warm_up(served: Served, target: Target, items: list[Item], p: E2EParams) -> 
             continue
         now = workers_now(served)
         ready = now.get("ready", 0)
-        if not seen or seen[-1]["ready"] != ready:
+        if ready == last:
+            same += 1
+        else:
+            last, same = ready, 1
             seen.append({"at_s": round(elapsed, 1), "ready": ready})
-        settled = ready == last and not now.get("starting") and not now.get("draining")
+        busy = now.get("starting") or now.get("draining")
+        settled = same >= WARM_SETTLED_STEPS and not busy
         if (elapsed >= p.warm_s and settled) or elapsed >= WARM_MAX_S:
             return {"warmup_s": round(elapsed, 1), "workers": seen}
-        last = ready
 
 
 def drive(

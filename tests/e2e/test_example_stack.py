@@ -34,7 +34,12 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 
 def test_the_openai_client_embeds_with_minilm(example: Up) -> None:
-    client = openai.OpenAI(base_url=f"{example.gateway}/v1", api_key="unused", timeout=60)
+    # Closed at the end: a pooled connection left open fails the suite at exit.
+    with openai.OpenAI(base_url=f"{example.gateway}/v1", api_key="unused", timeout=60) as client:
+        check_embeddings(client, example)
+
+
+def check_embeddings(client: openai.OpenAI, example: Up) -> None:
     texts = ["A man is eating food.", "A man is eating bread.", "The new movie is awesome."]
     got = client.embeddings.create(model="minilm", input=texts)  # base64, decoded by the client
     floats = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
