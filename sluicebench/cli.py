@@ -50,6 +50,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("load")(load_cmd)
     bench_app.command("stack")(stack_cmd)
     bench_app.command("e2e")(e2e_cmd)
+    bench_app.command("json")(json_cmd)
     bench_app.command("soak")(soak_cmd)
     bench_app.command("auth-submit")(auth_submit_cmd)
     for name, module in SCRIPTS.items():
@@ -185,6 +186,18 @@ def e2e_cmd(
         best_config=str(best_config),
     )
     data = run_e2e(params, log_dir, progress=_console().print)
+    render(data, _console())
+    write_json(json_path, data)
+
+
+def json_cmd(
+    dim: Annotated[int, typer.Option(help="Floats per embedding.")] = 384,
+    json_path: JsonOpt = None,
+) -> None:
+    """The hot path's JSON per job: the standard library vs orjson (sluice/fastjson.py)."""
+    from sluicebench.json_bench import render, run
+
+    data = run(dim)
     render(data, _console())
     write_json(json_path, data)
 
