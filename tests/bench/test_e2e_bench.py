@@ -132,10 +132,10 @@ async def test_both_loops_send_every_item_and_time_it(stub_url: str) -> None:
     calls, wall = await closed_loop(target, iter(items), 8)
     assert len(calls) == 50 and all(c.ok for c in calls)
     assert Counter(c.cls for c in calls) == Counter(cls for cls, _ in items)
-    assert all(c.latency_ms >= 5.0 for c in calls) and wall > 0
+    assert all(c.latency_ms > 0 for c in calls) and wall > 0
     calls, wall = await open_loop(target, items, 100.0, 0.5, seed=1)
     assert 20 <= len(calls) <= 100 and all(c.ok for c in calls)  # Poisson, ~50 expected
-    assert wall >= 0.0 and all(c.latency_ms >= 5.0 for c in calls)
+    assert wall > 0 and all(c.latency_ms > 0 for c in calls)
     down = microbatcher_target("http://127.0.0.1:9")  # nothing listens: errors, not a hang
     calls, _ = await closed_loop(down, iter(items[:3]), 2)
     assert [c.ok for c in calls] == [False, False, False]

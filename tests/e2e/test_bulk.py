@@ -131,8 +131,8 @@ def test_thousands_of_lines_every_line_in_order(up: Up, tmp_path: Path) -> None:
 
 def test_killing_the_coordinator_loses_and_duplicates_nothing(up: Up, tmp_path: Path) -> None:
     ids = bulk_file(tmp_path / "in.jsonl", 4000)
-    q = up.queue()
-    before = q.stats(MODEL).counters.get("succeeded", 0)
+    with up.queue() as q:
+        before = q.stats(MODEL).counters.get("succeeded", 0)
     with Client(up.gateway) as c:
         view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
         wait_for(lambda: c.bulk_get(view["id"])["counts"]["done"] >= 800, 60, "800 lines done")
@@ -147,12 +147,12 @@ def test_killing_the_coordinator_loses_and_duplicates_nothing(up: Up, tmp_path: 
     check_output(lines, ids)
     # Each good line ran exactly once: the resumed coordinator resubmitted nothing
     # that had already run (its job ids are stable), and lost nothing.
-    assert q.stats(MODEL).counters["succeeded"] - before == 3996
+    with up.queue() as q:
+        assert q.stats(MODEL).counters["succeeded"] - before == 3996
 
 
 def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
     bulk_file(tmp_path / "in.jsonl", 30000)
-    r = up.queue().redis
     with Client(up.gateway) as c:
         view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
         wait_for(lambda: c.bulk_get(view["id"])["counts"]["done"] >= 200, 60, "200 lines done")
@@ -165,7 +165,9 @@ def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
         later = c.bulk_get(view["id"])
         lines = list(c.bulk_output(view["id"]))
     assert later["counts"]["fed"] == final["counts"]["fed"] < 30000  # feeding stopped
-    bulk_queued = sum(r.zcount(keys.queue_key(MODEL, b), 3e12, "+inf") for b in ("16", "64"))
+    with up.queue() as q:
+        queues = [keys.queue_key(MODEL, b) for b in ("16", "64")]
+        bulk_queued = sum(q.redis.zcount(k, 3e12, "+inf") for k in queues)
     assert bulk_queued == 0  # its queued items were cancelled, not left to run
     assert len(lines) == 30000
     statuses = {o["status"] for o in lines}

@@ -123,7 +123,8 @@ def test_burst_scales_up_and_survives_a_killed_worker(up: Up) -> None:
     assert [f["result"]["tokens"] for f in finished] == sizes
     # The killed worker's leased jobs were redelivered and ran again elsewhere.
     assert any(f["attempts"] >= 2 for f in finished)
-    stats = up.queue().stats("synthetic")
+    with up.queue() as q:
+        stats = q.stats("synthetic")
     assert stats.queued == 0 and stats.dead_lettered == 0
 
 

@@ -7,7 +7,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,15 +39,19 @@ class Up:
     config_path: Path
     printed: list[str] = field(default_factory=list)  # what it printed until its banner
 
-    def queue(self) -> QueueClient:
-        return QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
+    @contextmanager
+    def queue(self) -> Iterator[QueueClient]:
+        """A queue client on the stack's Redis, closed on leaving: a socket left for
+        the collector fails the suite at exit (filterwarnings = error)."""
+        qc = QueueClient(connect(self.redis_url), dict(load_config(self.config_path).models))
+        try:
+            yield qc
+        finally:
+            qc.redis.close()
 
     def workers(self, model: str):  # type: ignore[no-untyped-def]
-        qc = self.queue()
-        try:
+        with self.queue() as qc:  # one look each
             return qc.run(list_workers_call(model))[0]
-        finally:
-            qc.redis.close()  # one look each: no socket left for the collector
 
     def ready(self, model: str) -> int:
         return sum(1 for w in self.workers(model) if w.state == "ready")

@@ -168,6 +168,7 @@ class Stack:
     redis: Redis
     procs: list[Proc] = field(default_factory=list)
     configs: int = 0
+    clients: list[QueueClient] = field(default_factory=list)  # closed at teardown
 
     def write_config(self, cfg: dict[str, Any]) -> Path:
         self.configs += 1
@@ -232,9 +233,15 @@ class Stack:
         return proc
 
     def queue(self, cfg: dict[str, Any]) -> QueueClient:
-        return QueueClient(self.redis.client(), dict(parse(cfg).models))
+        """A queue client; teardown closes it (a socket left for the collector at
+        pytest's exit fails the suite under filterwarnings = error)."""
+        qc = QueueClient(self.redis.client(), dict(parse(cfg).models))
+        self.clients.append(qc)
+        return qc
 
     def teardown(self) -> None:
+        for qc in self.clients:
+            qc.redis.close()
         for p in self.procs:
             if p.alive():
                 p.signal(signal.SIGCONT)
