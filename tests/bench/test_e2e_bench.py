@@ -5,14 +5,11 @@ batching, and both load loops against a stub server on loopback."""
 from __future__ import annotations
 
 import asyncio
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from sluicebench import microbatcher
@@ -28,6 +25,7 @@ from sluicebench.e2e_bench import (
     workload,
 )
 from sluicebench.loadgen.workload import MIXED
+from tests.served import served
 
 
 def test_the_workload_is_seeded_and_mixed_as_documented() -> None:
@@ -113,17 +111,8 @@ def _stub() -> FastAPI:
 
 @pytest.fixture
 def stub_url() -> Iterator[str]:
-    server = uvicorn.Server(uvicorn.Config(_stub(), host="127.0.0.1", port=0, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "the stub did not start"
-        time.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with served(_stub()) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 async def test_both_loops_send_every_item_and_time_it(stub_url: str) -> None:

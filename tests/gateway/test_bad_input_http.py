@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 
 from gateway.app import create_app
 from sluice.redis_server import RedisServer
 from tests.gateway.test_bad_input import LIMIT, bad_input_config, doc_table
+from tests.served import served
 
 HEAD = b"POST /v1/models/m/jobs HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
 CHUNK = b"400\r\n" + b" " * 1024 + b"\r\n"
@@ -22,25 +21,8 @@ CHUNK = b"400\r\n" + b" " * 1024 + b"\r\n"
 @pytest.fixture(scope="module")
 def port(redis_server: RedisServer) -> Iterator[int]:
     app = create_app(bad_input_config(), redis_server.url)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="error",
-            loop="uvloop",
-            http="httptools",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
-    yield server.servers[0].sockets[0].getsockname()[1]
-    server.should_exit = True
-    thread.join(10)
+    with served(app, loop="uvloop", http="httptools") as p:
+        yield p
 
 
 def exchange(port: int, head: bytes, chunks: int = 0, timeout_s: float = 5.0) -> tuple[bytes, int]:

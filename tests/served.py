@@ -1,0 +1,32 @@
+"""An ASGI app served by uvicorn in a thread on a free loopback port, for tests
+that need a real HTTP server (raw sockets, the load loops)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+from tests.waits import HUNG_S
+
+
+@contextmanager
+def served(app: Any, **config: Any) -> Iterator[int]:
+    """The port ``app`` is served on until the block ends (uvicorn options in ``config``)."""
+    options = {"host": "127.0.0.1", "port": 0, "log_level": "error", **config}
+    server = uvicorn.Server(uvicorn.Config(app, **options))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + HUNG_S
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(10)
