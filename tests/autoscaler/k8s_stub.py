@@ -202,11 +202,14 @@ class StubHandler(BaseHTTPRequestHandler):
         if not self._authorized():
             return
         if req.path == SCALE:
-            self._reply(200, self.api.scale_doc())
-            if self.api.interfere > 0:  # e.g. the Deployment controller wrote its status
+            doc = self.api.scale_doc()
+            # Another writer (e.g. the Deployment controller writing its status) changes
+            # the object after this read. Changed before the reply is sent: changed
+            # after it, the client's patch could race ahead of the change and succeed.
+            if self.api.interfere > 0:
                 self.api.interfere -= 1
                 self.api.version += 1
-            return
+            return self._reply(200, doc)
         if req.path == PODS:
             items = [self.api.pod_doc(n) for n in self.api.pods]
             return self._reply(
