@@ -2,7 +2,7 @@
 
 orjson encodes and parses the hot path's JSON (a 384-float embedding per job,
 written by the worker, read and answered by the gateway) several times faster
-than the ``json`` module (docs/benchmarks.md, "End to end"). What orjson refuses
+than the ``json`` module (``sluice bench json``, docs/benchmarks/e2e.md). What orjson refuses
 falls back to ``json`` and means the same as before: a lone surrogate, an integer
 over 64 bits, a non-string key, ``NaN`` in stored text. One difference, on
 purpose: a non-finite float encodes as ``null`` (valid JSON) instead of ``NaN``.

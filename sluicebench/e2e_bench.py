@@ -343,13 +343,6 @@ def start_microbatcher(threads: int, log_dir: Path) -> Served:
 # -- the systems ------------------------------------------------------------------
 
 
-def ready_count(served: Served) -> int | None:
-    try:
-        return _ready_workers(httpx.get(f"{served.url}/v1/models", timeout=5))
-    except httpx.HTTPError:
-        return None
-
-
 def workers_now(served: Served) -> dict[str, int]:
     try:
         return _workers(httpx.get(f"{served.url}/v1/models", timeout=5))
@@ -402,7 +395,8 @@ def drive(
     out: dict[str, Any] = {}
 
     out["warmup"] = warm_up(served, target, items, p)
-    out["workers_after_warmup"] = ready_count(served) if target.path != "/embed" else None
+    sluice = target.path != "/embed"
+    out["workers_after_warmup"] = workers_now(served).get("ready") if sluice else None
     procs.mark()
     cpu0 = sum(client.cpu_times()[:2])
     calls, wall = asyncio.run(closed_loop(target, iter(items), p.concurrency))
@@ -416,7 +410,7 @@ def drive(
     out["open"] = summarize(calls, wall) | {"offered_rps": round(offered, 1)}
     out["open"]["processes"] = procs.since_mark(wall)
     out["open"]["client_cpu_pct"] = round((sum(client.cpu_times()[:2]) - cpu0) / wall * 100, 1)
-    out["workers_at_end"] = ready_count(served) if target.path != "/embed" else None
+    out["workers_at_end"] = workers_now(served).get("ready") if sluice else None
     out["rss_mib"] = round(sum(r["rss_mib"] for r in out["open"]["processes"].values()), 1)
     return out
 

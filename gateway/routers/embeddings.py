@@ -146,7 +146,7 @@ async def create_embeddings(
     texts = texts_of(body.input, st.gw.max_batch_inputs)
     owner = key.owner if key else None
     spec = service.Spec(body.priority, body.deadline_ms, None, idempotency_key, owner)
-    views, _ = await service.submit(st, body.model, list(texts), spec, batch=True)
+    views, _ = await service.submit(st, body.model, texts, spec, batch=True)
     ids = [v["id"] for v in views]
     recs = await _wait_all(st, ids, owner.name if owner else None, idempotency_key is not None)
     check_ended(recs)
