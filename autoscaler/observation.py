@@ -20,18 +20,24 @@ class Observation:
     ready: int = 0
     starting: int = 0
     draining: int = 0
+    parked: int = 0  # warm-pool workers started and parked (standby): promoted in promote_s
     queued: int | None = 0
     queued_cost: float | None = 0.0
     queued_non_low: int | None = None  # None: unknown, assume not all low priority
     in_flight: int = 0
     arrival_rate_cost: float | None = 0.0  # cost units/s over the metrics window
     arrival_rate_cost_recent: float | None = None  # policy.RECENT_RATE_S: reacts fast
+    arrival_rate_cost_burst: float | None = None  # policy.BURST_RATE_S: warm pools only
+    # The arrival rate's trend (cost units/s per second) over predict.window_s: the
+    # newer half's rate minus the older half's, over half the window. None: no window.
+    arrival_rate_slope: float | None = None
     completion_rate_cost: float | None = None
     completion_rate_cost_recent: float | None = None  # RECENT_RATE_S: the saturation guard
     service_rate: float | None = None  # measured cost units/s per busy worker
     p99_wait_ms: float | None = None  # recent queue-wait p99 (recorded at claim)
     oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here
     cold_start_s: float | None = None  # measured spawn-to-ready
+    promote_s: float | None = None  # measured promotion-to-first-claim of parked workers
     # Bulk items (rank 3, ADR 0090). The fields above exclude them: queued, queued_cost
     # and the arrival rates are interactive only (the observer subtracts bulk).
     bulk_queued: int = 0  # bulk items in the queues now

@@ -20,6 +20,10 @@ from autoscaler.saturation import Saturation
 from sluice.config import AutoscalingConfig, ModelConfig
 
 RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s, the long one)
+# The shortest window: read only while parked workers wait (a wrong guess costs a
+# promotion and a park, not a cold start).
+BURST_RATE_S = 5.0
+BURST_WAIT_SHARE = 0.5  # ... and only once the oldest queued job waited this share of the SLO
 # A rate is reported once its samples cover this share of its window: a 5 s average
 # after a restart is noise, and acting on it would flap.
 MIN_RATE_COVERAGE = 0.5
@@ -43,6 +47,7 @@ REASONS = (
     "bulk",
     "bulk-wake",
     "saturated",
+    "trend",
 )
 
 
@@ -85,23 +90,60 @@ def default_service_rate(model: ModelConfig) -> float:
     return 1000.0 * b.max_batch_tokens / batch_ms
 
 
+def arrival_s(p: AutoscalingConfig, obs: Observation, cold_s: float) -> float:
+    """How soon a replica asked for now serves: a parked one's promotion while the warm
+    pool has one (measured, else the configured estimate), else a cold start."""
+    if obs.parked > 0:
+        return obs.promote_s if obs.promote_s is not None else p.warm_pool.promote_s
+    return cold_s
+
+
+def ahead_rate(p: AutoscalingConfig, obs: Observation, lam: float, cold_s: float) -> float | None:
+    """The predictive term (docs/adr/0129): the arrival rate one start-up (cold, or a
+    promotion while parked workers wait) plus one period ahead, on the window's trend,
+    at most ``max_factor`` times the rate now. None when off, unknown or not rising."""
+    slope = obs.arrival_rate_slope
+    if not p.predict.enabled or slope is None or slope <= 0 or lam <= 0:
+        return None
+    lead_s = arrival_s(p, obs, cold_s) + p.period_s
+    return min(lam + slope * lead_s, lam * p.predict.max_factor)
+
+
 def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) -> tuple[float, str]:
     """Replicas for the arrival rate at target utilisation, plus the backlog's drain."""
     lam = obs.arrival_rate_cost or 0.0
+    ahead = ahead_rate(p, obs, lam, cold_s)
     recent = obs.arrival_rate_cost_recent or 0.0
     # The short window reacts to a step within seconds, but it is noisy: trust it only
     # while jobs wait and it is more than the ready workers can serve (the queue grows).
-    if recent > lam and recent > obs.ready * mu and (obs.queued or 0) > 0:
+    # With parked workers to promote, a wrong guess costs a promotion, not a cold start:
+    # trust it once it is clearly above what the ready workers were sized for.
+    trusted = obs.ready * mu
+    if obs.parked > 0 and obs.oldest_wait_ms > BURST_WAIT_SHARE * p.p99_wait_slo_ms:
+        # Jobs already wait a good part of the SLO: the burst is real, not noise.
+        trusted *= p.target_utilization * (1.0 + p.tolerance)
+        recent = max(recent, obs.arrival_rate_cost_burst or 0.0)
+    if recent > lam and recent > trusted and (obs.queued or 0) > 0:
         lam = recent
     backlog = obs.queued_cost or 0.0
     load = lam / (mu * p.target_utilization)
+    why = "load"
+    if ahead is not None and ahead > lam:
+        load, why = ahead / (mu * p.target_utilization), "trend"
     if backlog <= 0:
-        return load, "load"
+        return load, why
     spare = obs.ready * mu - lam
-    if spare > 0 and backlog / spare <= cold_s:
+    if spare > 0 and backlog / spare <= arrival_s(p, obs, cold_s):
         # The ready workers clear it before a new one could be ready: adding is waste.
-        return load, "load"
+        return load, why
     drain = load + backlog / (mu * p.backlog_drain_s)
+    if obs.parked > 0:
+        # Parked workers serve within a promotion: clear the backlog within about the
+        # SLO with as many of them as that takes (never cold starts: a backlog is gone
+        # before one would be ready).
+        fast_s = max(arrival_s(p, obs, cold_s), p.p99_wait_slo_ms / 1000.0)
+        fast = min(load + backlog / (mu * fast_s), float(obs.current + obs.parked))
+        drain = max(drain, fast)
     if obs.starting > 0:
         # Capacity is on its way: never fewer than now, and no more if it will do.
         if _starting_suffice(p, obs, mu, lam, backlog, cold_s):
@@ -182,9 +224,18 @@ def _bound(p: AutoscalingConfig, want: int, floor: int, reason: str) -> tuple[in
     return want, reason
 
 
-def _limit_up(p: AutoscalingConfig, cur: int, want: int) -> int:
-    step = max(math.ceil(cur * p.scale_up_max_percent / 100.0), p.scale_up_max_step)
+def _limit_up(p: AutoscalingConfig, cur: int, want: int, parked: int) -> int:
+    """A bounded step up; the whole warm pool may be promoted at once (it is started
+    already: the limit guards against a storm of cold starts)."""
+    step = max(math.ceil(cur * p.scale_up_max_percent / 100.0), p.scale_up_max_step, parked)
     return min(want, cur + step)
+
+
+def down_window_s(p: AutoscalingConfig) -> float:
+    """The scale-down stabilisation window: shorter while a warm pool is kept."""
+    if p.warm_pool.size > 0:
+        return min(p.scale_down_window_s, p.warm_pool.scale_down_window_s)
+    return p.scale_down_window_s
 
 
 def _stabilise_down(
@@ -193,7 +244,7 @@ def _stabilise_down(
     """Down only to the highest recommendation in the window, a bounded step at a time."""
     highest = max(w for _, w in state.recommendations)
     watched = now_s - (state.started_s if state.started_s is not None else now_s)
-    if highest >= cur or watched < p.scale_down_window_s:
+    if highest >= cur or watched < down_window_s(p):
         return cur, "stabilizing"
     return max(highest, cur - p.scale_down_max_step), reason
 
@@ -273,12 +324,12 @@ def decide(
         cap = sat.capped(now_s)
         if cap is not None and want > max(cap, floor):
             want, reason = max(cap, floor), "saturated"
-    window = p.scale_down_window_s
+    window = down_window_s(p)
     recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)
     recs += ((now_s, want),)
     new_state = replace(new_state, recommendations=recs, saturation=sat)
     if want > cur:
-        desired = _limit_up(p, cur, want)
+        desired = _limit_up(p, cur, want, obs.parked)
         if p.saturation_hold_s > 0:
             sat = saturation.start_probe(sat, obs, cur, desired, now_s)
         return Decision(cur, desired, reason, needed, replace(new_state, saturation=sat))

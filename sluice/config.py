@@ -91,6 +91,35 @@ class BatchingConfig(_Strict):
     overdue_factor: float = Field(20.0, gt=1)
 
 
+class WarmPoolConfig(_Strict):
+    """Workers kept started but parked (docs/adr/0128): loaded and warmed, heartbeating
+    as ``standby``, claiming nothing; a scale-up promotes them before it starts any."""
+
+    size: int = Field(0, ge=0)  # parked workers kept per model (0: no pool)
+    # Seconds from a promotion to the worker's first claim, as the policy plans it
+    # (measured ones replace it once a promotion has been seen).
+    promote_s: float = Field(2.0, ge=0)
+    # What a parked worker costs, as a share of a serving one: the simulator's
+    # replica-seconds (host-memory parking ~0.1; a parked pod that holds a GPU: 1.0).
+    cost_fraction: float = Field(0.1, ge=0, le=1)
+    # A scale-down parks the worker while the pool is short of ``size`` (else stops it).
+    park_on_scale_down: bool = True
+    # The scale-down stabilisation window while the pool is kept (it replaces
+    # scale_down_window_s when shorter): a scale-down that proves early costs a
+    # promotion, not a cold start.
+    scale_down_window_s: float = Field(60.0, ge=0)
+
+
+class PredictConfig(_Strict):
+    """The policy's optional look-ahead (docs/adr/0129): the arrival rate's trend over
+    ``window_s``, projected one cold start ahead, never more than ``max_factor`` times
+    the rate now."""
+
+    enabled: bool = False
+    window_s: float = Field(120.0, gt=0)
+    max_factor: float = Field(2.0, ge=1)
+
+
 class AutoscalingConfig(_Strict):
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(4, ge=0)
@@ -121,6 +150,8 @@ class AutoscalingConfig(_Strict):
     # Kubernetes backend: the worker Deployment of this model
     # (None = "sluice-worker-<model>").
     deployment: str | None = None
+    warm_pool: WarmPoolConfig = Field(default_factory=WarmPoolConfig)
+    predict: PredictConfig = Field(default_factory=PredictConfig)
 
     @model_validator(mode="after")
     def _bounds(self) -> AutoscalingConfig:

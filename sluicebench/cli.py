@@ -47,6 +47,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("worker-fleet")(bench_fleet_cmd)
     bench_app.command("autoscaler")(bench_autoscaler_cmd)
     bench_app.command("dispatch")(bench_dispatch_cmd)
+    bench_app.command("warm-pool")(bench_warm_pool_cmd)
     bench_app.command("load")(load_cmd)
     bench_app.command("stack")(stack_cmd)
     bench_app.command("e2e")(e2e_cmd)
@@ -351,6 +352,24 @@ def bench_autoscaler_cmd(
     try:
         _, mc = replay.pick_model(dict(cfg.models), None)
         out = replay.bench_cmd(mc, traces.split(","), list(replay.BENCH_POLICIES), None)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    write_json(json_path, out)
+
+
+def bench_warm_pool_cmd(
+    config: ConfigOpt = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Warm pools and the predictive term in the simulator: the targets, the headroom a
+    pool saves against target_utilization, prediction on ramps and noise (~1 min)."""
+    from autoscaler.sim import replay
+    from sluicebench.warm_pool_bench import main as run
+
+    cfg = load_required(config or BENCH_CONFIG)
+    try:
+        _, mc = replay.pick_model(dict(cfg.models), None)
+        out = run(mc)
     except ConfigError as e:
         fail(str(e), EXIT_CONFIG)
     write_json(json_path, out)

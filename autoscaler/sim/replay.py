@@ -14,7 +14,7 @@ from typing import Any
 from autoscaler.policy import default_service_rate
 from autoscaler.sim import controllers, simulator, traces
 from autoscaler.sim.simulator import SimResult
-from sluice.config import ModelConfig
+from sluice.config import ModelConfig, WarmPoolConfig
 from sluice.errors import ConfigError
 
 BENCH_TRACES = ("step", "step:1.5", "spike", "spike:1.5", "diurnal", "noisy")
@@ -43,14 +43,17 @@ def run_trace(
     mu = service_rate or default_service_rate(model)
     cold = p.cold_start_s if cold_start_s is None else cold_start_s
     init = simulator.initial_replicas(trace, p, mu)
-    orc = simulator.oracle(trace, p, mu, cold)
-    results = [simulator.simulate(trace, orc, p, mu, cold, init)]
+    # Only Sluice's policy keeps a warm pool: the oracle and the baselines run without.
+    bare = p.model_copy(update={"warm_pool": WarmPoolConfig()})
+    orc = simulator.oracle(trace, bare, mu, cold)
+    results = [simulator.simulate(trace, orc, bare, mu, cold, init)]
     for spec in policies:
         if spec == "fixed:peak":  # a fleet sized once for the oracle's peak
             spec = f"fixed:{results[0].max_replicas}"
         ctl = controllers.parse_policy(spec, p)
         start = int(spec.split(":")[1]) if spec.startswith("fixed:") else init
-        results.append(simulator.simulate(trace, ctl, p, mu, cold, start))
+        sim_p = p if spec.partition(":")[0] == "sluice" else bare
+        results.append(simulator.simulate(trace, ctl, sim_p, mu, cold, start))
     return results
 
 

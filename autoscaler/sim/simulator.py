@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from autoscaler.observation import Observation
-from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S
+from autoscaler.policy import BURST_RATE_S, MIN_RATE_COVERAGE, RECENT_RATE_S
 from autoscaler.sim.controllers import Controller, Oracle
 from autoscaler.sim.traces import Trace
 from sluice import waits
@@ -40,6 +40,8 @@ class SimResult:
     scale_events: int
     flaps: int
     max_replicas: int
+    pool_seconds: float = 0.0  # part of replica_seconds: parked (at their cost share), refills
+    promotions: int = 0
     timeline: list[tuple[float, int, int, float]] = field(default_factory=list, repr=False)
 
     def summary(self) -> dict[str, Any]:
@@ -49,13 +51,28 @@ class SimResult:
 
 @dataclass
 class _Fleet:
-    """Workers by state; ids only matter to pair drains with completions."""
+    """Workers by state; ids only matter to pair drains with completions.
+
+    With a warm pool (``pool_size`` > 0), parked workers wait started but serve
+    nothing: a scale-up promotes them first (serving ``promote_s`` later) and starts
+    a replacement behind each one (parked after a cold start), so the pool holds
+    ``pool_size`` parked or refilling workers. A scale-down parks instead of stopping
+    while a refill is still starting (that refill is cancelled: the pool gets a warm
+    worker at once), and a cancelled promotion goes back to the pool.
+    """
 
     idle: list[int] = field(default_factory=list)
     busy: list[tuple[float, int]] = field(default_factory=list)  # heap (finish_s, id)
     starting: list[tuple[float, int]] = field(default_factory=list)  # heap (ready_s, id)
     draining: set[int] = field(default_factory=set)
     next_id: int = 0
+    pool_size: int = 0
+    promote_s: float = 0.0
+    park_on_scale_down: bool = True
+    parked: list[int] = field(default_factory=list)
+    refilling: list[tuple[float, int]] = field(default_factory=list)  # heap (parked_s, id)
+    promoting: set[int] = field(default_factory=set)  # starting ids that were parked
+    promotions: int = 0
 
     @property
     def current(self) -> int:
@@ -65,20 +82,66 @@ class _Fleet:
     def alive(self) -> int:
         return len(self.idle) + len(self.busy) + len(self.starting)
 
-    def add(self, n: int, ready_s: float) -> None:
+    @property
+    def pool(self) -> int:
+        return len(self.parked) + len(self.refilling)
+
+    def _new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def add(self, n: int, now_s: float, cold_s: float) -> None:
+        while n > 0 and self.parked:
+            wid = self.parked.pop()
+            self.promoting.add(wid)
+            heapq.heappush(self.starting, (now_s + self.promote_s, wid))
+            self.promotions += 1
+            n -= 1
         for _ in range(n):
-            heapq.heappush(self.starting, (ready_s, self.next_id))
-            self.next_id += 1
+            heapq.heappush(self.starting, (now_s + cold_s, self._new_id()))
+        self.refill(now_s, cold_s)
+
+    def refill(self, now_s: float, cold_s: float) -> None:
+        while self.pool < self.pool_size:
+            heapq.heappush(self.refilling, (now_s + cold_s, self._new_id()))
+
+    def _park(self, wid: int) -> bool:
+        """Park a serving worker instead of stopping it, if the pool wants it."""
+        if not (self.park_on_scale_down and self.refilling):
+            return False
+        self.refilling.sort()
+        self.refilling.pop()  # the refill that would be warm last
+        self.parked.append(wid)
+        return True
+
+    def ready(self) -> None:
+        """The earliest starting worker is ready to serve."""
+        _, wid = heapq.heappop(self.starting)
+        self.promoting.discard(wid)
+        self.idle.append(wid)
+
+    def finished(self, wid: int) -> None:
+        """A busy worker finished its job."""
+        if wid in self.draining:
+            self.draining.discard(wid)
+            self._park(wid)
+        else:
+            self.idle.append(wid)
 
     def remove(self, n: int) -> None:
-        # Cheapest first: starting workers (latest ready first), then idle, then drain busy.
+        # Cheapest first: starting workers (latest ready first; a promoted one goes
+        # back to the pool), then idle (parked while a refill starts), then drain busy.
         if n > 0 and self.starting:
             self.starting.sort()
             k = min(n, len(self.starting))
+            for _, wid in self.starting[len(self.starting) - k :]:
+                if wid in self.promoting:
+                    self.promoting.discard(wid)
+                    self.parked.append(wid)
             del self.starting[len(self.starting) - k :]
             n -= k
         while n > 0 and self.idle:
-            self.idle.pop()
+            self._park(self.idle.pop())
             n -= 1
         for _, wid in sorted(self.busy):
             if n <= 0:
@@ -86,6 +149,10 @@ class _Fleet:
             if wid not in self.draining:
                 self.draining.add(wid)
                 n -= 1
+        while self.pool > self.pool_size and self.refilling:
+            self.refilling.sort()
+            self.refilling.pop()
+        del self.parked[self.pool_size :]
 
 
 class _Sim:
@@ -100,16 +167,32 @@ class _Sim:
     ) -> None:
         self.trace, self.ctl, self.p = trace, ctl, policy
         self.mu, self.cold_s = service_rate, cold_start_s
-        self.fleet = _Fleet(idle=list(range(initial)), next_id=initial)
+        wp = policy.warm_pool
+        self.fleet = _Fleet(
+            idle=list(range(initial)),
+            next_id=initial + wp.size,
+            pool_size=wp.size,
+            promote_s=wp.promote_s,
+            park_on_scale_down=wp.park_on_scale_down,
+            parked=list(range(initial, initial + wp.size)),  # the pool starts warm too
+        )
+        self.parked_cost = wp.cost_fraction
         self.queue: deque[int] = deque()
         self.queued_cost = 0.0
         self.window: deque[tuple[float, float]] = deque()  # arrivals in the metrics window
         self.window_cost = 0.0
         self.recent: deque[tuple[float, float]] = deque()
         self.recent_cost = 0.0
+        self.burst: deque[tuple[float, float]] = deque()
+        self.burst_cost = 0.0
+        # The trend window's halves (predict.window_s): arrivals move from new to old.
+        self.trend_new: deque[tuple[float, float]] = deque()
+        self.trend_old: deque[tuple[float, float]] = deque()
+        self.trend_sums = [0.0, 0.0]  # old, new
         self.hists: dict[int, list[int]] = {}
         self.waits = [math.inf] * len(trace.times_s)
-        self.replica_s = 0.0
+        self.replica_s = 0.0  # serving and refilling workers in full, parked at their share
+        self.pool_s = 0.0  # the part of replica_s the pool cost (parked and refilling)
         self.events: list[int] = []  # +1 / -1 per scale action
         self.timeline: list[tuple[float, int, int, float]] = []
 
@@ -131,6 +214,10 @@ class _Sim:
         short = min(span, RECENT_RATE_S)
         while self.recent and self.recent[0][0] <= t - short:
             self.recent_cost -= self.recent.popleft()[1]
+        burst = min(span, BURST_RATE_S)
+        while self.burst and self.burst[0][0] <= t - burst:
+            self.burst_cost -= self.burst.popleft()[1]
+        slope = self._slope(t)
         recent = [self.hists[w] for w in waits.recent_windows(t) if w in self.hists]
         counts = [sum(col) for col in zip(*recent, strict=True)] if recent else []
         ready = len(f.idle) + len(f.busy) - len(f.draining)
@@ -140,23 +227,42 @@ class _Sim:
             ready=ready,
             starting=len(f.starting),
             draining=len(f.draining),
+            parked=len(f.parked),
             queued=len(self.queue),
             queued_cost=max(0.0, self.queued_cost),
             in_flight=len(f.busy),
             arrival_rate_cost=_rate(self.window_cost, span, t),
             arrival_rate_cost_recent=_rate(self.recent_cost, short, t),
+            arrival_rate_cost_burst=_rate(self.burst_cost, burst, t),
+            arrival_rate_slope=slope,
             service_rate=self.mu if ready > 0 else None,
             p99_wait_ms=waits.quantile_ms(counts) if counts else None,
             oldest_wait_ms=oldest,
             cold_start_s=self.cold_s if f.next_id > 0 else None,
+            promote_s=f.promote_s if f.promotions else None,
         )
+
+    def _slope(self, t: float) -> float | None:
+        """As the observer computes it: the newer half-window's rate minus the older
+        half's, over half the window; None until the whole window is covered."""
+        half = self.p.predict.window_s / 2
+        while self.trend_new and self.trend_new[0][0] <= t - half:
+            item = self.trend_new.popleft()
+            self.trend_sums[1] -= item[1]
+            self.trend_old.append(item)
+            self.trend_sums[0] += item[1]
+        while self.trend_old and self.trend_old[0][0] <= t - 2 * half:
+            self.trend_sums[0] -= self.trend_old.popleft()[1]
+        if t < 2 * half:
+            return None
+        return (self.trend_sums[1] - self.trend_sums[0]) / half / half
 
     def tick(self, t: float) -> None:
         obs = self.observe(t)
         d = self.ctl.decide(obs, t)
         desired = max(0, d.desired)
         if desired > obs.current:
-            self.fleet.add(desired - obs.current, t + self.cold_s)
+            self.fleet.add(desired - obs.current, t, self.cold_s)
             self.events.append(1)
         elif desired < obs.current:
             self.fleet.remove(obs.current - desired)
@@ -165,10 +271,7 @@ class _Sim:
 
     def complete(self, t: float) -> None:
         _, wid = heapq.heappop(self.fleet.busy)
-        if wid in self.fleet.draining:
-            self.fleet.draining.discard(wid)
-        else:
-            self.fleet.idle.append(wid)
+        self.fleet.finished(wid)
 
     def arrive(self, j: int) -> None:
         t, c = self.trace.times_s[j], self.trace.costs[j]
@@ -178,6 +281,10 @@ class _Sim:
         self.window_cost += c
         self.recent.append((t, c))
         self.recent_cost += c
+        self.burst.append((t, c))
+        self.burst_cost += c
+        self.trend_new.append((t, c))
+        self.trend_sums[1] += c
 
     def run(self) -> None:
         times, n, f = self.trace.times_s, len(self.trace.times_s), self.fleet
@@ -188,7 +295,8 @@ class _Sim:
             t_arr = times[i] if i < n else math.inf
             t_done = f.busy[0][0] if f.busy else math.inf
             t_ready = f.starting[0][0] if f.starting else math.inf
-            t = min(t_arr, t_done, t_ready, next_tick)
+            t_parked = f.refilling[0][0] if f.refilling else math.inf
+            t = min(t_arr, t_done, t_ready, t_parked, next_tick)
             if t > end or (
                 i >= n
                 and not self.queue
@@ -197,12 +305,16 @@ class _Sim:
                 and t > self.trace.duration_s
             ):
                 break
-            self.replica_s += f.alive * (t - t_prev)
+            pool = len(f.refilling) + self.parked_cost * len(f.parked)
+            self.replica_s += (f.alive + pool) * (t - t_prev)
+            self.pool_s += pool * (t - t_prev)
             t_prev = t
             if t == t_done:
                 self.complete(t)
             elif t == t_ready:
-                f.idle.append(heapq.heappop(f.starting)[1])
+                f.ready()
+            elif t == t_parked:
+                f.parked.append(heapq.heappop(f.refilling)[1])
             elif t == t_arr:
                 self.arrive(i)
                 i += 1
@@ -253,6 +365,8 @@ def simulate(
         scale_events=len(sim.events),
         flaps=_flaps(sim.events),
         max_replicas=max((x[1] for x in sim.timeline), default=initial),
+        pool_seconds=round(sim.pool_s, 1),
+        promotions=sim.fleet.promotions,
         timeline=sim.timeline,
     )
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from sluice.errors import ConfigError
 from sluice.tracefile import read_trace_csv
 
-BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed")
+BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed", "workday")
 COST_MIN, COST_MAX = 8, 512  # log-uniform job costs (tokens): mean about 121
 
 
@@ -117,6 +117,30 @@ def noisy(
     return poisson("noisy", rate, base * (1 + noise), duration_s, seed)
 
 
+WORKDAY_BURSTS_S = ((540.0, 120.0), (1320.0, 60.0), (2100.0, 90.0), (2880.0, 60.0))
+
+
+def workday(
+    peak: float = 30.0,
+    factor: float = 2.0,
+    trough_share: float = 0.25,
+    duration_s: float = 3600.0,
+    seed: int = 6,
+) -> Trace:
+    """A working day compressed into an hour: the rate climbs from a quarter of its peak
+    to the peak and back (cosine), with four bursts at ``factor`` times the rate of the
+    moment (60-120 s each, at 9, 22, 35 and 48 minutes): the ramp a predictive term can
+    see coming, the bursts it cannot."""
+    lo = trough_share
+
+    def rate(t: float) -> float:
+        base = peak * (lo + (1 - lo) * 0.5 * (1 - math.cos(2 * math.pi * t / duration_s)))
+        burst = any(at <= t < at + length for at, length in WORKDAY_BURSTS_S)
+        return base * (factor if burst else 1.0)
+
+    return poisson("workday", rate, peak * factor, duration_s, seed)
+
+
 def mixed(
     rate: float = 80.0,
     duration_s: float = 1800.0,
@@ -141,8 +165,8 @@ def mixed(
 
 def builtin(name: str, factor: float | None = None) -> Trace:
     """A built-in shape; ``factor`` is the step's or spike's multiple, the diurnal
-    peak-to-trough ratio's inverse share, the noisy trace's +-share, or the mixed
-    trace's rate in jobs/s."""
+    peak-to-trough ratio's inverse share, the noisy trace's +-share, the mixed
+    trace's rate in jobs/s, or the workday's burst multiple."""
     if name == "step":
         return step(factor=factor or 2.0)
     if name == "spike":
@@ -151,6 +175,8 @@ def builtin(name: str, factor: float | None = None) -> Trace:
         return diurnal(trough_share=factor or 0.1)
     if name == "mixed":
         return mixed(rate=factor or 80.0)
+    if name == "workday":
+        return workday(factor=factor or 2.0)
     return noisy(noise=factor or 0.2)
 
 

@@ -291,6 +291,125 @@ CASES = [
         1,
         "min",
     ),
+    # -- warm pools (docs/adr/0128) ---------------------------------------------------
+    # Backlog 20000 with spare 4 * 1000 - 2000 = 2000/s: gone in 10 s. Cold (30 s) that is
+    # before a new replica could serve: hold. With 3 parked (a 2 s promotion) it is not.
+    # The 30 s drain gives 4 + 20000 / 10000 = 6; the SLO-fast drain (max(2 s, 1 s) = 2 s)
+    # gives 4 + 20000 / 2000 = 14, capped at current + parked = 7: 7.
+    (
+        "pool-promotes-for-backlog",
+        {"warm_pool": {"size": 3}},
+        obs(4, 2000, queued=100, queued_cost=20_000, parked=3),
+        PolicyState(),
+        7,
+        "backlog",
+    ),
+    (
+        "no-pool-holds-backlog",
+        {},
+        obs(4, 2000, queued=100, queued_cost=20_000),
+        PolicyState(),
+        4,
+        "steady",
+    ),
+    # The step limit is max(4 * 100%, 4) = 4, but the 6 parked may all be promoted at once:
+    # 9000 / 500 = 18, capped at 4 + 6 = 10 (then cold starts, the next period).
+    (
+        "pool-step-limit",
+        {"warm_pool": {"size": 6}},
+        obs(4, 9000, parked=6),
+        PolicyState(),
+        10,
+        "load",
+    ),
+    ("no-pool-step-limit", {}, obs(4, 9000), PolicyState(), 8, "load"),
+    # The 5 s burst rate 4000 (vs 15 s 2500, 60 s 2000) is read only while parked workers
+    # wait and the oldest job waited over half the SLO (600 > 500 ms): 4000 / 500 = 8 (its
+    # small backlog's drain adds a little, and the step limit 4 + 4 holds it at 8).
+    (
+        "pool-reads-the-burst-rate",
+        {"warm_pool": {"size": 4}},
+        obs(
+            4,
+            2000,
+            arrival_rate_cost_recent=2500,
+            arrival_rate_cost_burst=4000,
+            queued=5,
+            queued_cost=100,
+            oldest_wait_ms=600,
+            parked=4,
+        ),
+        PolicyState(),
+        8,
+        "backlog",
+    ),
+    # ... not when the oldest waited 400 ms (noise, not a burst): 2000 / 500 = 4.
+    (
+        "pool-ignores-a-burst-nobody-waits-for",
+        {"warm_pool": {"size": 4}},
+        obs(
+            4,
+            2000,
+            arrival_rate_cost_recent=2500,
+            arrival_rate_cost_burst=4000,
+            queued=5,
+            queued_cost=100,
+            oldest_wait_ms=400,
+            parked=4,
+        ),
+        PolicyState(),
+        4,
+        "steady",
+    ),
+    # A pool's scale-down window is min(300, 60) s: 8 seen 90 s ago no longer holds 6 -> 4.
+    (
+        "pool-short-down-window",
+        {"warm_pool": {"size": 2}},
+        obs(6, 2000, parked=2),
+        recs((90, 8)),
+        5,
+        "load",
+    ),
+    ("no-pool-down-window", {}, obs(6, 2000), recs((90, 8)), 6, "stabilizing"),
+    # -- the predictive term (docs/adr/0129) ------------------------------------------
+    # Rising 10 cost/s per s, projected cold 30 s + period 5 s ahead: 2000 + 350 = 2350;
+    # 2350 / 500 = 4.7 -> 5 (outside the band: 4.7 / 4 - 1 = 0.175).
+    (
+        "trend",
+        {"predict": {"enabled": True}},
+        obs(4, 2000, arrival_rate_slope=10.0),
+        PolicyState(),
+        5,
+        "trend",
+    ),
+    ("trend-off", {}, obs(4, 2000, arrival_rate_slope=10.0), PolicyState(), 4, "steady"),
+    # Capped at max_factor 2 x 2000 = 4000 -> 8, however steep.
+    (
+        "trend-capped",
+        {"predict": {"enabled": True}},
+        obs(4, 2000, arrival_rate_slope=500.0),
+        PolicyState(),
+        8,
+        "trend",
+    ),
+    # A falling trend never adds nor removes: the load alone decides.
+    (
+        "trend-falling",
+        {"predict": {"enabled": True}},
+        obs(4, 2000, arrival_rate_slope=-50.0),
+        PolicyState(),
+        4,
+        "steady",
+    ),
+    # With parked workers the lead is a promotion (2 s) + 5 s: 2000 + 10 * 7 = 2070 -> 4.14: band.
+    (
+        "trend-with-pool",
+        {"predict": {"enabled": True}, "warm_pool": {"size": 2}},
+        obs(4, 2000, arrival_rate_slope=10.0, parked=2),
+        PolicyState(),
+        4,
+        "tolerance",
+    ),
 ]
 
 
