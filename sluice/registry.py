@@ -19,7 +19,9 @@ from typing import Any
 from sluice import keys
 from sluice.queue.scripts import Call
 
-WORKER_STATES = ("starting", "ready", "draining", "quarantined")
+# standby: a warm-pool worker, loaded and warmed but parked: it claims nothing until
+# promoted (docs/adr/0128).
+WORKER_STATES = ("starting", "standby", "ready", "draining", "quarantined")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,9 @@ class WorkerInfo:
     metrics_port: int = 0
     batch_size: int = 0  # jobs in the worker's latest batch (the dashboard shows it)
     pod_name: str = ""  # its Kubernetes pod (SLUICE_POD_NAME, downward API); "" elsewhere
+    # A warm-pool worker: parks (state standby) once loaded instead of claiming, until
+    # promoted. True while starting toward the pool, too: not capacity on its way.
+    parked: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
@@ -154,6 +159,9 @@ def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:
 # so a command reaches it within one heartbeat period, and a command sent to a
 # worker that never reads it expires instead of lingering.
 DRAIN = "drain"
+PROMOTE = "promote"  # a parked worker starts claiming (docs/adr/0128)
+PARK = "park"  # a serving worker finishes what it holds and parks
+COMMANDS = (DRAIN, PROMOTE, PARK)
 CONTROL_TTL_S = 3600
 
 

@@ -29,9 +29,16 @@ def worker_cmd(
         bool | None, typer.Option("--overlap/--no-overlap", help="Prefetch the next batch.")
     ] = None,
     burst: Annotated[bool, typer.Option(help="Exit 0 once the queue is empty.")] = False,
+    parked: Annotated[
+        bool, typer.Option(help="Warm pool: load, then park (standby) until promoted.")
+    ] = False,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
     """Run one worker process: pull batches of MODEL's jobs until drained (SIGTERM)."""
+    from workers.startpath import StartPath, process_age_s
+
+    start = StartPath()
+    start.add("process", process_age_s())  # interpreter and CLI imports, before this line
     from workers.main import build_worker, parse_buckets, setup_logging, wait_for_redis
     from workers.worker import WorkerOptions
 
@@ -49,9 +56,12 @@ def worker_cmd(
         overlap=overlap,
         metrics_port=metrics_port,
         burst=burst,
+        parked=parked,
+        start_path=start,
     )
     try:
-        worker = build_worker(cfg, url, opts, device)
+        with start.timed("imports"):  # the handler's module (torch, a model library)
+            worker = build_worker(cfg, url, opts, device)
     except ConfigError as e:
         fail(str(e), 2)
     raise typer.Exit(worker.run())

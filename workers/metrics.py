@@ -78,12 +78,28 @@ class WorkerMetrics:
         self.token_budget = Gauge(
             "sluice_worker_token_budget", "Current claim budget.", ["model"], registry=reg
         )
+        self.start_seconds = Gauge(
+            "sluice_worker_start_seconds",
+            "Seconds this worker's start spent per stage (workers/startpath.py).",
+            ["model", "stage"],
+            registry=reg,
+        )
+        self.promote_seconds = Gauge(
+            "sluice_worker_promote_seconds",
+            "Seconds from the latest promote command to the first claim's reply.",
+            ["model"],
+            registry=reg,
+        )
         self._real = 0
         self._padded = 0
 
     def set_state(self, state: str) -> None:
         for s in WORKER_STATES:
             self.state.labels(self.model, s).set(1 if s == state else 0)
+
+    def set_start_path(self, stages: dict[str, float]) -> None:
+        for stage, seconds in stages.items():
+            self.start_seconds.labels(self.model, stage).set(seconds)
 
     def observe_batch(self, bucket: str, jobs: int, padded: int, real: int, infer_s: float) -> None:
         m = self.model

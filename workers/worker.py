@@ -20,24 +20,27 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from sluice import keys
 from sluice.backoff import Backoff, Reconnect
 from sluice.config import POD_NAME_ENV, ModelConfig, SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Batch, Outcome
 from sluice.queue import QueueClient
-from sluice.registry import DRAIN, WorkerInfo
+from sluice.registry import DRAIN, PARK, PROMOTE, WorkerInfo
 from workers.budget import BucketServiceMs, FailureStreak, ServiceRate, TokenBudget
 from workers.execute import BatchResult, BatchRunner, warm_up
 from workers.handlers.base import Collated, Handler, warmup_shapes
 from workers.housekeeping import Housekeeper
 from workers.metrics import WorkerMetrics
 from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
+from workers.startpath import StartPath
 from workers.status import WorkerStatus
 
 log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
 EXIT_QUARANTINED = 4
 EXIT_LOAD_FAILED = 5
+PARKED = -1  # the batch loop's return when a park command stopped it (never an exit code)
 # An idle worker blocks on its buckets' wake lists (a submit pushes tokens) for at
 # most this long, then claims anyway: that claim reclaims lapsed leases, and a
 # drain or SIGTERM is acted on within this bound.
@@ -58,6 +61,8 @@ class WorkerOptions:
     overlap: bool | None = None  # None: the config's worker.overlap
     metrics_port: int | None = None  # None: the config's; -1: no endpoint
     burst: bool = False  # exit 0 once the queue is empty (benchmarks, tests)
+    parked: bool = False  # a warm-pool worker: park once loaded, claim only when promoted
+    start_path: StartPath | None = None  # the stages before the Worker (process, imports)
 
 
 @dataclass
@@ -114,8 +119,15 @@ class Worker:
                 state="starting",
                 started_at=wall(),
                 pod_name=os.environ.get(POD_NAME_ENV, ""),
+                parked=opts.parked,
             )
         )
+        self.start_path = opts.start_path or StartPath()
+        self._parked = threading.Event()  # park once loaded / after this batch
+        if opts.parked:
+            self._parked.set()
+        self._promoted_at: float | None = None  # monotonic: when the promote command came
+        self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
         self.housekeeper = Housekeeper(
             client,
             self.status,
@@ -140,7 +152,11 @@ class Worker:
 
     # -- lifecycle ------------------------------------------------------------
     def run(self) -> int:
-        """Load, warm up, serve until drained (exit 0) or quarantined (exit 4)."""
+        """Load, warm up, serve until drained (exit 0) or quarantined (exit 4).
+
+        A warm-pool worker (``parked``) parks once loaded: state ``standby``, no
+        claims, until a promote command; a park command sends a serving worker back
+        there once its batch is done (docs/adr/0128)."""
         self._install_signals()
         self._start_metrics()
         self._set_state("starting")
@@ -149,31 +165,70 @@ class Worker:
         try:
             t0 = time.monotonic()
             try:
-                self.handler.load()
-                warm_up(self.handler, warmup_shapes(self.mcfg, self.buckets), self.budget)
+                self._load()
             except Exception:
                 log.exception("worker %s could not load or warm up its model", self.id)
                 return EXIT_LOAD_FAILED
             threads = self.handler.cpu_threads()
+            extra = {**self.status.snapshot().extra, "start_path": self.start_path.as_dict()}
             if threads is not None:  # in the heartbeat: sluice status, the dashboard, tests
-                info = self.status.snapshot()
-                self.status.update(extra={**info.extra, "threads": threads})
-            if not self._stopping():
-                self._set_state("ready", ready_at=self.wall())
-                log.info(
-                    "worker %s ready: model %s on %s (threads %s), buckets %s, loaded in %.1f s",
-                    self.id,
-                    self.model,
-                    self.opts.device,
-                    "-" if threads is None else threads,
-                    ",".join(self.buckets),
-                    time.monotonic() - t0,
-                )
+                extra["threads"] = threads
+            self.status.update(extra=extra, ready_at=self.wall())
+            self.metrics.set_start_path(self.start_path.as_dict())
+            log.info(
+                "worker %s loaded: model %s on %s (threads %s), buckets %s, in %.1f s: %s",
+                self.id,
+                self.model,
+                self.opts.device,
+                "-" if threads is None else threads,
+                ",".join(self.buckets),
+                time.monotonic() - t0,
+                self.start_path.summary(),
+            )
+            while not self._stopping():
+                if self._parked.is_set() and not self._park_until_promoted():
+                    break
+                self._first_claim_due = time.monotonic()
+                self._set_state("ready")
+                log.info("worker %s ready: claiming", self.id)
                 code = self._loop()
+                if code != PARKED:
+                    break
+                code = EXIT_OK
         finally:
             self._shutdown()
         log.info("worker %s exiting with code %d", self.id, code)
         return code
+
+    def _load(self) -> None:
+        """The handler's load (split into its start stages) and the warm-up."""
+        t0 = time.perf_counter()
+        self.handler.load()
+        load_s = time.perf_counter() - t0
+        split = dict(self.handler.load_stages)
+        for stage, seconds in split.items():
+            self.start_path.add(stage, seconds)
+        self.start_path.add("weights_read", load_s - sum(split.values()))
+        with self.start_path.timed("warmup"):
+            warm_up(self.handler, warmup_shapes(self.mcfg, self.buckets), self.budget)
+
+    def _park_until_promoted(self) -> bool:
+        """Standby: heartbeat, claim nothing, wait on the control list for a promote
+        (or a drain). False when the worker is to stop instead."""
+        self._set_state("standby", parked=True)
+        log.info("worker %s parked (standby): waiting to be promoted", self.id)
+        control = keys.worker_control_key(self.model, self.id)
+        while self._parked.is_set() and not self._stopping():
+            try:
+                reply = self.client.redis.blpop([control], timeout=IDLE_WAIT_S)
+            except (RedisUnavailable, RedisError) as e:
+                self._stop.wait(self.redis_retry.failed(e))
+                continue
+            self.redis_retry.ok()
+            if reply:
+                command = reply[1]
+                self._on_command(command.decode() if isinstance(command, bytes) else command)
+        return not self._stopping()
 
     def drain(self, reason: str = "drain requested") -> None:
         """Stop claiming; the loop finishes what it holds and ``run`` returns 0."""
@@ -186,6 +241,17 @@ class Worker:
     def _on_command(self, command: str) -> None:
         if command == DRAIN:
             self.drain("drain command")
+        elif command == PROMOTE:
+            if self._parked.is_set():
+                self._promoted_at = time.monotonic()
+                self._parked.clear()
+                self.status.update(parked=False)
+                log.info("worker %s promoted", self.id)
+        elif command == PARK:
+            if not self._parked.is_set() and not self._stop.is_set():
+                log.info("worker %s parking once its batch is done", self.id)
+                self._parked.set()
+                self.status.update(parked=True)
         else:
             log.warning("ignoring unknown control command %r", command)
 
@@ -253,6 +319,8 @@ class Worker:
                         fetched = self._fetch()
                 elif self._stopping():
                     return EXIT_OK
+                elif self._parked.is_set():
+                    return PARKED
                 else:
                     fetched = self._fetch()
                 if fetched is None:
@@ -260,7 +328,12 @@ class Worker:
                         return EXIT_OK
                     self._wait_for_work()
                     continue
-                if self._pool is not None and not self._stopping() and not fetched.batch.bulk:
+                if (
+                    self._pool is not None
+                    and not self._stopping()
+                    and not self._parked.is_set()
+                    and not fetched.batch.bulk
+                ):
                     # Prefetch only beside an interactive batch, and never a bulk one: a
                     # held bulk batch (or a job held behind one) would make interactive
                     # jobs wait out two bulk batches instead of going to the next free
@@ -295,7 +368,7 @@ class Worker:
     def _fetch(self, bulk: bool = True) -> _Fetched | None:
         """Claim one batch and collate it (in the prefetch thread when overlapping;
         a prefetch takes no bulk items)."""
-        if self._stopping():
+        if self._stopping() or self._parked.is_set():
             return None
         try:
             batch = self.client.claim(
@@ -310,6 +383,7 @@ class Worker:
             self._stop.wait(self.redis_retry.failed(e))
             return None
         self.redis_retry.ok()
+        self._claim_answered()
         if not batch.jobs:
             return None
         self.status.hold([j.id for j in batch.jobs])
@@ -327,12 +401,32 @@ class Worker:
         The blocked call holds its own pooled connection, so the housekeeping
         thread's heartbeats and renewals never queue behind it.
         """
-        if self._stopping() or self.redis_retry.down:
+        if self._stopping() or self._parked.is_set() or self.redis_retry.down:
             return  # Redis down: the failed claim has waited its backoff already
         try:
             self.client.wait_for_work(self.model, IDLE_WAIT_S, self.buckets)
         except (RedisUnavailable, RedisError) as e:
             self._stop.wait(self.redis_retry.failed(e))
+
+    def _claim_answered(self) -> None:
+        """The first claim after ready (or a promotion) answered: the start path's
+        last stage, or the promotion's latency (``promote_s`` in the heartbeat)."""
+        due, self._first_claim_due = self._first_claim_due, None
+        if due is None:
+            return
+        now = time.monotonic()
+        extra = dict(self.status.snapshot().extra)
+        if self._promoted_at is not None:
+            promote_s, self._promoted_at = round(now - self._promoted_at, 4), None
+            extra["promote_s"] = promote_s
+            self.metrics.promote_seconds.labels(self.model).set(promote_s)
+            log.info("worker %s promoted: first claim %.3f s after the command", self.id, promote_s)
+        elif "first_claim" not in self.start_path.stages:
+            self.start_path.add("first_claim", now - due)
+            extra["start_path"] = self.start_path.as_dict()
+            self.metrics.set_start_path(self.start_path.as_dict())
+            log.info("worker %s start path: %s", self.id, self.start_path.summary())
+        self.status.update(extra=extra)
 
     def _queue_empty(self) -> bool:
         try:

@@ -60,6 +60,9 @@ class Handler:
     def __init__(self, ctx: HandlerContext) -> None:
         self.ctx = ctx
         self.params = ctx.params
+        # What ``load`` spent per start stage (workers/startpath.py): imports,
+        # weights_read, to_device. Whatever it leaves out counts as weights_read.
+        self.load_stages: dict[str, float] = {}
 
     def cpu_threads(self) -> int | None:
         """The CPU threads this handler computes with (None: it computes on no CPU
