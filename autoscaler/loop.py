@@ -55,6 +55,9 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
         fields.update(
             ready=obs.ready,
             starting=obs.starting,
+            parked=obs.parked,
+            promote_s=r(obs.promote_s),
+            arrival_rate_slope=r(obs.arrival_rate_slope),
             queued=obs.queued,
             queued_cost=r(obs.queued_cost),
             arrival_rate_cost=r(obs.arrival_rate_cost),
@@ -129,9 +132,17 @@ class Autoscaler:
             return None
         d = self._decide(model, obs, now)
         self._record(model, d, obs)
+        self._keep_pool(model)
         if d.desired != d.current:
             self._scale(model, d.desired, workers)
         return d
+
+    def _keep_pool(self, model: str) -> None:
+        try:
+            self.backend.keep_pool(model, self.source.policy(model).warm_pool)
+        except SluiceError as e:
+            log.error("autoscaler: %s: keeping the warm pool failed: %s", model, e)
+            self.metrics.backend_errors.labels(model).inc()
 
     def _observation(
         self, model: str, snap: Snapshot | None, workers: list[WorkerInfo]

@@ -38,6 +38,8 @@ class Observation:
     oldest_wait_ms: float = 0.0  # age of the oldest queued job: a stuck queue shows here
     cold_start_s: float | None = None  # measured spawn-to-ready
     promote_s: float | None = None  # measured promotion-to-first-claim of parked workers
+    # The live workers' start path, median seconds per stage (workers/startpath.py).
+    start_path: tuple[tuple[str, float], ...] = ()
     # Bulk items (rank 3, ADR 0090). The fields above exclude them: queued, queued_cost
     # and the arrival rates are interactive only (the observer subtracts bulk).
     bulk_queued: int = 0  # bulk items in the queues now

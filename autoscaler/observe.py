@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from autoscaler.policy import MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
+from autoscaler.policy import BURST_RATE_S, MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
 from sluice import keys, registry, waits
 from sluice.backoff import Reconnect
 from sluice.bulk.ops import parse_report
@@ -113,13 +113,48 @@ def _rate(samples: deque[Sample], now: Sample, span_s: float) -> tuple[float, fl
     return arrived, (now.completed_cost - base.completed_cost) / dt
 
 
-def _worker_signals(workers: list[WorkerInfo]) -> tuple[dict[str, int], float | None, float | None]:
+@dataclass(frozen=True, slots=True)
+class WorkerSignals:
+    counts: dict[str, int]  # by state; "starting" only those that will serve (not parked)
+    service_rate: float | None
+    cold_start_s: float | None
+    promote_s: float | None  # median of the promoted workers' command-to-first-claim
+    start_path: tuple[tuple[str, float], ...]  # median seconds per start stage
+
+
+def _slope(samples: deque[Sample], now: Sample, window_s: float) -> float | None:
+    """The arrival rate's trend (cost units/s per second): the newer half-window's rate
+    minus the older half's, over half the window; None until samples cover 90% of it."""
+    base = next((s for s in samples if s.t_s >= now.t_s - window_s - 1e-6), None)
+    if base is None or now.t_s - base.t_s < 0.9 * window_s:
+        return None
+    mid_t = base.t_s + (now.t_s - base.t_s) / 2
+    mid = next((s for s in samples if s.t_s >= mid_t - 1e-6), None)
+    if mid is None or mid.t_s <= base.t_s or now.t_s <= mid.t_s:
+        return None
+    old = (mid.arrived_cost - base.arrived_cost) / (mid.t_s - base.t_s)
+    new = (now.arrived_cost - mid.arrived_cost) / (now.t_s - mid.t_s)
+    return (new - old) / ((now.t_s - base.t_s) / 2)
+
+
+def _worker_signals(workers: list[WorkerInfo]) -> WorkerSignals:
     counts = registry.workers_by_state(workers)
+    # A warm-pool refill still loading parks once loaded: it is no capacity on its way.
+    counts["starting"] = sum(1 for w in workers if w.state == "starting" and not w.parked)
     rates = [w.service_rate for w in workers if w.state == "ready" and w.service_rate > 0]
     colds = [w.ready_at - w.started_at for w in workers if w.ready_at and w.started_at]
-    rate = statistics.fmean(rates) if rates else None
-    cold = statistics.median(colds) if colds else None
-    return counts, rate, cold
+    promotes = [float(w.extra["promote_s"]) for w in workers if "promote_s" in w.extra]
+    stages: dict[str, list[float]] = {}
+    for w in workers:
+        for stage, seconds in (w.extra.get("start_path") or {}).items():
+            stages.setdefault(stage, []).append(float(seconds))
+    return WorkerSignals(
+        counts,
+        statistics.fmean(rates) if rates else None,
+        statistics.median(colds) if colds else None,
+        statistics.median(promotes) if promotes else None,
+        tuple((s, round(statistics.median(v), 3)) for s, v in stages.items()),
+    )
 
 
 class Observer:
@@ -214,10 +249,15 @@ class Observer:
             samples.clear()  # counters went back (Redis flushed): rates start over
         span = self.models[model].autoscaling.metrics_window_s
         long, short = _rate(samples, now, span), _rate(samples, now, min(span, RECENT_RATE_S))
+        burst = _rate(samples, now, min(span, BURST_RATE_S))
+        policy = self.models[model].autoscaling
+        slope = _slope(samples, now, policy.predict.window_s)
         samples.append(now)
-        while samples and samples[0].t_s < now.t_s - span - 60:
+        keep_s = max(span, policy.predict.window_s) + 60
+        while samples and samples[0].t_s < now.t_s - keep_s:
             samples.popleft()
-        counts, rate, cold = _worker_signals(rd.workers)
+        ws = _worker_signals(rd.workers)
+        counts = ws.counts
         queued = max(0, rd.stats.queued - bulk.queued)
         queued_cost = max(0.0, rd.stats.queued_cost - bulk.queued_cost) if queued else 0.0
         return Observation(
@@ -225,18 +265,23 @@ class Observer:
             ready=counts.get("ready", 0),
             starting=counts.get("starting", 0),
             draining=counts.get("draining", 0),
+            parked=counts.get("standby", 0),
             queued=queued,
             queued_cost=queued_cost,
             queued_non_low=rd.queued_non_low,
             in_flight=rd.stats.in_flight,
             arrival_rate_cost=long[0] if long else None,
             arrival_rate_cost_recent=short[0] if short else None,
+            arrival_rate_cost_burst=burst[0] if burst else None,
+            arrival_rate_slope=slope,
             completion_rate_cost=long[1] if long else None,
             completion_rate_cost_recent=short[1] if short else None,
-            service_rate=rate,
+            service_rate=ws.service_rate,
             p99_wait_ms=rd.p99_wait_ms,
             oldest_wait_ms=rd.oldest_wait_ms,
-            cold_start_s=cold,
+            cold_start_s=ws.cold_start_s,
+            promote_s=ws.promote_s,
+            start_path=ws.start_path,
             bulk_queued=bulk.queued,
             bulk_queued_cost=bulk.queued_cost,
             bulk_backlog_cost=bulk.backlog_cost,

@@ -10,22 +10,35 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from autoscaler.backends.base import Backend
+from autoscaler.backends.base import Backend, Control
 from autoscaler.decisions import DecisionLog
 from autoscaler.loop import Autoscaler
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.reload import PolicySource
 from autoscaler.upkeep import Upkeep
+from sluice import registry
 from sluice.config import SluiceConfig
 from sluice.errors import ConfigError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from sluice.queue.scripts import Call
 
 BACKENDS = ("local", "kubernetes", "dry-run")
 
 
-def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> Backend:
+def redis_control(client: QueueClient) -> Control:
+    """Control commands (promote, park) through the worker's control list."""
+
+    def send(model: str, worker_id: str, command: str) -> None:
+        client.run(Call(lambda r: r, commands=registry.send_control(model, worker_id, command)))
+
+    return send
+
+
+def make_backend(
+    name: str, cfg: SluiceConfig, config_path: Path, url: str, control: Control | None = None
+) -> Backend:
     if name == "dry-run":
         from autoscaler.backends.base import DryRunBackend
 
@@ -33,11 +46,11 @@ def make_backend(name: str, cfg: SluiceConfig, config_path: Path, url: str) -> B
     if name == "kubernetes":
         from autoscaler.backends.kubernetes import KubernetesBackend
 
-        return KubernetesBackend(cfg)
+        return KubernetesBackend(cfg, control=control)
     if name == "local":
         from autoscaler.backends.local import LocalBackend
 
-        return LocalBackend(cfg, config_path, url)
+        return LocalBackend(cfg, config_path, url, control=control)
     raise ConfigError(f"backend {name!r}: use one of {', '.join(BACKENDS)}")
 
 
@@ -55,7 +68,8 @@ def build(
         metrics.serve(port)
     source = PolicySource(config_path, cfg, on_error=lambda _msg: metrics.reload_errors.inc())
     client = QueueClient(connect(redis_url), dict(cfg.models))
-    act = make_backend(backend or cfg.autoscaler.backend, cfg, config_path, redis_url)
+    control = redis_control(client)
+    act = make_backend(backend or cfg.autoscaler.backend, cfg, config_path, redis_url, control)
     return Autoscaler(
         source,
         Observer(client, dict(cfg.models)),

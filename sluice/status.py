@@ -39,7 +39,8 @@ def queues_table(q: QueueClient, cfg: SluiceConfig) -> Table:
 
 def workers_table(q: QueueClient, cfg: SluiceConfig) -> Table:
     table = Table(title="Workers", title_justify="left")
-    for col in ("model", "worker", "state", "device", "buckets", "jobs", "cost/s", "busy"):
+    cols = ("model", "worker", "state", "device", "buckets", "jobs", "cost/s", "busy", "start s")
+    for col in cols:
         table.add_column(col)
     for name in cfg.models:
         live, _stale = q.run(list_workers_call(name))
@@ -53,6 +54,7 @@ def workers_table(q: QueueClient, cfg: SluiceConfig) -> Table:
                 str(w.jobs),
                 f"{w.service_rate:.0f}",
                 "yes" if w.busy else "no",
+                f"{sum((w.extra.get('start_path') or {}).values()):.1f}",
             )
     return table
 

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
+from sluice.config import WarmPoolConfig
 from sluice.registry import WorkerInfo
+
+# Sends one control command to one worker: (model, worker id, command), e.g. promote.
+Control = Callable[[str, str, str], None]
 
 log = logging.getLogger("sluice.autoscaler")
 
 
 class Backend(Protocol):
     """Everything the loop calls, in the order a period calls it: ``tick`` once, then
-    per model ``observe``, ``current``, ``cold_start_s`` and, when the decision
-    differs from ``current``, ``scale``; ``close`` on the way out."""
+    per model ``observe``, ``current``, ``cold_start_s``, ``keep_pool`` and, when the
+    decision differs from ``current``, ``scale``; ``close`` on the way out."""
 
     name: str
 
@@ -32,7 +37,13 @@ class Backend(Protocol):
         ...
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
-        """Move toward ``desired``; ``workers`` (live, from heartbeats) say who is idle."""
+        """Move toward ``desired``; ``workers`` (live, from heartbeats) say who is idle.
+        Parked workers of a warm pool are promoted before any is started."""
+        ...
+
+    def keep_pool(self, model: str, pool: WarmPoolConfig) -> None:
+        """Every period, before ``scale``: the model's warm-pool settings (they reload);
+        refill the pool or trim it to ``pool.size``. A backend without pools ignores it."""
         ...
 
     def tick(self, now_s: float) -> None:
@@ -45,7 +56,7 @@ class Backend(Protocol):
 def idlest_first(workers: list[WorkerInfo]) -> list[WorkerInfo]:
     """Drain order: starting (no work yet), then idle ready, then busy; within a
     group, the one that has done the least (nothing warm to lose) first."""
-    rank = {"starting": 0, "ready": 1, "quarantined": 0}
+    rank = {"starting": 0, "standby": 0, "ready": 1, "quarantined": 0}
 
     def key(w: WorkerInfo) -> tuple[int, int, int]:
         return (rank.get(w.state, 3), 1 if w.busy else 0, w.jobs)
@@ -72,6 +83,9 @@ class DryRunBackend:
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
         log.info("dry-run: would scale %s from %d to %d", model, self.current(model), desired)
+
+    def keep_pool(self, model: str, pool: WarmPoolConfig) -> None:
+        return None
 
     def tick(self, now_s: float) -> None:
         return None

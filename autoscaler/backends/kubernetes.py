@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from sluice.config import POD_NAME_ENV, SluiceConfig
+from sluice.config import POD_NAME_ENV, SluiceConfig, WarmPoolConfig
 from sluice.errors import SluiceError
 from sluice.registry import WorkerInfo
 
@@ -92,8 +92,9 @@ def api_clients(api_client: Any = None) -> tuple[Any, Any]:
 class KubernetesBackend:
     name = "kubernetes"
 
-    def __init__(self, cfg: SluiceConfig, api_client: Any = None) -> None:
+    def __init__(self, cfg: SluiceConfig, api_client: Any = None, control: Any = None) -> None:
         self.apps, self.core = api_clients(api_client)
+        self._warned_pool: set[str] = set()
         self.namespace = cfg.autoscaler.namespace
         self.deployments = {
             m: mc.autoscaling.deployment or f"sluice-worker-{m}" for m, mc in cfg.models.items()
@@ -214,6 +215,16 @@ class KubernetesBackend:
             ", ".join(worker_ids[:5]),
             POD_NAME_ENV,
         )
+
+    def keep_pool(self, model: str, pool: WarmPoolConfig) -> None:
+        """No warm pools on Kubernetes yet (docs/adr/0128): said once per model."""
+        if pool.size > 0 and model not in self._warned_pool:
+            self._warned_pool.add(model)
+            log.warning(
+                "kubernetes: %s: autoscaling.warm_pool is not kept by this backend yet; "
+                "new replicas start cold (docs/autoscaling.md, Warm pools)",
+                model,
+            )
 
     def tick(self, now_s: float) -> None:
         return None

@@ -8,6 +8,15 @@ what it holds, deregisters and exits 0 -- to the idlest workers and waits for
 them. A busy worker is never killed: only a drained worker that outlives
 ``drain_timeout_s`` while idle (or gone from the registry) is. A worker that
 exits on its own is restarted with exponential backoff.
+
+A warm pool (``autoscaling.warm_pool``, docs/adr/0128) is kept beside the serving
+workers: ``size`` workers started with ``--parked``, loaded and warmed, claiming
+nothing. A scale-up promotes them first (a Redis command, like drain) and starts
+replacements behind them; a scale-down parks a serving worker instead of stopping
+it while a replacement is still loading (that one is stopped: the pool gets a warm
+worker at once). A parked worker that exits is replaced, not restarted as capacity.
+Parked workers hold their cores or device like serving ones: they serve the moment
+they are promoted.
 """
 
 from __future__ import annotations
@@ -26,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from autoscaler.backends.base import idlest_first
+from autoscaler.backends.base import Control, idlest_first
 from autoscaler.devices import CorePool, DevicePool
-from sluice.config import REDIS_URL_ENV, SluiceConfig
+from sluice.config import REDIS_URL_ENV, SluiceConfig, WarmPoolConfig
 from sluice.cores import THREADS_ENV, cores_per_worker, total_cores
-from sluice.registry import WorkerInfo
+from sluice.registry import PARK, PROMOTE, WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
 EXITS_KEPT = 100  # recent worker exits remembered per model (an autoscaler runs for months)
@@ -47,6 +56,7 @@ class LocalWorker:
     log_file: IO[bytes] | None = None
     draining_since: float | None = None
     cores: int = 0  # CPU cores held (given back when it exits)
+    parked: bool = False  # in the warm pool: started --parked, or parked on a scale-down
 
 
 @dataclass
@@ -78,8 +88,12 @@ class LocalBackend:
         command: list[str] | None = None,
         log_dir: Path | None = None,
         clock: Callable[[], float] = time.monotonic,
+        control: Control | None = None,
     ) -> None:
         self.cfg, self.config_path, self.redis_url = cfg, config_path, redis_url
+        # Sends promote and park commands; without it no pool is kept.
+        self.control = control
+        self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
         self.command = command or sluice_command()
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-workers-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -110,18 +124,33 @@ class LocalBackend:
         return samples[len(samples) // 2] if samples else None
 
     def current(self, model: str) -> int:
+        """Serving workers, running or starting (parked and draining ones excluded)."""
         st = self.models[model]
-        live = sum(1 for w in st.workers if w.draining_since is None)
+        live = sum(1 for w in st.workers if w.draining_since is None and not w.parked)
         return live + len(st.restarts_due)
+
+    def parked(self, model: str) -> list[LocalWorker]:
+        """The pool: parked workers, warm (standby) first, then those still loading."""
+        st = self.models[model]
+        pool = [w for w in st.workers if w.parked and w.draining_since is None]
+        return sorted(pool, key=lambda w: 0 if self._standby(st, w) else 1)
+
+    def keep_pool(self, model: str, pool: WarmPoolConfig) -> None:
+        """The model's pool settings as of this period (they reload); refill or trim."""
+        self.pools[model] = pool
+        self._refill(model)
+        self._trim(model)
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
         if workers:
             self.observe(model, workers)
         cur = self.current(model)
         if desired > cur:
-            for _ in range(desired - cur):
+            n = desired - cur - self._promote(model, desired - cur)
+            for _ in range(n):
                 if not self._spawn(model):
                     break
+            self._refill(model)
         elif desired < cur:
             self._shrink(model, cur - desired)
 
@@ -133,6 +162,56 @@ class LocalBackend:
             st.restarts_due = [t for t in st.restarts_due if t > now]
             for _ in due:
                 self._spawn(model)
+            self._refill(model)
+
+    # -- the warm pool ------------------------------------------------------------
+    def _pool_on(self, model: str) -> bool:
+        return self.control is not None and self.pools[model].size > 0
+
+    @staticmethod
+    def _standby(st: _ModelState, w: LocalWorker) -> bool:
+        info = st.info.get(w.id)
+        return info is not None and info.state == "standby"
+
+    def _promote(self, model: str, n: int) -> int:
+        """Promote up to n parked workers, warm ones first; how many were."""
+        if self.control is None:
+            return 0
+        done = 0
+        for w in self.parked(model)[:n]:
+            self.control(model, w.id, PROMOTE)
+            w.parked = False
+            done += 1
+            log.info("local: promoted %s worker %s", model, w.id)
+        return done
+
+    def _refill(self, model: str) -> None:
+        if not self._pool_on(model):
+            return
+        for _ in range(self.pools[model].size - len(self.parked(model))):
+            if not self._spawn(model, parked=True):
+                break
+
+    def _trim(self, model: str) -> None:
+        """Stop parked workers beyond the pool's size, those still loading first."""
+        extra = len(self.parked(model)) - (self.pools[model].size if self.control else 0)
+        for w in list(reversed(self.parked(model)))[: max(0, extra)]:
+            self._drain(w)
+
+    def _park_instead(self, model: str, w: LocalWorker) -> bool:
+        """Park ``w`` rather than stop it, while a pool refill is still loading (that
+        refill is stopped instead: the pool gets a warm worker now)."""
+        if not self._pool_on(model) or not self.pools[model].park_on_scale_down:
+            return False
+        st = self.models[model]
+        loading = [p for p in self.parked(model) if not self._standby(st, p)]
+        if not loading or self.control is None:
+            return False
+        self._drain(loading[-1])
+        self.control(model, w.id, PARK)
+        w.parked = True
+        log.info("local: parking %s worker %s (scale-down)", model, w.id)
+        return True
 
     def close(self, timeout_s: float | None = None) -> None:
         """Drain every worker and wait (then kill what is left)."""
@@ -154,7 +233,7 @@ class LocalBackend:
             st.workers.clear()
 
     # -- mechanics ----------------------------------------------------------------
-    def _spawn(self, model: str) -> bool:
+    def _spawn(self, model: str, parked: bool = False) -> bool:
         mcfg = self.cfg.models[model]
         need = mcfg.autoscaling.gpu_memory_gb
         try:
@@ -183,6 +262,8 @@ class LocalBackend:
         ]
         # The URL may hold a password: the environment, not argv (which `ps` shows).
         env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
+        if parked:
+            args.append("--parked")
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
             args += ["--device", "cuda"]
@@ -199,10 +280,13 @@ class LocalBackend:
             self.cores.give(cores)
             return False
         self.models[model].workers.append(
-            LocalWorker(wid, model, proc, device, self.clock(), time.time(), out, cores=cores)
+            LocalWorker(
+                wid, model, proc, device, self.clock(), time.time(), out, cores=cores, parked=parked
+            )
         )
         where = device or f"cpu, {cores} core(s)"
-        log.info("local: started %s worker %s (pid %d, %s)", model, wid, proc.pid, where)
+        kind = "parked " if parked else ""
+        log.info("local: started %s%s worker %s (pid %d, %s)", kind, model, wid, proc.pid, where)
         return True
 
     def _shrink(self, model: str, n: int) -> None:
@@ -214,8 +298,9 @@ class LocalBackend:
         # Not heartbeating yet means still loading: those go first, then the idlest.
         unseen = [w for wid, w in ours.items() if wid not in st.info]
         seen = [ours[i.id] for i in idlest_first(list(st.info.values())) if i.id in ours]
-        for w in (unseen + seen)[:n]:
-            self._drain(w)
+        for w in [w for w in unseen + seen if not w.parked][:n]:
+            if not self._park_instead(model, w):
+                self._drain(w)
 
     def _drain(self, w: LocalWorker) -> None:
         if w.draining_since is None and w.proc.poll() is None:
@@ -235,6 +320,9 @@ class LocalBackend:
             st.exits.append((w.id, code, w.draining_since is not None))
             if w.draining_since is not None:
                 log.info("local: %s worker %s drained (exit %d)", model, w.id, code)
+                continue
+            if w.parked:  # the pool's refill replaces it; it was never serving capacity
+                log.warning("local: parked %s worker %s exited with %d", model, w.id, code)
                 continue
             st.crashes += 1
             backoff = min(

@@ -112,6 +112,8 @@ def worker_row(w: WorkerInfo, now_s: float) -> dict[str, Any]:
         "buckets": w.buckets,
         "age_s": round(max(0.0, now_s - w.started_at), 1),
         "heartbeat_age_s": round(max(0.0, now_s - w.heartbeat_at), 1) if w.heartbeat_at else None,
+        "parked": w.parked,  # a warm-pool worker (standby, or loading toward it)
+        "start_s": round(sum((w.extra.get("start_path") or {}).values()), 2),
     }
 
 

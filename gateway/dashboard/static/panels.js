@@ -4,8 +4,8 @@
 
 const SluicePanels = (() => {
   const { Ring, stacked, lines, fmt } = SluiceCharts;
-  const STATES = ["starting", "ready", "draining", "quarantined"];
-  const STATE_DOT = { starting: "warn", ready: "ok", draining: "info", quarantined: "bad" };
+  const STATES = ["starting", "standby", "ready", "draining", "quarantined"];
+  const STATE_DOT = { starting: "warn", standby: "info", ready: "ok", draining: "info", quarantined: "bad" };
   const COMPACT_AT = 24;  // workers: smaller tiles past this many, still one screen at 50
 
   function h(tag, attrs = {}, ...kids) {
