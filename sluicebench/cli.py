@@ -48,6 +48,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("autoscaler")(bench_autoscaler_cmd)
     bench_app.command("dispatch")(bench_dispatch_cmd)
     bench_app.command("warm-pool")(bench_warm_pool_cmd)
+    bench_app.command("cold-start")(bench_cold_start_cmd)
     bench_app.command("load")(load_cmd)
     bench_app.command("stack")(stack_cmd)
     bench_app.command("e2e")(e2e_cmd)
@@ -373,6 +374,21 @@ def bench_warm_pool_cmd(
     except ConfigError as e:
         fail(str(e), EXIT_CONFIG)
     write_json(json_path, out)
+
+
+def bench_cold_start_cmd(
+    repeat: Annotated[int, typer.Option(help="Worker starts per loader.")] = 3,
+    jobs: Annotated[int, typer.Option(help="Jobs in the burst.")] = 3000,
+    log_dir: Annotated[Path, typer.Option(help="The stacks' logs.")] = Path(
+        "bench/results/cold-start-logs"
+    ),
+    json_path: JsonOpt = None,
+) -> None:
+    """A MiniLM worker's start path (transformers vs the native loader) and a burst
+    served by a promoted worker vs a cold one on sluice up (~4 min)."""
+    from sluicebench.cold_start_bench import main as run
+
+    write_json(json_path, run(repeat, jobs, log_dir, json_path))
 
 
 def bench_dispatch_cmd(

@@ -15,8 +15,10 @@ nothing. A scale-up promotes them first (a Redis command, like drain) and starts
 replacements behind them; a scale-down parks a serving worker instead of stopping
 it while a replacement is still loading (that one is stopped: the pool gets a warm
 worker at once). A parked worker that exits is replaced, not restarted as capacity.
-Parked workers hold their cores or device like serving ones: they serve the moment
-they are promoted.
+The pool is never refilled past what ``max_replicas`` could still promote. A parked
+GPU worker holds its device share (its weights stay there); a parked CPU worker is
+started with its threads but takes its cores from the pool only when promoted
+(serving workers never outnumber the cores, as without a pool).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class LocalWorker:
     draining_since: float | None = None
     cores: int = 0  # CPU cores held (given back when it exits)
     parked: bool = False  # in the warm pool: started --parked, or parked on a scale-down
+    threads: int = 0  # its torch threads (the cores it takes while serving)
 
 
 @dataclass
@@ -179,22 +182,34 @@ class LocalBackend:
             return 0
         done = 0
         for w in self.parked(model)[:n]:
+            if w.device is None:
+                try:
+                    self.cores.take(w.threads)
+                except LookupError as e:
+                    log.warning("local: not promoting %s worker %s: %s", model, w.id, e)
+                    break
+                w.cores = w.threads
             self.control(model, w.id, PROMOTE)
             w.parked = False
             done += 1
             log.info("local: promoted %s worker %s", model, w.id)
         return done
 
-    def _refill(self, model: str) -> None:
+    def _pool_target(self, model: str) -> int:
+        """The pool's size, but no more than max_replicas could still promote."""
         if not self._pool_on(model):
-            return
-        for _ in range(self.pools[model].size - len(self.parked(model))):
+            return 0
+        room = self.cfg.models[model].autoscaling.max_replicas - self.current(model)
+        return max(0, min(self.pools[model].size, room))
+
+    def _refill(self, model: str) -> None:
+        for _ in range(self._pool_target(model) - len(self.parked(model))):
             if not self._spawn(model, parked=True):
                 break
 
     def _trim(self, model: str) -> None:
         """Stop parked workers beyond the pool's size, those still loading first."""
-        extra = len(self.parked(model)) - (self.pools[model].size if self.control else 0)
+        extra = len(self.parked(model)) - self._pool_target(model)
         for w in list(reversed(self.parked(model)))[: max(0, extra)]:
             self._drain(w)
 
@@ -210,6 +225,8 @@ class LocalBackend:
         self._drain(loading[-1])
         self.control(model, w.id, PARK)
         w.parked = True
+        self.cores.give(w.cores)  # a parked CPU worker holds no cores (see the module doc)
+        w.cores = 0
         log.info("local: parking %s worker %s (scale-down)", model, w.id)
         return True
 
@@ -241,7 +258,8 @@ class LocalBackend:
         except LookupError as e:
             log.warning("local: cannot start another %s worker: %s", model, e)
             return False
-        cores = 0 if device is not None else cores_per_worker(mcfg, self.cores.total)
+        threads = 0 if device is not None else cores_per_worker(mcfg, self.cores.total)
+        cores = 0 if parked else threads  # a parked worker takes its cores when promoted
         try:
             self.cores.take(cores)
         except LookupError as e:
@@ -267,8 +285,8 @@ class LocalBackend:
         if device is not None:
             env["CUDA_VISIBLE_DEVICES"] = device
             args += ["--device", "cuda"]
-        elif cores > 0:
-            env[THREADS_ENV] = str(cores)  # a params.num_threads of its own still wins
+        elif threads > 0:
+            env[THREADS_ENV] = str(threads)  # a params.num_threads of its own still wins
         try:
             out = (self.log_dir / f"{wid}.log").open("ab")
             proc = subprocess.Popen(
@@ -281,7 +299,16 @@ class LocalBackend:
             return False
         self.models[model].workers.append(
             LocalWorker(
-                wid, model, proc, device, self.clock(), time.time(), out, cores=cores, parked=parked
+                wid,
+                model,
+                proc,
+                device,
+                self.clock(),
+                time.time(),
+                out,
+                cores=cores,
+                parked=parked,
+                threads=threads,
             )
         )
         where = device or f"cpu, {cores} core(s)"
