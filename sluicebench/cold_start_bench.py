@@ -172,6 +172,19 @@ def burst(pool: int, jobs: int, log_dir: Path) -> dict[str, Any]:
         server.stop()
 
 
+def _submit(http: httpx.Client, inputs: list[str]) -> None:
+    """One batch, as a client should: a 503 or 429 is retried after its Retry-After
+    (the gateway's worker snapshot may be a second behind /v1/models at start)."""
+    deadline = time.monotonic() + 60
+    while True:
+        r = http.post(f"/v1/models/{MODEL}/jobs/batch", json={"inputs": inputs})
+        if r.status_code == 202:
+            return
+        if r.status_code not in (429, 503) or time.monotonic() > deadline:
+            raise RuntimeError(f"submit: {r.status_code} {r.text[:300]}")
+        time.sleep(min(5.0, max(0.2, float(r.headers.get("Retry-After", "1")))))
+
+
 def _drive(served: Served, data: dict[str, Any], url: str, pool: int, jobs: int) -> dict[str, Any]:
     cfg = parse_config(data)
     qc = QueueClient(connect(url), dict(cfg.models))
@@ -187,8 +200,7 @@ def _drive(served: Served, data: dict[str, Any], url: str, pool: int, jobs: int)
         t0 = time.monotonic()
         with httpx.Client(base_url=served.url, timeout=60) as http:
             for i in range(0, jobs, 200):
-                r = http.post(f"/v1/models/{MODEL}/jobs/batch", json={"inputs": texts[i : i + 200]})
-                r.raise_for_status()
+                _submit(http, texts[i : i + 200])
 
         def second() -> registry.WorkerInfo | None:
             ws = [w for w in _live(served, qc) if w.id not in first and w.state == "ready"]

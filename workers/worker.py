@@ -210,7 +210,8 @@ class Worker:
             self.start_path.add(stage, seconds)
         self.start_path.add("weights_read", load_s - sum(split.values()))
         with self.start_path.timed("warmup"):
-            warm_up(self.handler, warmup_shapes(self.mcfg, self.buckets), self.budget)
+            full = self.handler.warmup_full_batches()
+            warm_up(self.handler, warmup_shapes(self.mcfg, self.buckets, full), self.budget)
 
     def _park_until_promoted(self) -> bool:
         """Standby: heartbeat, claim nothing, wait on the control list for a promote

@@ -32,6 +32,9 @@ class OomHandler(TinyHandler):
 
     seen: list[int] = []  # batch sizes that ran, for assertions
 
+    def warmup_full_batches(self) -> bool:
+        return True  # it stands for a GPU: a memory limit the warm-up must find
+
     def warmup(self, shapes: list[Shape]) -> None:
         if self.params.get("oom_in_warmup"):
             for s in shapes:

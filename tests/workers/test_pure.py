@@ -159,3 +159,13 @@ def test_a_synthetic_worker_never_imports_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_cpu_warms_one_input_per_bucket_a_gpu_its_largest_batches() -> None:
+    cfg = worker_config(batching={"max_batch": 64, "max_batch_tokens": 16384})
+    small = warmup_shapes(cfg.model(MODEL), ["32", "128", "512"], full=False)
+    assert small == [Shape(1, 32), Shape(1, 128), Shape(1, 512)]
+    tiny = load_handler_class("tiny")(HandlerContext(MODEL, cfg.model(MODEL), device="cpu"))
+    assert tiny.warmup_full_batches() is False  # a torch handler on the CPU
+    synthetic = load_handler_class("synthetic")(HandlerContext(MODEL, cfg.model(MODEL)))
+    assert synthetic.warmup_full_batches() is True  # the base default: find the limit

@@ -75,6 +75,11 @@ class Handler:
     def warmup(self, shapes: list[Shape]) -> None:
         """Run once on each shape so the first real batch pays no compile/allocation cost."""
 
+    def warmup_full_batches(self) -> bool:
+        """Whether warm-up must run each bucket's largest batch (to find the device's
+        memory limit before a real batch does), or one input per bucket will do."""
+        return True
+
     def validate(self, value: Any) -> None:
         """Raise ``InvalidInput`` if this handler cannot use ``value``. Called per job
         before its batch is collated: a bad input fails alone, the batch stays whole."""
@@ -122,18 +127,21 @@ def is_oom_error(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in OOM_MESSAGES)
 
 
-def warmup_shapes(config: ModelConfig, buckets: list[str]) -> list[Shape]:
+def warmup_shapes(config: ModelConfig, buckets: list[str], full: bool = True) -> list[Shape]:
     """The largest shape each served bucket can produce under the batching limits.
 
     A claim fills ``max_batch`` jobs or ``max_batch_tokens`` cost, whichever comes
     first, so the largest batch of a bucket is ``min(max_batch, budget // bound)``
-    inputs of ``bound`` tokens (at least one).
+    inputs of ``bound`` tokens (at least one). Not ``full``: one input of ``bound``
+    tokens per bucket (a CPU has no device memory limit to find, and its first
+    large batch is no slower after a small warm-up: docs/benchmarks/autoscaler.md).
     """
     b = config.batching
     shapes = []
     for name in buckets:
         bound = int(name)
-        shapes.append(Shape(max(1, min(b.max_batch, b.max_batch_tokens // bound)), bound))
+        batch = max(1, min(b.max_batch, b.max_batch_tokens // bound)) if full else 1
+        shapes.append(Shape(batch, bound))
     return shapes
 
 

@@ -48,6 +48,10 @@ class TorchHandler(Handler):
     def cpu_threads(self) -> int | None:
         return torch.get_num_threads() if self.device.type == "cpu" else None
 
+    def warmup_full_batches(self) -> bool:
+        # Only a GPU has a memory limit the largest batches must be tried against.
+        return self.device.type != "cpu"
+
     def _checked_dtype(self, name: Any) -> torch.dtype:
         setting = f"models.{self.ctx.model}.params.dtype"
         if name is None:
