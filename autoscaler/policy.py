@@ -254,6 +254,11 @@ def _hold_without_rate(p: AutoscalingConfig, obs: Observation, state: PolicyStat
     cur = obs.current
     if cur < p.min_replicas:
         return Decision(cur, p.min_replicas, "min", float(cur), state)
+    if obs.parked > 0 and cur > 0 and cur < p.max_replicas and _breach(p, obs):
+        # Jobs already wait past the SLO and warm workers stand by: promoting them
+        # costs a park later if it was too many, waiting for a rate costs the SLO.
+        desired = min(p.max_replicas, cur + obs.parked)
+        return Decision(cur, desired, "slo-breach", float(cur), state)
     wake = cur == 0 and (obs.queued or 0) > 0 and p.max_replicas > 0
     orphans = not wake and _orphaned(obs) and p.max_replicas > 0
     bulk = not (wake or orphans) and bulk_policy.wakes(p, obs)

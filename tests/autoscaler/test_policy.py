@@ -371,6 +371,25 @@ CASES = [
         "load",
     ),
     ("no-pool-down-window", {}, obs(6, 2000), recs((90, 8)), 6, "stabilizing"),
+    # No rate yet (an autoscaler just started), but the oldest job waited 3 s > the 1 s
+    # SLO and 2 workers stand by: promote them both rather than wait for a rate.
+    (
+        "pool-breach-before-any-rate",
+        {"warm_pool": {"size": 2}},
+        obs(1, None, queued=500, queued_cost=50_000, oldest_wait_ms=3000, parked=2),
+        PolicyState(),
+        3,
+        "slo-breach",
+    ),
+    # ... and without a pool it waits for the rate, as before.
+    (
+        "no-pool-no-rate-holds",
+        {},
+        obs(1, None, queued=500, queued_cost=50_000, oldest_wait_ms=3000),
+        PolicyState(),
+        1,
+        "missing-metrics",
+    ),
     # -- the predictive term (docs/adr/0129) ------------------------------------------
     # Rising 10 cost/s per s, projected cold 30 s + period 5 s ahead: 2000 + 350 = 2350;
     # 2350 / 500 = 4.7 -> 5 (outside the band: 4.7 / 4 - 1 = 0.175).
