@@ -215,3 +215,35 @@ def test_arrival_rate_excludes_bulk_arrivals(r: redis.Redis) -> None:
         20,
         10_000.0,
     )
+
+
+def test_burst_rate_trend_parked_workers_and_the_start_path(r: redis.Redis) -> None:
+    # predict.window_s 40: reads at 0, 10, 20, 30, 40 s of a rising load (100, 200,
+    # 300, 400 cost units per 10 s). Over the window: the older half's rate 15/s, the
+    # newer half's 35/s, over 20 s: a slope of 1 unit/s per s. The 5 s rate is the
+    # last 10 s step's (the oldest sample inside 5 s is the read itself: none).
+    cfg = make_config(autoscaling={"metrics_window_s": 60, "predict": {"window_s": 40}})
+    client = QueueClient(r, dict(cfg.models))
+    clock = Clock()
+    ob = Observer(client, dict(cfg.models), wall=clock)
+    assert _read(ob) is not None
+    for step in (1, 2, 3, 4):
+        client.submit("m", _jobs(step, 100))
+        clock.t += 10.0
+        obs = _read(ob)
+        assert obs is not None
+    assert obs.arrival_rate_slope == pytest.approx(1.0)
+    assert obs.arrival_rate_cost_burst is None  # no sample within the last 5 s but this one
+    _heartbeat(r, state="standby", parked=True)
+    _heartbeat(r, id="w2", state="starting", parked=True)  # a pool refill still loading
+    _heartbeat(
+        r,
+        id="w3",
+        extra={"promote_s": 0.004, "start_path": {"imports": 1.5, "warmup": 0.2}},
+    )
+    obs = _read(ob)
+    assert obs is not None
+    # The loading refill is no capacity on its way; the parked one is counted apart.
+    assert (obs.ready, obs.starting, obs.parked) == (1, 0, 1)
+    assert obs.promote_s == pytest.approx(0.004)
+    assert dict(obs.start_path) == {"imports": 1.5, "warmup": 0.2}
