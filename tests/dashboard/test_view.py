@@ -107,7 +107,8 @@ def test_workers_view_counts_states_sums_ready_capacity_and_orders_rows() -> Non
         _worker("d", "draining", 0, 999.0),
     ]
     v = workers_view(ws, now_s=10)
-    assert v["by_state"] == {"starting": 1, "standby": 0, "ready": 2, "draining": 1, "quarantined": 1}
+    by_state = {"starting": 1, "standby": 0, "ready": 2, "draining": 1, "quarantined": 1}
+    assert v["by_state"] == by_state
     assert v["service_rate"] == 150.5  # ready workers only: draining capacity is leaving
     assert [w["id"] for w in v["list"]] == ["s", "r1", "r2", "d", "q"]
     row = v["list"][1]
