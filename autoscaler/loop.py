@@ -58,6 +58,7 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
             parked=obs.parked,
             promote_s=r(obs.promote_s),
             arrival_rate_slope=r(obs.arrival_rate_slope),
+            start_path=dict(obs.start_path),
             queued=obs.queued,
             queued_cost=r(obs.queued_cost),
             arrival_rate_cost=r(obs.arrival_rate_cost),
@@ -171,7 +172,7 @@ class Autoscaler:
         return d
 
     def _record(self, model: str, d: Decision, obs: Observation) -> None:
-        self.metrics.record(model, d)
+        self.metrics.record(model, d, None if obs.missing else obs.parked)
         self.decisions.record(model, d, obs, self.source.policy(model).period_s)
         log.info(json.dumps(_log_fields(model, d, obs)))
 

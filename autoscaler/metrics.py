@@ -23,6 +23,12 @@ class AutoscalerMetrics:
             ["model"],
             registry=r,
         )
+        self.parked = Gauge(
+            "sluice_autoscaler_parked_workers",
+            "Warm-pool workers parked (standby), as the latest read saw them.",
+            ["model"],
+            registry=r,
+        )
         self.decisions = Counter(
             "sluice_autoscaler_decisions_total",
             "Scaling decisions by direction and reason.",
@@ -54,7 +60,9 @@ class AutoscalerMetrics:
             registry=r,
         )
 
-    def record(self, model: str, d: Decision) -> None:
+    def record(self, model: str, d: Decision, parked: int | None = None) -> None:
+        if parked is not None:
+            self.parked.labels(model).set(parked)
         self.desired.labels(model).set(d.desired)
         self.current.labels(model).set(d.current)
         self.decisions.labels(model, d.direction, d.reason).inc()

@@ -244,7 +244,8 @@ class Worker:
             self.drain("drain command")
         elif command == PROMOTE:
             if self._parked.is_set():
-                self._promoted_at = time.monotonic()
+                if self.status.state == "standby":  # promoted while loading: a start
+                    self._promoted_at = time.monotonic()
                 self._parked.clear()
                 self.status.update(parked=False)
                 log.info("worker %s promoted", self.id)

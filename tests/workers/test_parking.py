@@ -102,8 +102,14 @@ def test_a_promote_sent_while_loading_starts_the_worker_claiming(
     qc = QueueClient(r, dict(cfg.models))
     _send(r, "w-early", registry.PROMOTE)
     ids = submit(qc, cfg, ["p q"] * 3)
-    start_worker(cfg, parked=True, worker_id="w-early")
+    run = start_worker(cfg, parked=True, worker_id="w-early")
     wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
+    # Promoted before it was loaded: its first claim ends its start path; it reports
+    # no promotion time (that would be the rest of its load, not a promotion).
+    info = wait_for(
+        lambda: (i := _info(qc, run.worker.id)) and "first_claim" in i.extra["start_path"] and i
+    )
+    assert "promote_s" not in info.extra
 
 
 def test_the_start_path_is_in_the_heartbeat_and_metrics(
