@@ -12,6 +12,13 @@ Every write is a JSON merge patch with its content type named, rather than left
 to the client's guess from the body's shape, and the scale patch carries the
 resourceVersion it was decided on: a 409 Conflict re-reads and retries, at most
 ``SCALE_ATTEMPTS`` times (docs/adr/0116).
+
+A warm pool (docs/adr/0128) lives in the same Deployment, whose workers start
+``--parked``: the Deployment runs the serving replicas plus ``warm_pool.size``,
+and every period the backend promotes parked workers (a Redis command) until the
+serving ones number what was decided. A scale-down removes idle serving pods
+first: parked pods cost more to delete than any idle serving one, so the pool
+stays warm. A parked pod holds whatever its pod spec requests: on a GPU node, a GPU.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from autoscaler.backends.base import Control
 from sluice.config import POD_NAME_ENV, SluiceConfig, WarmPoolConfig
 from sluice.errors import SluiceError
-from sluice.registry import WorkerInfo
+from sluice.registry import PROMOTE, WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
 DELETION_COST = "controller.kubernetes.io/pod-deletion-cost"
@@ -46,11 +54,17 @@ class ScaleRead:
     resource_version: str
 
 
+PARKED_COST = 50_000  # a warm-pool pod: kept before any idle serving pod, after busy ones
+
+
 def deletion_cost(worker: WorkerInfo | None) -> int:
     """Lower goes first. No heartbeat (not started, or gone) and quarantined pods
-    first, then starting, then idle ready pods (fewest jobs done first), busy last."""
+    first, then starting, then idle ready pods (fewest jobs done first), then
+    parked warm-pool pods, busy last."""
     if worker is None or worker.state == "quarantined":
         return -1000
+    if worker.parked and worker.state in ("standby", "starting"):
+        return PARKED_COST
     if worker.state == "starting":
         return -100
     if worker.busy or worker.state == "draining":
@@ -92,8 +106,14 @@ def api_clients(api_client: Any = None) -> tuple[Any, Any]:
 class KubernetesBackend:
     name = "kubernetes"
 
-    def __init__(self, cfg: SluiceConfig, api_client: Any = None, control: Any = None) -> None:
+    def __init__(
+        self, cfg: SluiceConfig, api_client: Any = None, control: Control | None = None
+    ) -> None:
         self.apps, self.core = api_clients(api_client)
+        self.control = control  # promote commands; without it no pool is kept
+        self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
+        self.workers: dict[str, list[WorkerInfo]] = {}
+        self.promoted: dict[str, set[str]] = {}  # ids sent a promote, still seen parked
         self._warned_pool: set[str] = set()
         self.namespace = cfg.autoscaler.namespace
         self.deployments = {
@@ -125,22 +145,27 @@ class KubernetesBackend:
         return ScaleRead(int(scale.spec.replicas or 0), scale.metadata.resource_version or "")
 
     def observe(self, model: str, workers: list[WorkerInfo]) -> None:
-        return None  # the Deployment's scale is the count; workers matter at scale-down
+        self.workers[model] = list(workers)  # the pool's promotions; scale-down costs
+
+    def _pool_size(self, model: str) -> int:
+        return self.pools[model].size if self.control is not None else 0
 
     def current(self, model: str) -> int:
-        return self._read_scale(model).replicas
+        """Serving replicas: the Deployment's, less the warm pool it also runs."""
+        return max(0, self._read_scale(model).replicas - self._pool_size(model))
 
     def cold_start_s(self, model: str) -> float | None:
         return None  # pods start out of sight: the workers' own measure stands
 
     def scale(self, model: str, desired: int, workers: list[WorkerInfo]) -> None:
         name = self.deployments[model]
+        replicas = desired + self._pool_size(model)
         for attempt in range(1, SCALE_ATTEMPTS + 1):
             read = self._read_scale(model)
-            if desired < read.replicas:
+            if replicas < read.replicas:
                 self.mark_deletion_costs(model, workers)
             try:
-                self._patch_scale(name, desired, read.resource_version)
+                self._patch_scale(name, replicas, read.resource_version)
             except ConflictError as e:
                 if attempt == SCALE_ATTEMPTS:
                     raise ConflictError(f"{e} ({attempt} attempts; next tick retries)") from e
@@ -153,8 +178,10 @@ class KubernetesBackend:
                 )
                 continue
             log.info(
-                "kubernetes: %s/%s replicas %d -> %d", self.namespace, name, read.replicas, desired
+                "kubernetes: %s/%s replicas %d -> %d", self.namespace, name, read.replicas, replicas
             )
+            if replicas > read.replicas:
+                self.promote(model, desired)
             return
 
     def _patch_scale(self, name: str, desired: int, resource_version: str) -> None:
@@ -217,14 +244,38 @@ class KubernetesBackend:
         )
 
     def keep_pool(self, model: str, pool: WarmPoolConfig) -> None:
-        """No warm pools on Kubernetes yet (docs/adr/0128): said once per model."""
-        if pool.size > 0 and model not in self._warned_pool:
+        """The pool's settings as of this period (a new size applies at the next scale),
+        and the promotions that bring the serving workers up to the decided count."""
+        self.pools[model] = pool
+        if self._pool_size(model) > 0:
+            self.promote(model, self.current(model))
+
+    def promote(self, model: str, want: int) -> int:
+        """Promote parked workers (warm ones first, then those still loading) until
+        ``want`` workers serve or are starting to; how many were promoted."""
+        if self.control is None:
+            return 0
+        live = self.workers.get(model, [])
+        # Promoted, but its heartbeat may say parked for one more beat: serving already.
+        sent = self.promoted.setdefault(model, set())
+        sent &= {w.id for w in live if w.parked}
+        serving = [w for w in live if w.state in ("starting", "ready") and not w.parked]
+        parked = [w for w in live if w.parked and w.state in ("standby", "starting")]
+        parked = sorted((w for w in parked if w.id not in sent), key=lambda w: w.state != "standby")
+        if not parked and not sent and len(serving) > want and model not in self._warned_pool:
             self._warned_pool.add(model)
             log.warning(
-                "kubernetes: %s: autoscaling.warm_pool is not kept by this backend yet; "
-                "new replicas start cold (docs/autoscaling.md, Warm pools)",
+                "kubernetes: %s keeps a warm pool but no worker is parked: start the worker "
+                "Deployment's pods with --parked (docs/deploy.md)",
                 model,
             )
+        done = 0
+        for w in parked[: max(0, want - len(serving) - len(sent))]:
+            self.control(model, w.id, PROMOTE)
+            sent.add(w.id)
+            done += 1
+            log.info("kubernetes: promoted %s worker %s (pod %s)", model, w.id, w.pod_name)
+        return done
 
     def tick(self, now_s: float) -> None:
         return None

@@ -3,15 +3,17 @@
 
     sluice-probe url URL            exit 0 if URL answers 2xx (gateway /healthz, /readyz)
     sluice-probe worker-ready PORT  exit 0 if the worker on PORT reports state "ready"
+                                    (or "standby": a warm-pool worker, loaded)
     sluice-probe drain [--parent P] send SIGTERM (the drain) to every `sluice worker`
                                     process in this PID namespace (or child of P)
                                     and return at once: a worker's preStop hook
 
 A worker has no readiness endpoint of its own: its Prometheus port serves the
 same text on every path. Its ``sluice_worker_state{state="ready"}`` gauge is 1
-only after the model is loaded and warmed up on every bucket's largest shape,
-and drops to 0 when it drains or quarantines, so that gauge is the readiness
-signal (tests/deploy runs this script against a real worker metrics server).
+only after the model is loaded and warmed up, and drops to 0 when it drains or
+quarantines, so that gauge is the readiness signal (tests/deploy runs this script
+against a real worker metrics server). A parked warm-pool worker (``standby``) is
+loaded and healthy too: ready for a rollout, promoted by the autoscaler.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from pathlib import Path
 
 TIMEOUT_S = 3.0
 READY_METRIC = "sluice_worker_state"
-READY_STATE = "ready"
+READY_STATES = ("ready", "standby")
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -43,13 +45,13 @@ def fetch(url: str) -> tuple[int, str]:
 
 
 def worker_ready(metrics_text: str) -> bool:
-    """True if some sample of the state gauge says state="ready" with value 1."""
+    """True if some sample of the state gauge says a ready state with value 1."""
     for line in metrics_text.splitlines():
         m = _SAMPLE.match(line)
         if not m or m["name"] != READY_METRIC:
             continue
         labels = dict(_LABEL.findall(m["labels"]))
-        if labels.get("state") == READY_STATE and float(m["value"]) == 1.0:
+        if labels.get("state") in READY_STATES and float(m["value"]) == 1.0:
             return True
     return False
 

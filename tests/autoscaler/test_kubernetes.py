@@ -45,18 +45,19 @@ def stub() -> Iterator[Stub]:
         yield api, url
 
 
-def _cfg() -> SluiceConfig:
+def _cfg(pool: int = 0) -> SluiceConfig:
+    auto = {"deployment": DEPLOYMENT, "warm_pool": {"size": pool}}
     return parse_config(
         {
-            "models": {
-                "minilm": {"handler": "synthetic", "autoscaling": {"deployment": DEPLOYMENT}}
-            },
+            "models": {"minilm": {"handler": "synthetic", "autoscaling": auto}},
             "autoscaler": {"backend": "kubernetes", "namespace": NAMESPACE},
         }
     )
 
 
-def _backend(url: str, token: str | None = TOKEN) -> KubernetesBackend:
+def _backend(
+    url: str, token: str | None = TOKEN, pool: int = 0, control: Any = None
+) -> KubernetesBackend:
     from kubernetes import client
 
     conf = client.Configuration()
@@ -64,7 +65,7 @@ def _backend(url: str, token: str | None = TOKEN) -> KubernetesBackend:
     if token is not None:
         conf.api_key = {"BearerToken": token}
         conf.api_key_prefix = {"BearerToken": "Bearer"}
-    return KubernetesBackend(_cfg(), client.ApiClient(conf))
+    return KubernetesBackend(_cfg(pool), client.ApiClient(conf), control=control)
 
 
 def _worker(
@@ -74,6 +75,7 @@ def _worker(
     jobs: int = 0,
     host: str | None = None,
     pod: str | None = None,
+    parked: bool = False,
 ) -> WorkerInfo:
     return WorkerInfo(
         id=name,
@@ -87,6 +89,7 @@ def _worker(
         busy=busy,
         jobs=jobs,
         pod_name=name if pod is None else pod,
+        parked=parked,
     )
 
 
@@ -290,3 +293,56 @@ def test_the_backend_authenticates_with_the_token_its_config_names(
     assert api.replicas == 1 and api.pods["pod-a"][DELETION_COST] == "100000"
     assert {q.status for q in api.requests} == {200}
     assert all(q.authorization == f"Bearer {TOKEN}" for q in api.requests)
+
+
+# -- the warm pool (ADR 0128): one Deployment, pods started --parked ----------------
+def test_a_pool_runs_in_the_deployment_and_scale_ups_promote_parked_workers(stub: Stub) -> None:
+    api, url = stub
+    sent: list[tuple[str, str, str]] = []
+    be = _backend(url, pool=1, control=lambda m, w, c: sent.append((m, w, c)))
+    # The stub's Deployment runs 3 pods: 2 serving, 1 parked (the pool of 1).
+    workers = [_worker("pod-a"), _worker("pod-b"), _worker("pod-c", "standby", parked=True)]
+    be.observe("minilm", workers)
+    assert be.current("minilm") == 2
+    be.keep_pool("minilm", be.pools["minilm"])
+    assert sent == []  # 2 serving as decided: nothing to promote
+    # Up to 3 serving: 3 + the pool of 1 = 4 replicas, and the parked one is promoted
+    # at once (the new pod starts parked: it is the pool's refill).
+    be.scale("minilm", 3, workers)
+    assert api.replicas == 4
+    assert sent == [("minilm", "pod-c", "promote")]
+    # Its heartbeat still says parked for a beat: it is not promoted twice.
+    be.keep_pool("minilm", be.pools["minilm"])
+    assert len(sent) == 1
+    # Once the refill parks and pod-c serves, a period promotes nothing more.
+    be.observe("minilm", [*workers[:2], _worker("pod-c"), _worker("pod-d", "standby", parked=True)])
+    be.keep_pool("minilm", be.pools["minilm"])
+    assert len(sent) == 1 and be.current("minilm") == 3
+
+
+def test_a_scale_down_keeps_parked_pods_over_idle_serving_ones(stub: Stub) -> None:
+    api, url = stub
+    be = _backend(url, pool=1, control=lambda *_: None)
+    workers = [
+        _worker("pod-a", busy=True, jobs=50),
+        _worker("pod-b", jobs=7),
+        _worker("pod-c", "standby", parked=True),
+    ]
+    be.observe("minilm", workers)
+    be.scale("minilm", 1, workers)  # 1 serving + the pool of 1
+    assert api.replicas == 2
+    costs = {n: int(a[DELETION_COST]) for n, a in api.pods.items()}
+    assert costs["pod-b"] < costs["pod-c"] < costs["pod-a"]  # idle serving goes, pool stays
+
+
+def test_a_pool_without_parked_pods_says_how_to_start_them(
+    stub: Stub, caplog: pytest.LogCaptureFixture
+) -> None:
+    _, url = stub
+    be = _backend(url, pool=1, control=lambda *_: None)
+    be.observe("minilm", [_worker("pod-a"), _worker("pod-b"), _worker("pod-c")])
+    with caplog.at_level(logging.WARNING, logger="sluice.autoscaler"):
+        be.keep_pool("minilm", be.pools["minilm"])
+        be.keep_pool("minilm", be.pools["minilm"])
+    warned = [r for r in caplog.records if "--parked" in r.getMessage()]
+    assert len(warned) == 1

@@ -75,7 +75,7 @@ def test_worker_ready_follows_the_state_gauge(served: tuple[WorkerMetrics, int])
     for state in WORKER_STATES:
         metrics.set_state(state)
         seen[state] = probe("worker-ready", str(port))
-    assert seen == {s: (0 if s == "ready" else 1) for s in WORKER_STATES}
+    assert seen == {s: (0 if s in ("ready", "standby") else 1) for s in WORKER_STATES}
 
 
 def test_url_mode(served: tuple[WorkerMetrics, int]) -> None:
