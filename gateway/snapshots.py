@@ -47,7 +47,10 @@ class ModelSnapshot:
             queued=self.stats.queued,
             queued_cost=self.stats.queued_cost,
             ready_workers=len(ready),
-            starting_since_s=[w.started_at for w in self.workers if w.state == "starting"],
+            # A warm-pool worker still loading parks: it is no capacity on its way.
+            starting_since_s=[
+                w.started_at for w in self.workers if w.state == "starting" and not w.parked
+            ],
             measured_rate=reported if reported > 0 else self.completion_rate,
         )
 

@@ -73,7 +73,8 @@ class DryRunBackend:
         self._seen: dict[str, int] = {}
 
     def observe(self, model: str, workers: list[WorkerInfo]) -> None:
-        self._seen[model] = sum(1 for w in workers if w.state in ("starting", "ready"))
+        serving = [w for w in workers if w.state in ("starting", "ready") and not w.parked]
+        self._seen[model] = len(serving)
 
     def current(self, model: str) -> int:
         return self._seen.get(model, 0)
