@@ -104,6 +104,10 @@ class WarmPoolConfig(_Strict):
     cost_fraction: float = Field(0.1, ge=0, le=1)
     # A scale-down parks the worker while the pool is short of ``size`` (else stops it).
     park_on_scale_down: bool = True
+    # Where a parked GPU worker keeps its weights: on the device (promotion is
+    # instant), or in pinned host memory, copied back on promotion (the device's
+    # memory is free while parked; the promotion pays the copy). No effect on a CPU.
+    weights: Literal["device", "host"] = "device"
     # The scale-down stabilisation window while the pool is kept (it replaces
     # scale_down_window_s when shorter): a scale-down that proves early costs a
     # promotion, not a cold start.

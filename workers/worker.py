@@ -216,6 +216,15 @@ class Worker:
     def _park_until_promoted(self) -> bool:
         """Standby: heartbeat, claim nothing, wait on the control list for a promote
         (or a drain). False when the worker is to stop instead."""
+        host = self.mcfg.autoscaling.warm_pool.weights == "host"
+        if host:
+            t0 = time.perf_counter()
+            self.handler.park()  # weights to host memory (a GPU handler; else nothing)
+            log.info(
+                "worker %s: weights parked in host memory in %.2f s",
+                self.id,
+                time.perf_counter() - t0,
+            )
         self._set_state("standby", parked=True)
         log.info("worker %s parked (standby): waiting to be promoted", self.id)
         control = keys.worker_control_key(self.model, self.id)
@@ -229,7 +238,11 @@ class Worker:
             if reply:
                 command = reply[1]
                 self._on_command(command.decode() if isinstance(command, bytes) else command)
-        return not self._stopping()
+        if self._stopping():
+            return False
+        if host:
+            self.handler.unpark()  # inside promote_s: the command's clock is running
+        return True
 
     def drain(self, reason: str = "drain requested") -> None:
         """Stop claiming; the loop finishes what it holds and ``run`` returns 0."""

@@ -114,3 +114,26 @@ class NoHalfKernelsHandler(TinyHandler):
         if dtype == torch.float16:
             raise RuntimeError("\"addmm_impl_cpu_\" not implemented for 'Half'")
         super().probe_dtype(dtype)
+
+
+class ParkRecordingHandler(SyntheticHandler):
+    """Counts park/unpark calls and the state each found the weights in."""
+
+    def load(self) -> None:
+        super().load()
+        self.calls: list[str] = []
+        self.on_device = True
+
+    def park(self) -> None:
+        assert self.on_device, "parked twice"
+        self.calls.append("park")
+        self.on_device = False
+
+    def unpark(self) -> None:
+        assert not self.on_device, "unparked while on the device"
+        self.calls.append("unpark")
+        self.on_device = True
+
+    def infer(self, batch: Collated) -> Any:
+        assert self.on_device, "a batch ran while the weights were parked"
+        return super().infer(batch)

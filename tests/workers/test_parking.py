@@ -129,3 +129,24 @@ def test_the_start_path_is_in_the_heartbeat_and_metrics(
     labels = {"model": MODEL, "stage": "first_claim"}
     exported = run.worker.metrics.registry.get_sample_value("sluice_worker_start_seconds", labels)
     assert exported == path["first_claim"]
+
+
+@pytest.mark.parametrize("weights", ["host", "device"])
+def test_host_parking_moves_the_weights_off_and_back_on_promotion(
+    r: redis.Redis, start_worker: StartWorker, weights: str
+) -> None:
+    cfg = worker_config("tests.workers.fault_handlers:ParkRecordingHandler", SYNTH)
+    mc = cfg.models[MODEL]
+    pool = mc.autoscaling.warm_pool.model_copy(update={"weights": weights})
+    auto = mc.autoscaling.model_copy(update={"warm_pool": pool})
+    cfg = cfg.model_copy(update={"models": {MODEL: mc.model_copy(update={"autoscaling": auto})}})
+    qc = QueueClient(r, dict(cfg.models))
+    run = start_worker(cfg, parked=True)
+    _state(qc, run.worker.id, "standby")
+    handler = run.worker.handler
+    assert handler.calls == (["park"] if weights == "host" else [])  # type: ignore[attr-defined]
+    _send(r, run.worker.id, registry.PROMOTE)
+    ids = submit(qc, cfg, ["a b"] * 4)
+    wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
+    want = ["park", "unpark"] if weights == "host" else []
+    assert handler.calls == want  # type: ignore[attr-defined]

@@ -75,6 +75,13 @@ class Handler:
     def warmup(self, shapes: list[Shape]) -> None:
         """Run once on each shape so the first real batch pays no compile/allocation cost."""
 
+    def park(self) -> None:
+        """A warm-pool worker parks with ``warm_pool.weights: host``: move the weights
+        off the device (they come back in ``unpark``, on promotion)."""
+
+    def unpark(self) -> None:
+        """Promoted: put back on the device what ``park`` moved off it."""
+
     def warmup_full_batches(self) -> bool:
         """Whether warm-up must run each bucket's largest batch (to find the device's
         memory limit before a real batch does), or one input per bucket will do."""

@@ -48,6 +48,28 @@ class TorchHandler(Handler):
     def cpu_threads(self) -> int | None:
         return torch.get_num_threads() if self.device.type == "cpu" else None
 
+    def modules(self) -> list[torch.nn.Module]:
+        """The modules ``park`` moves (a handler keeping plain tensors overrides the pair)."""
+        model = getattr(self, "model", None)
+        return [model] if isinstance(model, torch.nn.Module) else []
+
+    def park(self) -> None:
+        """On a GPU: the weights to pinned host memory (a fast copy back), the cache freed."""
+        if self.device.type != "cuda":
+            return
+        for module in self.modules():
+            module.to("cpu")
+            for t in [*module.parameters(), *module.buffers()]:
+                t.data = t.data.pin_memory()
+        torch.cuda.empty_cache()
+
+    def unpark(self) -> None:
+        if self.device.type != "cuda":
+            return
+        for module in self.modules():
+            module.to(self.device, non_blocking=True)
+        torch.cuda.synchronize(self.device)
+
     def warmup_full_batches(self) -> bool:
         # Only a GPU has a memory limit the largest batches must be tried against.
         return self.device.type != "cpu"
