@@ -30,7 +30,13 @@ async def test_models_lists_buckets_depth_cost_and_workers(gw: Harness) -> None:
         ("512", 0, 0),
     ]
     assert m["queued"] == 2 and m["queued_cost"] == 102 and m["scales_from_zero"] is True
-    assert m["workers"] == {"starting": 1, "ready": 1, "draining": 0, "quarantined": 0}
+    assert m["workers"] == {
+        "starting": 1,
+        "standby": 0,
+        "ready": 1,
+        "draining": 0,
+        "quarantined": 0,
+    }
     assert models["pinned"]["workers"]["ready"] == 0
 
 
