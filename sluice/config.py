@@ -102,7 +102,8 @@ class WarmPoolConfig(_Strict):
     # What a parked worker costs, as a share of a serving one: the simulator's
     # replica-seconds (host-memory parking ~0.1; a parked pod that holds a GPU: 1.0).
     cost_fraction: float = Field(0.1, ge=0, le=1)
-    # A scale-down parks the worker while the pool is short of ``size`` (else stops it).
+    # A scale-down parks the worker when the pool is short of ``size`` or a refill is
+    # still loading (else stops it).
     park_on_scale_down: bool = True
     # Where a parked GPU worker keeps its weights: on the device (promotion is
     # instant), or in pinned host memory, copied back on promotion (the device's

@@ -13,8 +13,9 @@ A warm pool (``autoscaling.warm_pool``, docs/adr/0128) is kept beside the servin
 workers: ``size`` workers started with ``--parked``, loaded and warmed, claiming
 nothing. A scale-up promotes them first (a Redis command, like drain) and starts
 replacements behind them; a scale-down parks a serving worker instead of stopping
-it while a replacement is still loading (that one is stopped: the pool gets a warm
-worker at once). A parked worker that exits is replaced, not restarted as capacity.
+it when the pool is short (at max_replicas it is not refilled), or while a
+replacement is still loading (that one is stopped: the pool gets a warm worker at
+once). A parked worker that exits is replaced, not restarted as capacity.
 The pool is never refilled past what ``max_replicas`` could still promote. A parked
 GPU worker holds its device share (its weights stay there); a parked CPU worker is
 started with its threads but takes its cores from the pool only when promoted
@@ -214,15 +215,23 @@ class LocalBackend:
             self._drain(w)
 
     def _park_instead(self, model: str, w: LocalWorker) -> bool:
-        """Park ``w`` rather than stop it, while a pool refill is still loading (that
-        refill is stopped instead: the pool gets a warm worker now)."""
+        """Park ``w`` rather than stop it when the pool wants a worker: it is short of
+        its target (which ``w`` leaving the serving ones may raise), or a refill is
+        still loading (that refill is stopped instead: the pool gets a warm worker now).
+        Called as ``w`` is taken out of the serving count."""
         if not self._pool_on(model) or not self.pools[model].park_on_scale_down:
             return False
-        st = self.models[model]
-        loading = [p for p in self.parked(model) if not self._standby(st, p)]
-        if not loading or self.control is None:
+        if self.control is None or w.proc.poll() is not None:
             return False
-        self._drain(loading[-1])
+        st = self.models[model]
+        pool = self.parked(model)
+        loading = [p for p in pool if not self._standby(st, p)]
+        room = self.cfg.models[model].autoscaling.max_replicas - (self.current(model) - 1)
+        short = len(pool) < min(self.pools[model].size, room)
+        if not short and not loading:
+            return False
+        if not short:
+            self._drain(loading[-1])
         self.control(model, w.id, PARK)
         w.parked = True
         self.cores.give(w.cores)  # a parked CPU worker holds no cores (see the module doc)

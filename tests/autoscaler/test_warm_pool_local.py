@@ -155,3 +155,20 @@ def test_a_scale_down_parks_a_serving_worker_while_a_refill_loads(
         "one parked, one serving",
     )
     assert backend.current("m") == 1 and len(backend.parked("m")) == 1
+
+
+def test_at_max_replicas_the_pool_is_empty_and_a_scale_down_parks_into_it(
+    setup: tuple[LocalBackend, QueueClient, SluiceConfig],
+) -> None:
+    backend, client, cfg = setup
+    top = cfg.models["m"].autoscaling.max_replicas
+    backend.scale("m", top, [])
+    backend.keep_pool("m", POOL)  # nothing left to promote into: no refill at the max
+    assert backend.parked("m") == [] and len(backend.models["m"].workers) == top
+    wait_until(lambda: len(_by_state(client, "ready")) == top, 60, "every worker ready")
+    backend.scale("m", top - 1, _sync(backend, client))
+    # The pool was short: a serving worker parks instead of stopping, nothing starts.
+    wait_until(lambda: len(_by_state(client, "standby")) == 1, 30, "a parked worker")
+    assert len(backend.models["m"].workers) == top
+    assert backend.current("m") == top - 1 and len(backend.parked("m")) == 1
+    assert all(w.draining_since is None for w in backend.models["m"].workers)
