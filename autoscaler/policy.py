@@ -23,7 +23,8 @@ RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s,
 # The shortest window: read only while parked workers wait (a wrong guess costs a
 # promotion and a park, not a cold start).
 BURST_RATE_S = 5.0
-BURST_WAIT_SHARE = 0.5  # ... and only once the oldest queued job waited this share of the SLO
+BURST_WAIT_SHARE = 1.0  # ... and only once the oldest queued job waited this share of the SLO
+POOL_DOWN_BANDS = 1  # tolerance bands a scale-down lands below the new count with a pool
 # A rate is reported once its samples cover this share of its window: a 5 s average
 # after a restart is noise, and acting on it would flap.
 MIN_RATE_COVERAGE = 0.5
@@ -63,6 +64,9 @@ class PolicyState:
     # so it does not scale down before it has watched for one.
     started_s: float | None = None
     saturation: Saturation = field(default_factory=Saturation)  # autoscaler/saturation.py
+    # With a warm pool: the count before the latest run of scale-ups (a burst). Down to
+    # it the short pool window applies; below it the usual one (docs/adr/0128).
+    before_burst: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +124,7 @@ def _needed(p: AutoscalingConfig, obs: Observation, mu: float, cold_s: float) ->
     # trust it once it is clearly above what the ready workers were sized for.
     trusted = obs.ready * mu
     if obs.parked > 0 and obs.oldest_wait_ms > BURST_WAIT_SHARE * p.p99_wait_slo_ms:
-        # Jobs already wait a good part of the SLO: the burst is real, not noise.
+        # The oldest job waited past the SLO: the burst is real, not noise.
         trusted *= p.target_utilization * (1.0 + p.tolerance)
         recent = max(recent, obs.arrival_rate_cost_burst or 0.0)
     if recent > lam and recent > trusted and (obs.queued or 0) > 0:
@@ -197,8 +201,10 @@ def _want(
         want, reason = cur, "tolerance"
     elif want < cur:
         # Land a scale-down a tolerance band below the new count, not at its edge, so
-        # ordinary noise does not bounce it straight back up (a flap).
-        want = min(cur, math.ceil(needed * (1.0 + p.tolerance) - 1e-9))
+        # ordinary noise does not bounce it straight back up (a flap). With a warm pool
+        # the window is short and a 5 s burst can promote: two bands.
+        band = p.tolerance * (POOL_DOWN_BANDS if p.warm_pool.size > 0 else 1)
+        want = min(cur, math.ceil(needed * (1.0 + band) - 1e-9))
     if _breach(p, obs):
         # A breach blocks any scale-down; it adds one replica when nothing is starting
         # already and the backlog will not be gone before a new replica is ready.
@@ -231,22 +237,26 @@ def _limit_up(p: AutoscalingConfig, cur: int, want: int, parked: int) -> int:
     return min(want, cur + step)
 
 
-def down_window_s(p: AutoscalingConfig) -> float:
-    """The scale-down stabilisation window: shorter while a warm pool is kept."""
-    if p.warm_pool.size > 0:
-        return min(p.scale_down_window_s, p.warm_pool.scale_down_window_s)
-    return p.scale_down_window_s
+def down_window_s(p: AutoscalingConfig, cur: int, before_burst: int | None) -> tuple[float, int]:
+    """The scale-down stabilisation window and the count it may go down to. With a warm
+    pool, the replicas a burst added go back after the pool's short window (a wrong
+    guess costs a promotion); below the count before the burst, the usual window."""
+    short = min(p.scale_down_window_s, p.warm_pool.scale_down_window_s)
+    if p.warm_pool.size > 0 and before_burst is not None and cur > before_burst:
+        return short, before_burst
+    return p.scale_down_window_s, 0
 
 
 def _stabilise_down(
     p: AutoscalingConfig, cur: int, state: PolicyState, now_s: float, reason: str
 ) -> tuple[int, str]:
     """Down only to the highest recommendation in the window, a bounded step at a time."""
-    highest = max(w for _, w in state.recommendations)
+    window, floor = down_window_s(p, cur, state.before_burst)
+    highest = max(w for t, w in state.recommendations if t > now_s - window)
     watched = now_s - (state.started_s if state.started_s is not None else now_s)
-    if highest >= cur or watched < down_window_s(p):
+    if highest >= cur or watched < window:
         return cur, "stabilizing"
-    return max(highest, cur - p.scale_down_max_step), reason
+    return max(highest, cur - p.scale_down_max_step, floor), reason
 
 
 def _hold_without_rate(p: AutoscalingConfig, obs: Observation, state: PolicyState) -> Decision:
@@ -329,7 +339,7 @@ def decide(
         cap = sat.capped(now_s)
         if cap is not None and want > max(cap, floor):
             want, reason = max(cap, floor), "saturated"
-    window = down_window_s(p)
+    window = p.scale_down_window_s
     recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)
     recs += ((now_s, want),)
     new_state = replace(new_state, recommendations=recs, saturation=sat)
@@ -337,8 +347,14 @@ def decide(
         desired = _limit_up(p, cur, want, obs.parked)
         if p.saturation_hold_s > 0:
             sat = saturation.start_probe(sat, obs, cur, desired, now_s)
-        return Decision(cur, desired, reason, needed, replace(new_state, saturation=sat))
+        base = state.before_burst
+        if base is None or cur <= base:  # a new burst starts from here
+            base = cur
+        new_state = replace(new_state, saturation=sat, before_burst=base)
+        return Decision(cur, desired, reason, needed, new_state)
     if want < cur:
         desired, reason = _stabilise_down(p, cur, new_state, now_s, reason)
+        if state.before_burst is not None and desired <= state.before_burst:
+            new_state = replace(new_state, before_burst=None)  # the burst is undone
         return Decision(cur, desired, reason, needed, new_state)
     return Decision(cur, cur, reason if reason != "load" else "steady", needed, new_state)

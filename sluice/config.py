@@ -109,9 +109,9 @@ class WarmPoolConfig(_Strict):
     # instant), or in pinned host memory, copied back on promotion (the device's
     # memory is free while parked; the promotion pays the copy). No effect on a CPU.
     weights: Literal["device", "host"] = "device"
-    # The scale-down stabilisation window while the pool is kept (it replaces
-    # scale_down_window_s when shorter): a scale-down that proves early costs a
-    # promotion, not a cold start.
+    # The scale-down window for the replicas a burst added, down to the count before
+    # the burst (when shorter than scale_down_window_s, which holds below it): a
+    # scale-down that proves early costs a promotion, not a cold start.
     scale_down_window_s: float = Field(60.0, ge=0)
 
 
