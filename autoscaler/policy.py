@@ -252,7 +252,8 @@ def _stabilise_down(
 ) -> tuple[int, str]:
     """Down only to the highest recommendation in the window, a bounded step at a time."""
     window, floor = down_window_s(p, cur, state.before_burst)
-    highest = max(w for t, w in state.recommendations if t > now_s - window)
+    # The recommendation made now always counts (a window of 0 holds only it).
+    highest = max(w for t, w in state.recommendations if t > now_s - window or t >= now_s)
     watched = now_s - (state.started_s if state.started_s is not None else now_s)
     if highest >= cur or watched < window:
         return cur, "stabilizing"

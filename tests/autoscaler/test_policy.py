@@ -381,6 +381,9 @@ CASES = [
         "stabilizing",
     ),
     ("no-pool-down-window", {}, obs(6, 2000), recs((90, 8)), 6, "stabilizing"),
+    # A window of 0 (scale down at once) weighs only this period's recommendation: 4 * 1.1
+    # lands at 5, one step down from 6.
+    ("zero-down-window", {"scale_down_window_s": 0}, obs(6, 2000), recs((1, 8)), 5, "load"),
     # No rate yet (an autoscaler just started), but the oldest job waited 3 s > the 1 s
     # SLO and 2 workers stand by: promote them both rather than wait for a rate.
     (
