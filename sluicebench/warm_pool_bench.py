@@ -23,6 +23,7 @@ from typing import Any
 
 from autoscaler.policy import default_service_rate
 from autoscaler.sim import replay, traces
+from autoscaler.sim.simulator import SimResult
 from sluice.config import ModelConfig
 
 # The pool's settings in every "with a pool" row: decisions every 2 s (a read is three
@@ -58,21 +59,17 @@ def with_policy(model: ModelConfig, **policy: Any) -> ModelConfig:
     return model.model_copy(update={"autoscaling": p.model_copy(update=policy)})
 
 
-def _row(label: str, trace: str, r: Any, oracle_rs: float, pool: int) -> dict[str, Any]:
-    return {
-        "trace": trace,
-        "policy": label,
-        "pool": pool,
-        "jobs": r.jobs,
-        "slo_attainment": round(r.slo_attainment, 5),
-        "p99_wait_ms": r.p99_wait_ms,
-        "replica_seconds": r.replica_seconds,
-        "pool_seconds": r.pool_seconds,
-        "replica_seconds_vs_oracle": round(r.replica_seconds / (oracle_rs or 1.0), 3),
-        "scale_events": r.scale_events,
-        "flaps": r.flaps,
-        "promotions": r.promotions,
-    }
+def _row(label: str, trace: str, r: SimResult, oracle_rs: float, pool: int) -> dict[str, Any]:
+    """The replay's row (``SimResult.summary``), named by its policy and pool."""
+    d = r.summary()
+    d.update(
+        trace=trace,
+        policy=label,
+        pool=pool,
+        slo_attainment=round(r.slo_attainment, 5),
+        replica_seconds_vs_oracle=round(r.replica_seconds / (oracle_rs or 1.0), 3),
+    )
+    return d
 
 
 def targets(model: ModelConfig) -> list[dict[str, Any]]:

@@ -235,9 +235,8 @@ class Worker:
                 self._stop.wait(self.redis_retry.failed(e))
                 continue
             self.redis_retry.ok()
-            if reply:
-                command = reply[1]
-                self._on_command(command.decode() if isinstance(command, bytes) else command)
+            if reply:  # (key, command); the client decodes replies to str
+                self._on_command(str(reply[1]))
         if self._stopping():
             return False
         if host:

@@ -82,7 +82,6 @@ class EmbeddingHandler(TorchHandler):
             self._load_native()
         else:
             self._load_transformers()
-        self.load_stages["imports"] = self.load_stages.get("imports", 0.0)
 
     def _load_native(self) -> None:
         """No transformers: the tokenizers library and workers/handlers/bert.py."""
