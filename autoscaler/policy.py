@@ -24,7 +24,6 @@ RECENT_RATE_S = 15.0  # the short arrival-rate window (at most metrics_window_s,
 # promotion and a park, not a cold start).
 BURST_RATE_S = 5.0
 BURST_WAIT_SHARE = 1.0  # ... and only once the oldest queued job waited this share of the SLO
-POOL_DOWN_BANDS = 1  # tolerance bands a scale-down lands below the new count with a pool
 # A rate is reported once its samples cover this share of its window: a 5 s average
 # after a restart is noise, and acting on it would flap.
 MIN_RATE_COVERAGE = 0.5
@@ -201,10 +200,8 @@ def _want(
         want, reason = cur, "tolerance"
     elif want < cur:
         # Land a scale-down a tolerance band below the new count, not at its edge, so
-        # ordinary noise does not bounce it straight back up (a flap). With a warm pool
-        # the window is short and a 5 s burst can promote: two bands.
-        band = p.tolerance * (POOL_DOWN_BANDS if p.warm_pool.size > 0 else 1)
-        want = min(cur, math.ceil(needed * (1.0 + band) - 1e-9))
+        # ordinary noise does not bounce it straight back up (a flap).
+        want = min(cur, math.ceil(needed * (1.0 + p.tolerance) - 1e-9))
     if _breach(p, obs):
         # A breach blocks any scale-down; it adds one replica when nothing is starting
         # already and the backlog will not be gone before a new replica is ready.
