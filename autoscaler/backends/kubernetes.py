@@ -114,6 +114,7 @@ class KubernetesBackend:
         self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
         self.workers: dict[str, list[WorkerInfo]] = {}
         self.promoted: dict[str, set[str]] = {}  # ids sent a promote, still seen parked
+        self.serving: dict[str, int] = {}  # the latest serving count read or set
         self._warned_pool: set[str] = set()
         self.namespace = cfg.autoscaler.namespace
         self.deployments = {
@@ -152,7 +153,8 @@ class KubernetesBackend:
 
     def current(self, model: str) -> int:
         """Serving replicas: the Deployment's, less the warm pool it also runs."""
-        return max(0, self._read_scale(model).replicas - self._pool_size(model))
+        self.serving[model] = max(0, self._read_scale(model).replicas - self._pool_size(model))
+        return self.serving[model]
 
     def cold_start_s(self, model: str) -> float | None:
         return None  # pods start out of sight: the workers' own measure stands
@@ -180,6 +182,7 @@ class KubernetesBackend:
             log.info(
                 "kubernetes: %s/%s replicas %d -> %d", self.namespace, name, read.replicas, replicas
             )
+            self.serving[model] = desired
             if replicas > read.replicas:
                 self.promote(model, desired)
             return
@@ -248,7 +251,9 @@ class KubernetesBackend:
         and the promotions that bring the serving workers up to the decided count."""
         self.pools[model] = pool
         if self._pool_size(model) > 0:
-            self.promote(model, self.current(model))
+            # The count this period's current() read (or the last scale set): no re-read.
+            want = self.serving.get(model)
+            self.promote(model, self.current(model) if want is None else want)
 
     def promote(self, model: str, want: int) -> int:
         """Promote parked workers (warm ones first, then those still loading) until

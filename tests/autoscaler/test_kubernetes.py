@@ -304,8 +304,11 @@ def test_a_pool_runs_in_the_deployment_and_scale_ups_promote_parked_workers(stub
     workers = [_worker("pod-a"), _worker("pod-b"), _worker("pod-c", "standby", parked=True)]
     be.observe("minilm", workers)
     assert be.current("minilm") == 2
+    reads = sum(1 for q in api.requests if q.method == "GET" and q.path == SCALE)
     be.keep_pool("minilm", be.pools["minilm"])
     assert sent == []  # 2 serving as decided: nothing to promote
+    # It uses the count current() just read: no second read of the scale per period.
+    assert sum(1 for q in api.requests if q.method == "GET" and q.path == SCALE) == reads
     # Up to 3 serving: 3 + the pool of 1 = 4 replicas, and the parked one is promoted
     # at once (the new pod starts parked: it is the pool's refill).
     be.scale("minilm", 3, workers)
