@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from gateway import dashboard, errors
 from gateway.auth import AuthGuard, needs_key
 from gateway.middleware import BodyGuard, Metrics
-from gateway.routers import bulk, embeddings, health, jobs, models
+from gateway.routers import bulk, embeddings, events, health, jobs, models, webhooks
 from gateway.state import GatewayState
 from sluice.apikeys import KeyRing, load_keyring
 from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
@@ -55,7 +55,15 @@ def create_app(
     app = FastAPI(title="Sluice", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
     app.state.gateway = state
     _document_model_names(app, sorted(cfg.models))
-    routers = (jobs.router, bulk.router, models.router, embeddings.router, health.router)
+    routers = (
+        jobs.router,
+        events.router,
+        bulk.router,
+        models.router,
+        embeddings.router,
+        webhooks.router,
+        health.router,
+    )
     for r in (*routers, dashboard.router):
         app.include_router(r)
     errors.install(app)

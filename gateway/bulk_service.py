@@ -18,6 +18,7 @@ from gateway.state import GatewayState
 from sluice.bulk.lines import custom_id_of, output_line, split_upload
 from sluice.bulk.ops import BulkState, new_bulk_id
 from sluice.errors import InputTooLarge, InvalidInput, SluiceError
+from sluice.jobs import Webhook
 from sluice.redact import redact
 
 log = logging.getLogger("sluice.gateway")
@@ -37,7 +38,9 @@ async def read_upload(chunks: AsyncIterator[bytes], limit: int) -> bytes:
     return b"".join(parts)
 
 
-async def submit(st: GatewayState, model: str, body: bytes, owner: str | None) -> dict[str, Any]:
+async def submit(
+    st: GatewayState, model: str, body: bytes, owner: str | None, webhook: Webhook | None = None
+) -> dict[str, Any]:
     st.model(model)  # 404 for an unknown model before anything is read
     lines = await asyncio.to_thread(split_upload, body, st.gw.max_body_bytes)
     if not body.strip():
@@ -50,7 +53,9 @@ async def submit(st: GatewayState, model: str, body: bytes, owner: str | None) -
     bulk_id = new_bulk_id(model)
     now_ms = int(time.time() * 1000)
     grace_ms = int(st.cfg.bulk.lease_s * 1000)
-    await st.call(st.queue.run(st.bulk.create(model, bulk_id, lines, owner, now_ms, grace_ms)))
+    ttl = st.cfg.webhooks.record_ttl_s
+    create = st.bulk.create(model, bulk_id, lines, owner, now_ms, grace_ms, webhook, ttl)
+    await st.call(st.queue.run(create))
     st.metrics.bulk_submitted.labels(model).inc()
     if st.bulk_enqueue is not None:
         await asyncio.to_thread(_enqueue, st.bulk_enqueue, bulk_id)
@@ -80,29 +85,7 @@ async def cancel(st: GatewayState, bulk_id: str, owner: str | None) -> str:
 
 def view(b: BulkState) -> dict[str, Any]:
     """What GET /v1/bulk/{id} answers: state, counts, rate and ETA."""
-    left = b.total - b.done
-    running = b.state in ("running", "queued", "cancelling")
-    eta = round(left / b.rate_per_s, 1) if running and b.rate_per_s > 0 else None
-    return {
-        "id": b.id,
-        "model": b.model,
-        "state": b.state,
-        "counts": {
-            "total": b.total,
-            "done": b.done,
-            "succeeded": b.succeeded,
-            "failed": b.failed,
-            "remaining": left,
-            "fed": b.cursor,
-        },
-        "rate_per_s": b.rate_per_s if running else None,
-        "eta_s": eta,
-        "created_at": b.created_ms / 1000,
-        "started_at": b.started_ms / 1000 if b.started_ms else None,
-        "finished_at": b.finished_ms / 1000 if b.finished_ms else None,
-        "error": b.error,
-        "output": f"/v1/bulk/{b.id}/output",
-    }
+    return b.view()
 
 
 async def output(st: GatewayState, b: BulkState) -> AsyncIterator[bytes]:

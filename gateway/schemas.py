@@ -14,6 +14,20 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+WebhookEvent = Literal["succeeded", "failed", "expired", "cancelled"]
+
+
+class WebhookSpec(_Body):
+    url: str = Field(
+        ...,
+        max_length=2048,
+        description="https URL to POST the job to when it ends (Standard Webhooks signed).",
+    )
+    events: list[WebhookEvent] | None = Field(
+        None, min_length=1, description="Which endings to report (default: all four)."
+    )
+
+
 class JobRequest(_Body):
     input: Any = Field(..., description="The model's input: text, or {'text': ...}, or a list.")
     priority: Priority = "normal"
@@ -22,6 +36,7 @@ class JobRequest(_Body):
         None, gt=0, strict=True, description="Expire if not started by then."
     )
     metadata: dict[str, Any] | None = None
+    webhook: WebhookSpec | None = Field(None, description="Call this URL when the job ends.")
 
 
 class BatchRequest(_Body):
@@ -29,6 +44,7 @@ class BatchRequest(_Body):
     priority: Priority = "normal"
     deadline_ms: int | None = Field(None, gt=0, strict=True)
     metadata: dict[str, Any] | None = None
+    webhook: WebhookSpec | None = Field(None, description="Each job calls it when it ends.")
 
 
 class JobAccepted(BaseModel):
@@ -62,6 +78,17 @@ class Timings(BaseModel):
     run_ms: float | None
 
 
+class WebhookState(BaseModel):
+    url: str
+    events: list[str]
+    state: Literal["waiting", "not_sent", "pending", "delivered", "dead"]
+    attempts: int = 0
+    last_status: int | None = None
+    last_error: str | None = None
+    last_attempt_at: float | None = None
+    next_attempt_at: float | None = None
+
+
 class JobView(BaseModel):
     id: str
     model: str
@@ -75,6 +102,7 @@ class JobView(BaseModel):
     attempts: int
     metadata: dict[str, Any] | None = None
     timings: Timings
+    webhook: WebhookState | None = Field(None, description="Only for a job with a webhook.")
 
 
 BulkStateName = Literal["queued", "running", "cancelling", "completed", "cancelled", "failed"]
@@ -101,6 +129,13 @@ class BulkView(BaseModel):
     finished_at: float | None
     error: ErrorDetail | None = None
     output: str = Field(description="Where the output file is, once the bulk job ends.")
+    webhook: WebhookState | None = Field(None, description="Only for a bulk job with a webhook.")
+
+
+class Redelivery(BaseModel):
+    id: str
+    state: Literal["pending"]
+    previous_state: str
 
 
 class BulkCancelResult(BaseModel):

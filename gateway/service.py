@@ -31,7 +31,7 @@ from sluice.errors import (
     RateLimited,
     SluiceError,
 )
-from sluice.jobs import JobRecord, NewJob, Owner, Submitted
+from sluice.jobs import JobRecord, NewJob, Owner, Submitted, Webhook
 
 MAX_IDEMPOTENCY_KEY = 200
 
@@ -45,6 +45,7 @@ class Spec:
     metadata: dict[str, Any] | None = None
     idempotency_key: str | None = None
     owner: Owner | None = None  # the caller's API key (None on an open gateway)
+    webhook: Webhook | None = None  # checked by gateway.webhooks at submit
 
 
 def _check_spec(cfg: ModelConfig, spec: Spec) -> None:
@@ -154,6 +155,7 @@ def _build_jobs(
             deadline_ms=spec.deadline_ms,
             metadata=spec.metadata,
             idempotency_key=(f"{key}:{i}" if batch else key) if key else None,
+            webhook=spec.webhook,
         )
         for i, (value, e) in enumerate(zip(inputs, estimates, strict=True))
     ]
@@ -273,16 +275,4 @@ async def cancel(st: GatewayState, job_id: str, owner: str | None = None) -> str
 
 
 def job_view(rec: JobRecord) -> dict[str, Any]:
-    return {
-        "id": rec.id,
-        "model": rec.model,
-        "status": rec.status.value,
-        "bucket": rec.bucket,
-        "cost": rec.cost,
-        "priority": rec.priority,
-        "result": rec.result,
-        "error": rec.error,
-        "attempts": rec.attempts,
-        "metadata": rec.metadata,
-        "timings": rec.timings,
-    }
+    return rec.view()

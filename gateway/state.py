@@ -22,6 +22,7 @@ from gateway.completions import Completions
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
+from gateway.webhooks import WebhookPolicy
 from sluice import keys
 from sluice.bulk.ops import BulkOps
 from sluice.bulk.ops import scripts as bulk_scripts
@@ -30,6 +31,8 @@ from sluice.config import ModelConfig, SluiceConfig
 from sluice.cost import CostEstimator
 from sluice.errors import UnknownModel
 from sluice.queue import AsyncQueueClient
+from sluice.webhooks.ops import WebhookOps
+from sluice.webhooks.ops import scripts as webhook_scripts
 
 log = logging.getLogger("sluice.gateway")
 
@@ -74,6 +77,10 @@ class GatewayState:
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.queue.register(bulk_scripts())
+        self.queue.register(webhook_scripts())
+        self.queue.ops.hook_ttl_s = cfg.webhooks.record_ttl_s
+        self.webhooks = WebhookPolicy(cfg.webhooks)
+        self.deliveries = WebhookOps(list(models))
         self.bulk = BulkOps(list(models), cfg.bulk.ttl_s)
         # Queues a bulk job's first coordinator slice on RQ (None with injected clients:
         # tests; a bulk worker's reaper then starts it).

@@ -12,7 +12,7 @@ import hmac
 import os
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,11 @@ class ApiKey:
     digest: bytes  # raw SHA-256 of the key
     admin: bool
     owner: Owner  # the name with its limits, as the submit script takes them
+    # Webhooks (sluice/webhooks): the default URL, the hosts allowed (None: the
+    # config's), and the signing secret (None: the config's). Never logged.
+    webhook_url: str | None = None
+    webhook_allow_hosts: tuple[str, ...] | None = None
+    webhook_secret: str | None = field(default=None, repr=False)
 
 
 class KeyRing:
@@ -132,7 +137,15 @@ def load_keyring(auth: AuthConfig, environ: Mapping[str, str] | None = None) -> 
     _refuse_shared_hashes(entries)
     return KeyRing(
         [
-            ApiKey(e.name, bytes.fromhex(e.hash.removeprefix("sha256:")), e.admin, _owner(e, auth))
+            ApiKey(
+                e.name,
+                bytes.fromhex(e.hash.removeprefix("sha256:")),
+                e.admin,
+                _owner(e, auth),
+                e.webhook_url,
+                tuple(e.webhook_allow_hosts) if e.webhook_allow_hosts is not None else None,
+                e.webhook_secret,
+            )
             for e in entries
         ]
     )

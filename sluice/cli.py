@@ -82,6 +82,25 @@ def redis_cmd(
         server.stop()
 
 
+@app.command("notifier")
+def notifier_cmd(config: ConfigOpt = None, redis_url_opt: RedisUrlOpt = None) -> None:
+    """Deliver completion webhooks: claim due deliveries, sign, send, retry (run any number)."""
+    import logging
+
+    from sluice.errors import ConfigError
+    from sluice.webhooks.notifier import run
+
+    stop = stop_event_on_signals()
+    cfg = load_required(config)
+    url = redis_url(redis_url_opt, cfg)
+    check_redis(url)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        run(cfg, url, stop.is_set)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+
+
 @app.command("status")
 def status_cmd(
     job_id: Annotated[str | None, typer.Argument(help="A job id to show.")] = None,

@@ -35,6 +35,12 @@ class InvalidInput(SluiceError):
     type = "invalid_input"
 
 
+class WebhookRefused(InvalidInput):
+    """A webhook URL the SSRF guard or an allow-list refuses (422, with the reason)."""
+
+    type = "webhook_refused"
+
+
 class InputTooLarge(SluiceError):
     type = "input_too_large"
 

@@ -58,6 +58,45 @@ def model_of(job_id: str) -> str | None:
     return model if sep and model and token else None
 
 
+# What a webhook may be asked to report: a job's terminal statuses.
+WEBHOOK_EVENTS: tuple[str, ...] = ("succeeded", "failed", "expired", "cancelled")
+
+
+# A webhook delivery's hash fields that GET /v1/jobs/{id} shows (sluice/webhooks).
+DELIVERY_FIELDS = ("state", "att", "last_status", "last_error", "last_at", "next")
+
+
+def delivery_view(values: list[Any] | None) -> dict[str, Any] | None:
+    """``{state, attempts, last_status, ...}`` from an HMGET of DELIVERY_FIELDS."""
+    if not values or not values[0]:
+        return None
+    f = dict(zip(DELIVERY_FIELDS, values, strict=True))
+
+    def num(name: str) -> int | None:
+        try:
+            return (int(f[name]) or None) if f[name] else None
+        except ValueError:
+            return None
+
+    last_at, nxt = num("last_at"), num("next")
+    return {
+        "state": f["state"],
+        "attempts": num("att") or 0,
+        "last_status": num("last_status"),
+        "last_error": f["last_error"] or None,
+        "last_attempt_at": last_at / 1000 if last_at else None,
+        "next_attempt_at": nxt / 1000 if nxt else None,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    """Where to report a job's end (checked by sluice.webhooks.guard at submit)."""
+
+    url: str
+    events: tuple[str, ...] = WEBHOOK_EVENTS
+
+
 @dataclass(frozen=True, slots=True)
 class NewJob:
     """A job about to be submitted; ``cost`` and ``bucket`` come from the estimator."""
@@ -70,6 +109,7 @@ class NewJob:
     metadata: dict[str, Any] | None = None
     idempotency_key: str | None = None
     id: str = ""
+    webhook: Webhook | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,11 +226,35 @@ class JobRecord:
     worker: str | None = None
     timings: dict[str, Any] = field(default_factory=dict)
     owner: str | None = None  # the API key name that submitted it (None: open gateway)
+    # Its webhook's delivery as GET /v1/jobs/{id} shows it (None: no webhook).
+    webhook: dict[str, Any] | None = None
+
+    def view(self) -> dict[str, Any]:
+        """The job as GET /v1/jobs/{id} answers it (and a webhook's body carries it)."""
+        out = {
+            "id": self.id,
+            "model": self.model,
+            "status": self.status.value,
+            "bucket": self.bucket,
+            "cost": self.cost,
+            "priority": self.priority,
+            "result": self.result,
+            "error": self.error,
+            "attempts": self.attempts,
+            "metadata": self.metadata,
+            "timings": self.timings,
+        }
+        if self.webhook is not None:
+            out["webhook"] = self.webhook
+        return out
 
     @classmethod
-    def from_hash(cls, model: str, raw: dict[str, str]) -> JobRecord:
+    def from_hash(
+        cls, model: str, raw: dict[str, str], delivery: list[Any] | None = None
+    ) -> JobRecord:
         """The record as stored; a field written by something other than the protocol
-        (an older gateway, a hand edit) reads as its default, never as an exception."""
+        (an older gateway, a hand edit) reads as its default, never as an exception.
+        ``delivery``: its webhook delivery's DELIVERY_FIELDS, when read with it."""
         status, err = _status(raw)
         queued = _num(raw, "enq") or 0
         started, finished = _num(raw, "start"), _num(raw, "fin")
@@ -216,6 +280,7 @@ class JobRecord:
             run_ms=run_ms,
             worker=raw.get("worker"),
             owner=raw.get("owner") or None,
+            webhook=webhook_of(raw, delivery, status.value, status.terminal),
             timings={
                 "queued_at": queued / 1000,
                 "started_at": started / 1000 if started else None,
@@ -224,6 +289,22 @@ class JobRecord:
                 "run_ms": run_ms,
             },
         )
+
+
+def webhook_of(
+    raw: dict[str, str], delivery: list[Any] | None, status: str, terminal: bool
+) -> dict[str, Any] | None:
+    """A job's (or bulk job's) webhook: where, on what, and its delivery ('waiting'
+    until it ends in one of its events; 'not_sent' once it ended in another)."""
+    url = raw.get("whu")
+    if not url:
+        return None
+    events = [e for e in raw.get("whe", "").split(",") if e]
+    out: dict[str, Any] = {"url": url, "events": events}
+    d = delivery_view(delivery)
+    if d is not None:
+        return out | d
+    return out | {"state": "not_sent" if terminal and status not in events else "waiting"}
 
 
 def _num(raw: dict[str, str], name: str) -> int | None:

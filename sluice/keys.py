@@ -152,6 +152,39 @@ def rate_limit_key(model: str) -> str:
     return f"{_tag(model)}ratelimit"
 
 
+# -- webhook deliveries and event streams (sluice/webhooks, docs/adr/0131) ----------
+def notify_prefix(model: str) -> str:
+    """``<prefix><job or bulk id>``: one webhook delivery's hash. Ids always hold a
+    '.', so the fixed names below (which scripts derive from this prefix) never
+    collide with a delivery."""
+    return f"{_tag(model)}notify:"
+
+
+def delivery_key(model: str, job_id: str) -> str:
+    return f"{notify_prefix(model)}{job_id}"
+
+
+def deliveries_due_key(model: str) -> str:
+    """Zset of delivery ids by when each is due (epoch ms, the Redis clock); a claimed
+    one is pushed out by its lease, so a notifier that dies loses nothing."""
+    return f"{notify_prefix(model)}due"
+
+
+def deliveries_wake_key(model: str) -> str:
+    """List of wake-up tokens (at most 64) an idle notifier blocks on (BLPOP)."""
+    return f"{notify_prefix(model)}wake"
+
+
+def deliveries_dead_key(model: str) -> str:
+    """List of delivery ids that gave up (newest first, bounded)."""
+    return f"{notify_prefix(model)}dead"
+
+
+def events_key(model: str) -> str:
+    """Stream of the model's ended jobs (id -> status pairs per entry), capped."""
+    return f"{notify_prefix(model)}events"
+
+
 # -- bulk jobs (sluice/bulk): a bulk job's keys share its model's hash tag ----------
 def bulk_key(model: str, bulk_id: str) -> str:
     """Hash of one bulk job: state, counts, the feed cursor, the coordinator's lease."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 
 from gateway import bulk_service
 from gateway.deps import Caller, State
 from gateway.responses import Json
 from gateway.schemas import BulkCancelResult, BulkView, errors
+from gateway.webhooks import BULK_EVENTS
 from sluice.bulk.lines import MEDIA_TYPES
 from sluice.errors import JobConflict
 
@@ -39,12 +40,30 @@ UPLOAD_DOC = {
     responses={202: {"model": BulkView}, **errors(401, 404, 413, 415, 422, 503)},
     openapi_extra=UPLOAD_DOC,
 )
-async def submit_bulk(model: ModelName, request: Request, st: State, key: Caller) -> Json:
+async def submit_bulk(
+    model: ModelName,
+    request: Request,
+    st: State,
+    key: Caller,
+    webhook_url: Annotated[
+        str | None,
+        Query(max_length=2048, description="Call this URL when the bulk job ends (signed)."),
+    ] = None,
+    webhook_events: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Comma-separated: completed, failed, cancelled (default: all).",
+        ),
+    ] = None,
+) -> Json:
     """Run every line of a JSONL file through the model in the headroom left by
     interactive traffic; answers at once with the bulk job (follow GET /v1/bulk/{id})."""
     st.model(model)
+    events = [e.strip() for e in webhook_events.split(",")] if webhook_events else None
+    hook = await st.webhooks.resolve(webhook_url, events, key, BULK_EVENTS)
     body = await bulk_service.read_upload(request.stream(), st.cfg.bulk.max_file_bytes)
-    view = await bulk_service.submit(st, model, body, key.name if key else None)
+    view = await bulk_service.submit(st, model, body, key.name if key else None, hook)
     return Json(view, status_code=202, headers={"Location": f"/v1/bulk/{view['id']}"})
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from gateway import service
-from gateway.auth import owner_of
+from gateway.auth import caller
 from gateway.deps import IDEMPOTENCY_DOC, Caller, IdempotencyKey, State
 from gateway.responses import Json
 from gateway.schemas import (
@@ -42,8 +42,12 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Js
     # (measured in docs/benchmarks/gateway.md).
     st: GatewayState = request.app.state.gateway
     key = request.headers.get("idempotency-key")
-    owner = owner_of(request.scope)
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, key, owner)
+    api_key = caller(request.scope)
+    owner = api_key.owner if api_key is not None else None
+    hook = None
+    if body.webhook is not None or (api_key is not None and api_key.webhook_url):
+        hook = await st.webhooks.for_spec(body.webhook, api_key)
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, key, owner, hook)
     views, replayed = await service.submit(st, model, [body.input], spec)
     headers = {"Location": f"/v1/jobs/{views[0]['id']}"}
     if replayed:
@@ -71,7 +75,10 @@ async def submit_batch(
             f"inputs: {len(body.inputs)} items, the limit is {st.gw.max_batch_inputs}"
         )
     owner = key.owner if key else None
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key, owner)
+    hook = await st.webhooks.for_spec(body.webhook, key)
+    spec = service.Spec(
+        body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook
+    )
     views, replayed = await service.submit(st, model, list(body.inputs), spec, batch=True)
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"

@@ -21,7 +21,7 @@ from typing import Any
 
 from sluice import keys
 from sluice.errors import JobConflict, JobNotFound
-from sluice.jobs import BULK_ID_MARK
+from sluice.jobs import BULK_ID_MARK, DELIVERY_FIELDS, Webhook, webhook_of
 from sluice.queue.scripts import Call, common_source
 
 SCRIPT_NAMES = ("lease", "feed", "gather", "finish", "cancel")
@@ -90,6 +90,7 @@ class BulkState:
     fed_jobs: int
     resumes: int
     error: dict[str, Any] | None
+    webhook: dict[str, Any] | None = None  # its webhook and delivery (None: no webhook)
 
     @property
     def done(self) -> int:
@@ -99,8 +100,37 @@ class BulkState:
     def ended(self) -> bool:
         return self.state in ENDED
 
+    def view(self) -> dict[str, Any]:
+        """What GET /v1/bulk/{id} answers (and a bulk webhook's body carries): state,
+        counts, rate and ETA."""
+        left = self.total - self.done
+        running = self.state in ("running", "queued", "cancelling")
+        eta = round(left / self.rate_per_s, 1) if running and self.rate_per_s > 0 else None
+        return {
+            "id": self.id,
+            "model": self.model,
+            "state": self.state,
+            "counts": {
+                "total": self.total,
+                "done": self.done,
+                "succeeded": self.succeeded,
+                "failed": self.failed,
+                "remaining": left,
+                "fed": self.cursor,
+            },
+            "rate_per_s": self.rate_per_s if running else None,
+            "eta_s": eta,
+            "created_at": self.created_ms / 1000,
+            "started_at": self.started_ms / 1000 if self.started_ms else None,
+            "finished_at": self.finished_ms / 1000 if self.finished_ms else None,
+            "error": self.error,
+            "output": f"/v1/bulk/{self.id}/output",
+        } | ({"webhook": self.webhook} if self.webhook is not None else {})
+
     @classmethod
-    def from_hash(cls, bulk_id: str, model: str, raw: dict[str, str]) -> BulkState:
+    def from_hash(
+        cls, bulk_id: str, model: str, raw: dict[str, str], delivery: list[Any] | None = None
+    ) -> BulkState:
         def num(name: str) -> int:
             try:
                 return int(raw.get(name) or 0)
@@ -111,10 +141,11 @@ class BulkState:
             error = json.loads(raw["error"]) if raw.get("error") else None
         except ValueError:
             error = None
+        state = raw.get("state", "failed")
         return cls(
             id=bulk_id,
             model=model,
-            state=raw.get("state", "failed"),
+            state=state,
             total=num("total"),
             cursor=num("cursor"),
             succeeded=num("succeeded"),
@@ -130,6 +161,7 @@ class BulkState:
             fed_jobs=num("fed_jobs"),
             resumes=num("resumes"),
             error=error,
+            webhook=webhook_of(raw, delivery, state, state in ENDED),
         )
 
 
@@ -157,6 +189,7 @@ class BulkOps:
             keys.bulk_input_key(model, bulk_id),
             keys.bulk_output_key(model, bulk_id),
             keys.bulk_pending_key(model, bulk_id),
+            keys.delivery_key(model, bulk_id),
         ]
 
     def create(
@@ -167,6 +200,8 @@ class BulkOps:
         owner: str | None,
         now_ms: int,
         grace_ms: int,
+        webhook: Webhook | None = None,
+        hook_ttl_s: int = 0,
     ) -> Call[None]:
         """Store the lines, then the bulk job's hash and its active entry (one pipeline).
 
@@ -189,6 +224,8 @@ class BulkOps:
             "created": now_ms,
             "owner": owner or "",
         }
+        if webhook is not None:  # the finish/cancel script enqueues its delivery
+            fields |= {"whu": webhook.url, "whe": ",".join(webhook.events), "wht": hook_ttl_s}
         cmds.append(("HSET", bk, *[x for kv in fields.items() for x in kv]))
         cmds.append(("EXPIRE", bk, self.ttl_s))
         cmds.append(("ZADD", keys.bulk_active_key(model), now_ms + grace_ms, bulk_id))
@@ -198,12 +235,18 @@ class BulkOps:
         """With ``owner``, another API key's bulk job is not found (404, as for jobs)."""
         model = self.model_of(bulk_id)
 
-        def parse(r: list[dict[str, str]]) -> BulkState:
+        def parse(r: list[Any]) -> BulkState:
             if not r[0] or (owner is not None and r[0].get("owner", "") != owner):
                 raise JobNotFound(f"bulk job {bulk_id!r} not found")
-            return BulkState.from_hash(bulk_id, model, r[0])
+            return BulkState.from_hash(bulk_id, model, r[0], r[1])
 
-        return Call(parse, commands=[("HGETALL", keys.bulk_key(model, bulk_id))])
+        return Call(
+            parse,
+            commands=[
+                ("HGETALL", keys.bulk_key(model, bulk_id)),
+                ("HMGET", keys.delivery_key(model, bulk_id), *DELIVERY_FIELDS),
+            ],
+        )
 
     def set_fields(self, bulk_id: str, **fields: Any) -> Call[None]:
         bk = keys.bulk_key(self.model_of(bulk_id), bulk_id)

@@ -18,6 +18,7 @@ from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLimited
 from sluice.jobs import (
     BULK_RANK,
+    DELIVERY_FIELDS,
     Batch,
     BucketStats,
     ClaimedJob,
@@ -44,6 +45,7 @@ from sluice.records import (
 T = TypeVar("T")
 SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
 RECLAIM_LIMIT = 256
+HOOK_TTL_S = 2 * 86400  # webhooks.horizon_s's default and a day
 _LOW_RANK = PRIORITIES.index("low")
 
 
@@ -88,8 +90,10 @@ def _ms(seconds: float) -> int:
 class QueueOps:
     """Builds the calls of the protocol from the config of each model."""
 
-    def __init__(self, models: dict[str, ModelConfig]) -> None:
+    def __init__(self, models: dict[str, ModelConfig], hook_ttl_s: int = HOOK_TTL_S) -> None:
         self.models = models
+        # How long a webhook delivery's record lives: the retry horizon and a day.
+        self.hook_ttl_s = hook_ttl_s
 
     def model(self, name: str) -> ModelConfig:
         return self.models[name]
@@ -122,6 +126,7 @@ class QueueOps:
             "rate": o.rate_per_s,
             "burst": max(1, o.burst),
             "fence_token": fence[1] if fence else "",
+            "hook_ttl": self.hook_ttl_s,
         }
         groups = [
             {
@@ -133,6 +138,8 @@ class QueueOps:
                 "meta": _dumps(job.metadata) if job.metadata else "",
                 "deadline": int(job.deadline_ms or cfg.queue.default_deadline_ms or 0),
                 "idem": _idem(o.name, job.idempotency_key),
+                "whu": job.webhook.url if job.webhook else "",
+                "whe": ",".join(job.webhook.events) if job.webhook else "",
             }
             for job in jobs
         ]
@@ -194,6 +201,7 @@ class QueueOps:
                 "bulk_max_cost": bulk_cost,
                 "bulk_reserve": cfg.bulk.reserve_workers,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
+                "nprefix": keys.notify_prefix(model),
             },
             groups,
         )
@@ -239,6 +247,7 @@ class QueueOps:
             "reporter": worker_id,
             "wprefix": keys.wake_prefix(model),
             "eprefix": keys.e2e_hist_prefix(model),
+            "nprefix": keys.notify_prefix(model),
         }
         groups = [
             {
@@ -279,6 +288,7 @@ class QueueOps:
                 "max_attempts": cfg.batching.max_attempts,
                 "dead_ttl": cfg.queue.dead_letter_ttl_s,
                 "wprefix": keys.wake_prefix(model),
+                "nprefix": keys.notify_prefix(model),
             }
         )
         return Call(
@@ -301,6 +311,8 @@ class QueueOps:
                 "id": job_id,
                 "result_ttl": self.model(model).queue.result_ttl_s,
                 "owner": owner,
+                "jprefix": keys.job_prefix(model),
+                "nprefix": keys.notify_prefix(model),
             }
         )
 
@@ -341,12 +353,18 @@ class QueueOps:
         if model is not None and owner != model:
             raise JobNotFound(f"job {job_id!r} not found")
 
-        def parse(replies: list[dict[str, str]]) -> JobRecord:
+        def parse(replies: list[Any]) -> JobRecord:
             if not replies[0]:
                 raise JobNotFound(f"job {job_id!r} not found")
-            return JobRecord.from_hash(owner, {"id": job_id, **replies[0]})
+            return JobRecord.from_hash(owner, {"id": job_id, **replies[0]}, replies[1])
 
-        return Call(parse, commands=[("HGETALL", keys.job_key(owner, job_id))])
+        return Call(
+            parse,
+            commands=[
+                ("HGETALL", keys.job_key(owner, job_id)),
+                ("HMGET", keys.delivery_key(owner, job_id), *DELIVERY_FIELDS),
+            ],
+        )
 
     def stats(self, model: str) -> Call[QueueStats]:
         names = self.model(model).bucket_names

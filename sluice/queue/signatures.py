@@ -126,6 +126,7 @@ SUBMIT = Signature(
         ("rate", "num"),  # owner's rate limit, jobs/s (0 = none)
         ("burst", "num"),  # owner's burst (jobs)
         ("fence_token", "str"),  # '' = none; else the lease token KEYS[5] must hold
+        ("hook_ttl", "num"),  # s a webhook delivery record lives (its retry horizon + a day)
     ),
     group=(
         ("id", "str"),
@@ -136,6 +137,8 @@ SUBMIT = Signature(
         ("meta", "str"),  # JSON or ''
         ("deadline", "num"),  # ms after enqueue (0 = none)
         ("idem", "str"),  # owner-scoped idempotency key or ''
+        ("whu", "str"),  # webhook url ('' = none)
+        ("whe", "str"),  # the webhook's events, comma-separated
     ),
     # 'ok' with now | 'full' with the reason and what is queued | 'limited' with ms to
     # wait | 'fenced' (the fence key holds another token: nothing written)
@@ -167,6 +170,7 @@ CLAIM = Signature(
         ("bulk_max_cost", "num"),
         ("bulk_reserve", "num"),  # live workers kept free of bulk batches
         ("prio_wait", "num"),  # queue.max_priority_wait_s in ms; 0 = strict priority
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
     group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[7..]
     reply=("bucket", "now", "expired", "reclaimed"),
@@ -185,6 +189,7 @@ COMPLETE = Signature(
         ("reporter", "str"),  # reporting worker id ('' = any)
         ("wprefix", "str"),  # wake list prefix
         ("eprefix", "str"),  # end-to-end histogram prefix
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
     group=(
         ("id", "str"),
@@ -212,6 +217,7 @@ RECLAIM = Signature(
         ("max_attempts", "num"),
         ("dead_ttl", "num"),  # s
         ("wprefix", "str"),
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
     reply=("reclaimed",),
 )
@@ -224,6 +230,8 @@ CANCEL = Signature(
         ("id", "str"),
         ("result_ttl", "num"),  # s
         ("owner", "str"),  # the caller's API key name ('' = any)
+        ("jprefix", "str"),
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
     reply=("outcome", "status"),  # 'cancelled' previous | 'refused' status | 'missing' ''
 )

@@ -2,9 +2,17 @@
 
 -- End a bulk job: its final state, no coordinator, out of the active set and the
 -- backlog, and the TTL on its hash, input, output and pending keys.
--- ks: bulk hash, active zset, backlog hash, input list, output hash, pending hash.
+-- ks: bulk hash, active zset, backlog hash, input list, output hash, pending hash,
+-- and the bulk job's webhook delivery hash (nprefix..id: sluice/queue/lua/_common.lua),
+-- enqueued here when the upload asked for a webhook on this state.
 local function end_bulk(ks, state, id, ttl_s)
-  redis.call('HSET', ks[1], 'state', state, 'finished', int(now_ms()), 'token', '')
+  local now = now_ms()
+  redis.call('HSET', ks[1], 'state', state, 'finished', int(now), 'token', '')
+  local wh = redis.call('HMGET', ks[1], 'whu', 'whe', 'owner', 'wht')
+  if ks[7] and wh[1] and wants(wh[2] or '', state) then
+    enqueue_delivery(string.sub(ks[7], 1, #ks[7] - #id), id, 'bulk', state, wh[1], wh[3],
+                     now, tonumber(wh[4]))
+  end
   redis.call('ZREM', ks[2], id)
   redis.call('HDEL', ks[3], id)
   for _, k in ipairs({ks[1], ks[4], ks[5], ks[6]}) do

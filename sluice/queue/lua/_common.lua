@@ -132,8 +132,46 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
   return #ids
 end
 
-local function publish_ended(channel, ended)
-  if #ended > 0 then
-    redis.call('PUBLISH', channel, table.concat(ended, ','))
+-- Webhook deliveries (sluice/webhooks, docs/adr/0131). nprefix..id is one
+-- delivery's hash (ids hold a '.', so the names below never collide with one);
+-- nprefix..'due' a zset of delivery ids by due time (ms); nprefix..'wake' the list
+-- an idle notifier blocks on (at most WAKE_CAP tokens); nprefix..'events' the
+-- model's stream of ended jobs (GET /v1/models/{m}/events), about EVENTS_CAP long.
+local EVENTS_CAP = 10000
+local function enqueue_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
+  local dk = nprefix .. id
+  redis.call('HSET', dk, 'id', id, 'kind', kind, 'event', event, 'url', url,
+    'owner', owner or '', 'state', 'pending', 'att', 0, 'fails', 0, 'cerr', 0, 'first', int(now),
+    'ended', int(now))
+  redis.call('EXPIRE', dk, ttl_s)
+  redis.call('ZADD', nprefix .. 'due', now, id)
+  wake(nprefix .. 'wake', 1)
+end
+
+-- Whether `event` is one of the comma-separated `events`.
+local function wants(events, event)
+  return string.find(',' .. events .. ',', ',' .. event .. ',', 1, true) ~= nil
+end
+
+-- Jobs that just ended: a webhook delivery for each whose submit asked for one
+-- (fields 'whu', 'whe', 'wht': url, events, delivery TTL s) on this event, one
+-- entry for all of them in the model's event stream, one message on the done channel.
+local function publish_ended(channel, ended, jprefix, nprefix)
+  if #ended == 0 then return end
+  local now, fields = nil, {}
+  for _, id in ipairs(ended) do
+    local f = redis.call('HMGET', jprefix .. id, 'status', 'whu', 'whe', 'owner', 'wht')
+    local status = f[1] or 'missing'
+    table.insert(fields, id)
+    table.insert(fields, status)
+    if f[2] and wants(f[3] or '', status) then
+      now = now or now_ms()
+      enqueue_delivery(nprefix, id, 'job', status, f[2], f[4], now, tonumber(f[5]))
+    end
   end
+  for i = 1, #fields, 2000 do  -- unpack's limit: a few thousand values per call
+    redis.call('XADD', nprefix .. 'events', 'MAXLEN', '~', EVENTS_CAP, '*',
+               unpack(fields, i, math.min(i + 1999, #fields)))
+  end
+  redis.call('PUBLISH', channel, table.concat(ended, ','))
 end

@@ -3,7 +3,8 @@
 -- KEYS[4] per-owner unfinished-job counts
 -- ARGV: declared by name in sluice/queue/signatures.py (CANCEL); owner is the
 --   caller's API key name ('' = any): another owner's job is 'missing'.
--- Derived keys: qprefix..bucket (same hash tag).
+-- Derived keys: qprefix..bucket, nprefix.. (a webhook delivery, the event stream;
+--   same hash tag).
 -- A queued job leaves its queue; a running job is marked cancelled and its lease
 -- dropped, so the worker's late result is discarded as stale.
 -- Replies (declared in CANCEL): outcome 'cancelled' with the previous status,
@@ -26,5 +27,5 @@ redis.call('HSET', jk, 'status', 'cancelled', 'fin', int(now))
 redis.call('HDEL', jk, 'worker', 'input')
 redis.call('EXPIRE', jk, result_ttl)
 redis.call('HINCRBY', stats, STAT.cancelled, 1)
-publish_ended(channel, {id})
+publish_ended(channel, {id}, jprefix, nprefix)
 return reply{outcome = 'cancelled', status = status}

@@ -176,7 +176,7 @@ if best == 0 then
   if bulk_best == 0 then
     for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
   end
-  publish_ended(channel, ended)
+  publish_ended(channel, ended, jprefix, nprefix)
   return reply{bucket = '', now = now, expired = 0, reclaimed = n_reclaimed}
 end
 
@@ -298,5 +298,5 @@ if recount then recount_cost(stats, queue, bucket, jprefix) end
 if n_expired > 0 then redis.call('HINCRBY', stats, STAT.expired, n_expired) end
 if taken > 0 and not bulk_batch then record_waits() end
 out[REPLY.expired] = n_expired
-publish_ended(channel, ended)
+publish_ended(channel, ended, jprefix, nprefix)
 return out

@@ -86,7 +86,7 @@ if #done_ids > 0 then
   redis.call('HINCRBY', hkey, 'count', #done_ids)
   redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
 end
-publish_ended(channel, ended)
+publish_ended(channel, ended, jprefix, nprefix)
 -- The reporting worker's batch is over: it holds no bulk batch now (last: a write
 -- before the first memory-taking one would let this script run past maxmemory).
 if reporter ~= '' and KEYS[5] then redis.call('ZREM', KEYS[5], reporter) end

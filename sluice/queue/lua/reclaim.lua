@@ -10,6 +10,6 @@
 local ended = {}
 local n = reclaim_expired(KEYS[1], KEYS[2], KEYS[3], jprefix, qprefix, now_ms(),
                           limit, max_attempts, dead_ttl, ended, wprefix, KEYS[4])
-publish_ended(channel, ended)
+publish_ended(channel, ended, jprefix, nprefix)
 drop_expired_dead(KEYS[3], jprefix, limit)
 return reply{reclaimed = n}

@@ -9,7 +9,9 @@
 -- ARGV: declared by name in sluice/queue/signatures.py (SUBMIT): the fixed values
 --   (read into locals by the generated prologue), then one group per job
 --   (arg_group(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input JSON,
---   meta JSON, deadline ms from now (0 = none), idem key ('' = none)).
+--   meta JSON, deadline ms from now (0 = none), idem key ('' = none), webhook url
+--   ('' = none) and its events (comma-separated)). A job with a webhook keeps them
+--   with its delivery TTL (hook_ttl s): the script that ends it enqueues the delivery.
 -- Derived keys: jprefix..id, qprefix..bucket, iprefix..idempotency key,
 --   wprefix..bucket (same hash tag).
 -- Per bucket, pushes min(new jobs, 64) wake tokens onto wprefix..bucket in one
@@ -114,6 +116,9 @@ for i = 1, n do
       'prio', int(prio), 'status', 'queued', 'input', job.input, 'meta', job.meta,
       'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem)
     if owner ~= '' then redis.call('HSET', jprefix .. id, 'owner', owner) end
+    if job.whu ~= '' then
+      redis.call('HSET', jprefix .. id, 'whu', job.whu, 'whe', job.whe, 'wht', hook_ttl)
+    end
     if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
     table.insert(zadds[bucket], score); table.insert(zadds[bucket], id)
     costs[bucket] = costs[bucket] + cost

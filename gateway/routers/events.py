@@ -1,0 +1,180 @@
+"""Server-Sent Events: a job's status changes and result, and a model's ended jobs.
+
+For browsers and dashboards that cannot receive webhooks. Both streams resume
+with ``Last-Event-ID`` (which EventSource sends on its own when it reconnects):
+
+- ``GET /v1/jobs/{id}/events``: ``status`` events as the job moves (queued,
+  running, again after a retry, its end), then one ``result`` event with the job
+  as GET /v1/jobs/{id} answers it, and the stream ends. Event ids grow with each
+  change (``2 x attempts`` queued, ``2 x attempts - 1`` running, then END_STATUS
+  and END_RESULT), so a resumed stream sends only what the client has not seen.
+- ``GET /v1/models/{m}/events`` (admin key): one ``ended`` event per entry of the
+  model's event stream (the jobs one script call ended, with their statuses); its
+  id is the Redis stream id. Without Last-Event-ID it starts from now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Path
+from fastapi.responses import StreamingResponse
+
+from gateway import service
+from gateway.deps import Caller, State
+from gateway.schemas import errors
+from gateway.state import GatewayState
+from sluice import fastjson, keys
+from sluice.errors import Forbidden, InvalidInput, JobNotFound, RedisUnavailable, ShuttingDown
+from sluice.jobs import JobRecord, JobStatus
+
+router = APIRouter(prefix="/v1", tags=["events"])
+JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_length=256)]
+ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
+LastEventId = Annotated[
+    str | None,
+    Header(alias="Last-Event-ID", max_length=64, description="Resume after this event."),
+]
+END_STATUS = 1_000_000  # the id of a job's terminal status event
+END_RESULT = END_STATUS + 1
+POLL_S = 0.5  # a job's queued -> running change is read this often (its end wakes at once)
+KEEPALIVE_S = 15.0
+RETRY_MS = 1000  # what EventSource waits before it reconnects
+STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+SSE_DOC: dict[int | str, dict[str, Any]] = {
+    200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events."}
+}
+
+
+def sse(event: str, data: Any, event_id: str | int | None = None) -> bytes:
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    lines.append(f"event: {event}")
+    lines.append(f"data: {fastjson.dumps(data)}")
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+def status_event_id(rec: JobRecord) -> int:
+    if rec.status.terminal:
+        return END_STATUS
+    if rec.status is JobStatus.RUNNING:
+        return max(1, 2 * rec.attempts - 1)
+    return 2 * rec.attempts
+
+
+def _last_id(value: str | None) -> int:
+    if value is None or value == "":
+        return -1
+    try:
+        n = int(value)
+    except ValueError:
+        raise InvalidInput("Last-Event-ID: not an event id of this stream") from None
+    if n < 0:
+        raise InvalidInput("Last-Event-ID: not an event id of this stream")
+    return n
+
+
+async def _job_events(
+    st: GatewayState, rec: JobRecord, owner: str | None, last: int
+) -> AsyncIterator[bytes]:
+    loop = asyncio.get_running_loop()
+    yield f"retry: {RETRY_MS}\n\n".encode()
+    quiet_since = loop.time()
+    while True:
+        eid = status_event_id(rec)
+        if eid > last:
+            last = eid
+            quiet_since = loop.time()
+            change = {"id": rec.id, "status": rec.status.value, "attempts": rec.attempts}
+            yield sse("status", change, eid)
+        if rec.status.terminal:
+            if END_RESULT > last:
+                yield sse("result", rec.view(), END_RESULT)
+            return
+        if loop.time() - quiet_since >= KEEPALIVE_S:
+            quiet_since = loop.time()
+            yield b": keep-alive\n\n"
+        try:
+            with st.completions.waiter(rec.id) as fut:
+                rec = await service.get(st, rec.id, owner)
+                if rec.status.terminal or status_event_id(rec) > last:
+                    continue
+                try:
+                    await asyncio.wait_for(fut, POLL_S)
+                except TimeoutError:
+                    pass
+            rec = await service.get(st, rec.id, owner)
+        except (ShuttingDown, JobNotFound, RedisUnavailable):
+            return  # the client reconnects (another replica) and resumes
+
+
+@router.get(
+    "/jobs/{job_id}/events",
+    response_class=StreamingResponse,
+    responses={**SSE_DOC, **errors(401, 404, 422, 503)},
+)
+async def job_events(
+    job_id: JobId, st: State, key: Caller, last_event_id: LastEventId = None
+) -> StreamingResponse:
+    """The job's status changes as they happen, then its result; resumable."""
+    last = _last_id(last_event_id)
+    owner = key.name if key else None
+    rec = await service.get(st, job_id, owner)  # 404 before the stream starts
+    return StreamingResponse(
+        _job_events(st, rec, owner, last), media_type="text/event-stream", headers=SSE_HEADERS
+    )
+
+
+async def _model_events(st: GatewayState, model: str, start: str) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MS}\n\n".encode()
+    stream = keys.events_key(model)
+    block_ms = int(min(1.0, st.timeout_s / 2) * 1000)
+    last, quiet = start, 0.0
+    while not st.completions.closing:
+        try:
+            if last == "$":  # from now: the newest id, so nothing in between is missed
+                newest: Any = await st.call(st.redis.xrevrange(stream, count=1))
+                last = newest[0][0] if newest else "0-0"
+            # Blocks under half the socket timeout: a quiet stream is not a dead link.
+            reply: Any = await st.call(st.redis.xread({stream: last}, count=100, block=block_ms))
+        except RedisUnavailable:
+            return
+        entries = reply[0][1] if reply else []
+        if not entries:
+            quiet += block_ms / 1000
+            if quiet >= KEEPALIVE_S:
+                quiet = 0.0
+                yield b": keep-alive\n\n"
+            continue
+        quiet = 0.0
+        for entry_id, fields in entries:
+            jobs = [{"id": k, "status": v} for k, v in fields.items()]
+            yield sse("ended", {"model": model, "jobs": jobs}, entry_id)
+            last = entry_id
+
+
+@router.get(
+    "/models/{model}/events",
+    response_class=StreamingResponse,
+    responses={**SSE_DOC, **errors(401, 403, 404, 422, 503)},
+)
+async def model_events(
+    model: ModelName, st: State, key: Caller, last_event_id: LastEventId = None
+) -> StreamingResponse:
+    """Every job of the model as it ends (an admin key on a gateway with keys);
+    resumable for as long as the stream holds the entry (about 10,000 back)."""
+    st.model(model)
+    if key is not None and not key.admin:
+        raise Forbidden("the model's event stream needs an admin API key")
+    if last_event_id and not STREAM_ID_RE.match(last_event_id):
+        raise InvalidInput("Last-Event-ID: not an event id of this stream (<ms>-<seq>)")
+    return StreamingResponse(
+        _model_events(st, model, last_event_id or "$"),
+        media_type="text/event-stream",
+        headers=SSE_HEADERS,
+    )

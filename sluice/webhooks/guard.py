@@ -1,0 +1,166 @@
+"""Where a webhook may call: URL rules, host allow-lists and the SSRF guard.
+
+A webhook makes the notifier open a connection that a client chose, from inside
+the deployment. By default only public unicast addresses may be reached: a host
+that resolves to loopback, private, link-local (169.254.0.0/16, the cloud metadata
+address), shared, multicast or reserved ranges is refused, at submit (422 with the
+reason) and again at every delivery, on the addresses the connection is then made
+to (no window for a DNS answer that changes in between: docs/adr/0131).
+``webhooks.allow_networks`` opens named networks (a receiver inside the cluster;
+tests use 127.0.0.1/32).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from sluice.config import WebhooksConfig
+from sluice.errors import WebhookRefused
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+MAX_URL = 2048
+CACHE_S = 30.0  # a submit's DNS answer is reused this long (the delivery resolves anew)
+CACHE_MAX = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """A webhook URL taken apart: what a connection needs."""
+
+    url: str
+    scheme: str
+    host: str  # lowercase, IPv6 without brackets
+    port: int
+
+
+def parse_url(url: str, allow_http: bool) -> Target:
+    """The URL's parts, or WebhookRefused saying what is wrong with it."""
+    if not isinstance(url, str) or not url or len(url) > MAX_URL:
+        raise WebhookRefused(f"webhook.url must be 1-{MAX_URL} characters")
+    if not url.isprintable() or any(c.isspace() for c in url):
+        raise WebhookRefused("webhook.url must not contain spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as e:
+        raise WebhookRefused(f"webhook.url is not a URL: {e}") from e
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http"):
+        raise WebhookRefused(f"webhook.url: scheme {scheme or '(none)'!r} is not https")
+    if scheme == "http" and not allow_http:
+        raise WebhookRefused("webhook.url must be https (webhooks.allow_http is off)")
+    if parts.username is not None or parts.password is not None:
+        raise WebhookRefused("webhook.url must not carry credentials (user:password@)")
+    host = (parts.hostname or "").lower().rstrip(".")
+    if not host:
+        raise WebhookRefused("webhook.url has no host")
+    return Target(url, scheme, host, port or (443 if scheme == "https" else 80))
+
+
+def host_allowed(host: str, allow_hosts: Sequence[str]) -> bool:
+    """Whether ``host`` is named by the allow-list (empty: any host). An entry
+    ``*.example.com`` names the subdomains of example.com, not example.com itself."""
+    if not allow_hosts:
+        return True
+    for entry in allow_hosts:
+        e = entry.lower().rstrip(".")
+        if e.startswith("*.") and host.endswith(e[1:]) and len(host) > len(e) - 1:
+            return True
+        if host == e:
+            return True
+    return False
+
+
+def _literal(host: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
+
+
+class Guard:
+    """The checks, with the networks config opens; ``resolver`` is replaceable in tests."""
+
+    def __init__(self, cfg: WebhooksConfig, resolver: Resolver | None = None) -> None:
+        self.cfg = cfg
+        self.open = [ipaddress.ip_network(n, strict=False) for n in cfg.allow_networks]
+        self.resolver = resolver or _getaddrinfo
+        self._cache: dict[tuple[str, int], tuple[float, list[IPAddress]]] = {}
+
+    def reachable(self, ip: IPAddress) -> bool:
+        """A public unicast address, or one in a network config opens."""
+        mapped = getattr(ip, "ipv4_mapped", None)
+        if mapped is not None:
+            ip = mapped
+        if any(ip in net for net in self.open):
+            return True
+        return ip.is_global and not ip.is_multicast
+
+    def _why(self, ip: IPAddress) -> str:
+        for name in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
+            if getattr(ip, f"is_{name}", False):
+                return f"a {name.replace('_', '-')} address"
+        return "not a public address"
+
+    def check(self, target: Target, addresses: Sequence[IPAddress]) -> None:
+        for ip in addresses:
+            if not self.reachable(ip):
+                raise WebhookRefused(
+                    f"webhook.url: {target.host} resolves to {ip}, {self._why(ip)}; "
+                    "webhooks.allow_networks can open it"
+                )
+
+    async def resolve(self, target: Target, cached: bool = False) -> list[IPAddress]:
+        """Every address of the host (a literal is its own), each one reachable; the
+        first is the one to connect to. ``cached``: a submit reuses recent answers."""
+        lit = _literal(target.host)
+        if lit is not None:
+            found = [lit]
+        else:
+            key = (target.host, target.port)
+            hit = self._cache.get(key) if cached else None
+            if hit is not None and hit[0] > time.monotonic():
+                found = hit[1]
+            else:
+                try:
+                    raw = await self.resolver(target.host, target.port)
+                except OSError as e:
+                    raise WebhookRefused(f"webhook.url: {target.host} does not resolve") from e
+                found = [ipaddress.ip_address(a.split("%", 1)[0]) for a in raw]
+                if not found:
+                    raise WebhookRefused(f"webhook.url: {target.host} does not resolve")
+                if len(self._cache) >= CACHE_MAX:
+                    self._cache.clear()
+                self._cache[key] = (time.monotonic() + CACHE_S, found)
+        self.check(target, found)
+        return found
+
+    async def admit(self, url: str, allow_hosts: Sequence[str]) -> Target:
+        """A submit's check: the URL's form, the allow-list, the resolved addresses."""
+        target = parse_url(url, self.cfg.allow_http)
+        if not host_allowed(target.host, allow_hosts):
+            raise WebhookRefused(
+                f"webhook.url: host {target.host!r} is not on this API key's (or the "
+                "config's) webhook allow-list"
+            )
+        await self.resolve(target, cached=True)
+        return target
+
+
+async def _getaddrinfo(host: str, port: int) -> list[str]:
+    infos = await asyncio.get_running_loop().getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+    )
+    seen: list[str] = []
+    for info in infos:
+        addr = str(info[4][0])
+        if addr not in seen:
+            seen.append(addr)
+    return seen

@@ -1,0 +1,327 @@
+"""``sluice notifier``: claims due webhook deliveries from Redis and sends them.
+
+The notifier is to deliveries what a worker is to jobs: it claims due entries
+with a lease (a killed notifier's come due again when the lease lapses, and
+another sends them with the same ``webhook-id``), so any number may run side by
+side. The hot path never waits for it: the script that ends a job only enqueues
+the delivery. Each attempt's status and latency are recorded on the delivery;
+what comes next (delivered, a retry at the backoff schedule, given up to the
+dead-letter list) is decided by :meth:`Sender._classify`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from sluice import fastjson
+from sluice.apikeys import KeyRing, load_keyring
+from sluice.bulk.ops import BulkOps
+from sluice.bulk.ops import scripts as bulk_scripts
+from sluice.config import SluiceConfig, WebhooksConfig
+from sluice.errors import ConfigError, JobNotFound, RedisUnavailable
+from sluice.queue.client import AsyncQueueClient, connect_async
+from sluice.webhooks.guard import Guard
+from sluice.webhooks.ops import Backlog, Claimed, WebhookOps
+from sluice.webhooks.ops import scripts as webhook_scripts
+from sluice.webhooks.sender import Attempt, Sender, signer
+
+log = logging.getLogger("sluice.notifier")
+IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
+METRICS_EVERY_S = 5.0
+
+
+def config_secret(cfg: WebhooksConfig, environ: dict[str, str] | None = None) -> str | None:
+    """The config's signing secret (file first, then the environment), or None."""
+    env = os.environ if environ is None else environ
+    if cfg.secret_file:
+        try:
+            return Path(cfg.secret_file).read_text().strip() or None
+        except OSError as e:
+            raise ConfigError(
+                f"webhooks.secret_file {cfg.secret_file}: cannot read: {e.strerror}"
+            ) from e
+    if cfg.secret_env:
+        return env.get(cfg.secret_env) or None
+    return None
+
+
+class SecretBook:
+    """The signer for each delivery: its API key's own secret, else the config's."""
+
+    def __init__(self, default: str | None, keyring: KeyRing) -> None:
+        try:
+            self.default = signer(default) if default else None
+        except ValueError as e:
+            raise ConfigError(f"webhooks secret: {e}") from e
+        self.by_owner = {}
+        for k in keyring.keys:
+            if k.webhook_secret:
+                try:
+                    self.by_owner[k.name] = signer(k.webhook_secret)
+                except ValueError as e:
+                    raise ConfigError(f"auth key {k.name!r}: webhook_secret: {e}") from e
+
+    def for_owner(self, owner: str) -> Any:
+        return self.by_owner.get(owner) or self.default
+
+
+class NotifierMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.attempts = Counter(
+            "sluice_webhook_attempts_total",
+            "Webhook attempts by result (2xx, 4xx, 5xx, 410, 429, timeout, connect, refused).",
+            ["model", "result"],
+            registry=r,
+        )
+        self.deliveries = Counter(
+            "sluice_webhook_deliveries_total",
+            "Deliveries that ended: delivered, or dead (given up).",
+            ["model", "outcome"],
+            registry=r,
+        )
+        self.attempt_seconds = Histogram(
+            "sluice_webhook_attempt_seconds",
+            "One attempt, connect to response read.",
+            ["model"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.delivery_seconds = Histogram(
+            "sluice_webhook_delivery_seconds",
+            "From the job's end to its delivery (retries included).",
+            ["model"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5, 30, 120, 600, 3600, 86400),
+            registry=r,
+        )
+        self.pending = Gauge(
+            "sluice_webhook_pending",
+            "Deliveries not yet delivered nor given up.",
+            ["model"],
+            registry=r,
+        )
+        self.due = Gauge(
+            "sluice_webhook_due", "Deliveries due now and not yet claimed.", ["model"], registry=r
+        )
+        self.oldest_due = Gauge(
+            "sluice_webhook_oldest_due_seconds",
+            "How long the oldest due delivery has waited for a notifier.",
+            ["model"],
+            registry=r,
+        )
+        self.dead = Gauge(
+            "sluice_webhook_dead",
+            "Deliveries in the dead-letter list (given up).",
+            ["model"],
+            registry=r,
+        )
+
+    def backlog(self, b: Backlog) -> None:
+        self.pending.labels(b.model).set(b.pending)
+        self.due.labels(b.model).set(b.due)
+        self.oldest_due.labels(b.model).set(b.oldest_due_s)
+        self.dead.labels(b.model).set(b.dead)
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_port)
+
+
+@dataclass
+class Notifier:
+    """One notifier process's loop (asyncio)."""
+
+    cfg: SluiceConfig
+    client: AsyncQueueClient
+    secrets_: SecretBook
+    guard: Guard
+    name: str = ""
+    metrics: NotifierMetrics | None = None
+
+    def __post_init__(self) -> None:
+        self.name = self.name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
+        self.wcfg = self.cfg.webhooks
+        self.ops = WebhookOps(list(self.cfg.models))
+        self.bulk = BulkOps(list(self.cfg.models), self.cfg.bulk.ttl_s)
+        self.sender = Sender(self.wcfg, self.guard)
+        self.metrics = self.metrics or NotifierMetrics()
+        # A lease outlasts any attempt: connect + read timeouts, and margin.
+        self.lease_ms = int((self.wcfg.connect_timeout_s + self.wcfg.timeout_s + 30) * 1000)
+        self.inflight: set[asyncio.Task[None]] = set()
+        self.sent = 0  # attempts made (tests and the bench read it)
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        next_metrics = 0.0
+        try:
+            while not stopping():
+                claimed = await self._claim_round()
+                if time.monotonic() >= next_metrics:
+                    next_metrics = time.monotonic() + METRICS_EVERY_S
+                    await self._refresh_metrics()
+                if claimed:
+                    continue
+                if len(self.inflight) >= self.wcfg.max_concurrency:
+                    await asyncio.wait(
+                        self.inflight, timeout=IDLE_WAIT_S, return_when="FIRST_COMPLETED"
+                    )
+                else:
+                    await self._idle()
+        finally:
+            await self._finish()
+
+    async def _idle(self) -> None:
+        try:
+            await self.client.run(self.ops.wait(IDLE_WAIT_S))
+        except RedisUnavailable as e:
+            log.warning("notifier: Redis unavailable (%s); retrying", e)
+            await asyncio.sleep(IDLE_WAIT_S)
+
+    async def _claim_round(self) -> int:
+        n = 0
+        for model in self.cfg.models:
+            free = self.wcfg.max_concurrency - len(self.inflight)
+            if free <= 0:
+                break
+            try:
+                batch = await self.client.run(self.ops.claim(model, self.name, self.lease_ms, free))
+            except RedisUnavailable as e:
+                log.warning("notifier: cannot claim deliveries of %s: %s", model, e)
+                continue
+            for c in batch:
+                task = asyncio.create_task(self._deliver(c))
+                self.inflight.add(task)
+                task.add_done_callback(self.inflight.discard)
+            n += len(batch)
+        return n
+
+    async def _finish(self) -> None:
+        """Let attempts in flight end (their leases bring back any cut short)."""
+        if self.inflight:
+            await asyncio.wait(self.inflight, timeout=self.wcfg.timeout_s + 1)
+            for t in self.inflight:
+                t.cancel()
+        await self.sender.aclose()
+
+    async def _body(self, c: Claimed) -> str:
+        if c.body:
+            return c.body
+        body = await self._render(c)
+        return await self.client.run(self.ops.keep_body(c, body))
+
+    async def _render(self, c: Claimed) -> str:
+        """The body: the job (or bulk job) as its GET answers, with the event; a
+        result over ``max_result_bytes`` is left out and linked instead."""
+        view: dict[str, Any]
+        try:
+            if c.kind == "bulk":
+                view = (await self.client.run(self.bulk.get(c.id))).view()
+            else:
+                view = (await self.client.get(c.id)).view()
+                view.pop("webhook", None)
+        except JobNotFound:  # the record expired before the first attempt
+            view = {"id": c.id, "model": c.model, "record_expired": True}
+        link = f"{self.wcfg.public_url or ''}".rstrip("/") + (
+            f"/v1/bulk/{c.id}" if c.kind == "bulk" else f"/v1/jobs/{c.id}"
+        )
+        if "result" in view and view["result"] is not None:
+            size = len(fastjson.dumps(view["result"]))
+            if size > self.wcfg.max_result_bytes:
+                view["result"] = None
+                view["result_omitted"] = {"bytes": size, "url": link}
+        payload = {
+            "type": f"{'bulk' if c.kind == 'bulk' else 'job'}.{c.event}",
+            "timestamp": c.ended_ms / 1000,
+            "url": link,
+            "data": view,
+        }
+        return fastjson.dumps(payload)
+
+    async def _deliver(self, c: Claimed) -> None:
+        assert self.metrics is not None
+        try:
+            body = await self._body(c)
+            wh = self.secrets_.for_owner(c.owner)
+            if wh is None:
+                a = Attempt("dead", 0, "no signing secret is configured", 0.0, result="refused")
+            else:
+                a = await self.sender.attempt(c, body, wh)
+            self.sent += 1
+            ok = await self.client.run(
+                self.ops.done(
+                    c,
+                    a.next,
+                    retry_ms=a.retry_ms,
+                    status=a.status,
+                    error=a.error,
+                    latency_ms=a.latency_ms,
+                    client_error=a.client_error,
+                )
+            )
+        except RedisUnavailable as e:
+            log.warning(
+                "notifier: delivery %s: Redis unavailable (%s); its lease brings it back", c.id, e
+            )
+            return
+        except Exception:  # one delivery's bug must not end the notifier
+            log.exception(
+                "notifier: delivery %s failed unexpectedly; its lease brings it back", c.id
+            )
+            return
+        m = self.metrics
+        m.attempts.labels(c.model, a.result).inc()
+        m.attempt_seconds.labels(c.model).observe(a.latency_ms / 1000)
+        if not ok:
+            log.info("notifier: delivery %s: lease lost (another notifier has it)", c.id)
+        elif a.next == "delivered":
+            m.deliveries.labels(c.model, "delivered").inc()
+            m.delivery_seconds.labels(c.model).observe(max(0.0, time.time() - c.ended_ms / 1000))
+        elif a.next == "dead":
+            m.deliveries.labels(c.model, "dead").inc()
+            log.warning(
+                "notifier: delivery %s given up after %d attempts: %s", c.id, c.attempt, a.error
+            )
+
+    async def _refresh_metrics(self) -> None:
+        assert self.metrics is not None
+        now_ms = int(time.time() * 1000)
+        for model in self.cfg.models:
+            try:
+                self.metrics.backlog(await self.client.run(self.ops.backlog(model, now_ms)))
+            except RedisUnavailable:
+                return
+
+
+def build(cfg: SluiceConfig, redis_url: str, environ: dict[str, str] | None = None) -> Notifier:
+    """A notifier from config; ConfigError for a secret or key file that is wrong."""
+    book = SecretBook(config_secret(cfg.webhooks, environ), load_keyring(cfg.auth, environ))
+    client = AsyncQueueClient(connect_async(redis_url, timeout_s=10.0), cfg.models)
+    client.register(webhook_scripts())
+    client.register(bulk_scripts())
+    return Notifier(cfg, client, book, Guard(cfg.webhooks))
+
+
+def run(cfg: SluiceConfig, redis_url: str, stop: Callable[[], bool]) -> None:
+    """The ``sluice notifier`` process: until ``stop()`` is true."""
+    n = build(cfg, redis_url)
+    if n.secrets_.default is None and not n.secrets_.by_owner:
+        log.warning(
+            "notifier: no signing secret (webhooks.secret_env / secret_file, or an API key's "
+            "webhook_secret): the gateway refuses webhooks until one is set"
+        )
+    if cfg.webhooks.metrics_port and n.metrics is not None:
+        port = n.metrics.serve(cfg.webhooks.metrics_port)
+        log.info("notifier: metrics on :%d/metrics", port)
+    log.info("notifier %s: delivering webhooks of %s", n.name, ", ".join(cfg.models))
+    asyncio.run(n.run(stop))
+    log.info("notifier %s: stopped (%d attempts)", n.name, n.sent)

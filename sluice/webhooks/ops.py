@@ -1,0 +1,265 @@
+"""Webhook deliveries' Redis calls, defined once for the sync and async clients.
+
+A delivery is born in the Lua script that ends its job (or bulk job): a hash
+``keys.delivery_key`` and an entry in the model's due zset, in the same call
+(sluice/queue/lua/_common.lua, ``enqueue_delivery``). The notifier claims due
+entries with a lease (``claim``), sends, and records each attempt (``done``).
+Like :class:`sluice.queue.scripts.QueueOps`, every operation is a
+:class:`~sluice.queue.scripts.Call`; a client runs them after
+``client.register(scripts())``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from sluice import fastjson, keys
+from sluice.errors import JobNotFound
+from sluice.jobs import model_of
+from sluice.queue.scripts import Call, common_source
+
+SCRIPT_NAMES = ("claim", "done", "redeliver")
+LOG_KEEP = 20  # attempts kept in a delivery's log
+DELIVERED_TTL_S = 86400  # a delivered record is kept this long (GET /v1/jobs/{id} shows it)
+DEAD_TTL_S = 7 * 86400  # a given-up one this long (the delivery dead-letter list)
+STATES = ("pending", "delivered", "dead")
+
+
+@cache
+def _sources() -> dict[str, str]:
+    lua = resources.files("sluice.webhooks") / "lua"
+    return {
+        f"webhook_{n}": common_source() + "\n" + (lua / f"{n}.lua").read_text()
+        for n in SCRIPT_NAMES
+    }
+
+
+def scripts() -> dict[str, str]:
+    """The delivery scripts by call name, for ``client.register``."""
+    return dict(_sources())
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """One leased delivery attempt."""
+
+    model: str
+    id: str  # the job's (or bulk job's) id; the webhook-id is derived from it
+    token: str
+    attempt: int  # 1 for the first
+    fails: int  # failed attempts since the delivery (or its redelivery) began
+    client_errors: int
+    url: str
+    event: str
+    owner: str
+    kind: str  # 'job' | 'bulk'
+    first_ms: int  # when this round of attempts began (the horizon counts from it)
+    ended_ms: int  # when the job ended
+    body: str  # '' until the first attempt stores it
+
+    @property
+    def webhook_id(self) -> str:
+        return f"msg_{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryView:
+    """What GET /v1/jobs/{id} and the admin routes show of a delivery."""
+
+    state: str
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    last_at_ms: int | None
+    next_at_ms: int | None
+    event: str
+    url: str
+    log: list[dict[str, Any]]
+
+    def public(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "event": self.event,
+            "attempts": self.attempts,
+            "last_status": self.last_status,
+            "last_error": self.last_error,
+            "last_attempt_at": self.last_at_ms / 1000 if self.last_at_ms else None,
+            "next_attempt_at": self.next_at_ms / 1000 if self.next_at_ms else None,
+        }
+
+
+VIEW_FIELDS = (
+    "state",
+    "att",
+    "last_status",
+    "last_error",
+    "last_at",
+    "next",
+    "event",
+    "url",
+    "log",
+)
+
+
+def view_from(values: Sequence[Any]) -> DeliveryView | None:
+    """A delivery from an HMGET of VIEW_FIELDS; None when there is none."""
+    f = dict(zip(VIEW_FIELDS, values, strict=True))
+    if not f["state"]:
+        return None
+
+    def num(name: str) -> int | None:
+        try:
+            return int(f[name]) if f[name] else None
+        except ValueError:
+            return None
+
+    try:
+        log = fastjson.loads(f["log"]) if f["log"] else []
+    except ValueError:
+        log = []
+    return DeliveryView(
+        state=str(f["state"]),
+        attempts=num("att") or 0,
+        last_status=num("last_status") if f["last_status"] not in (None, "0") else None,
+        last_error=f["last_error"] or None,
+        last_at_ms=num("last_at"),
+        next_at_ms=num("next"),
+        event=str(f["event"] or ""),
+        url=str(f["url"] or ""),
+        log=log if isinstance(log, list) else [],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A model's deliveries as the notifier's metrics and ``sluice status`` see them."""
+
+    model: str
+    pending: int  # not yet delivered nor given up (due now, leased or waiting to retry)
+    due: int  # due now, not leased
+    oldest_due_s: float  # how long the oldest due one has waited (0: none)
+    dead: int
+
+
+class WebhookOps:
+    def __init__(self, models: Sequence[str]) -> None:
+        self.models = list(models)
+
+    def claim(self, model: str, who: str, lease_ms: int, limit: int) -> Call[list[Claimed]]:
+        def parse(r: list[Any]) -> list[Claimed]:
+            out, rest = [], r[1:]
+            for i in range(0, len(rest), 12):
+                g = rest[i : i + 12]
+                out.append(
+                    Claimed(
+                        model, str(g[0]), str(g[1]), int(g[2]), int(g[3]), int(g[4]),
+                        str(g[5]), str(g[6]), str(g[7]), str(g[8]), int(g[9]), int(g[10]),
+                        str(g[11]),
+                    )
+                )  # fmt: skip
+            return out
+
+        return Call(
+            parse,
+            "webhook_claim",
+            [keys.deliveries_due_key(model)],
+            [keys.notify_prefix(model), lease_ms, limit, who],
+        )
+
+    def keep_body(self, c: Claimed, body: str) -> Call[str]:
+        """Store the first attempt's body (HSETNX: a racing notifier's stays) and read
+        back the one every attempt sends."""
+        dk = keys.delivery_key(c.model, c.id)
+        return Call(
+            lambda r: str(r[1]), commands=[("HSETNX", dk, "body", body), ("HGET", dk, "body")]
+        )
+
+    def done(
+        self,
+        c: Claimed,
+        nxt: str,
+        *,
+        retry_ms: int = 0,
+        status: int = 0,
+        error: str = "",
+        latency_ms: float = 0.0,
+        client_error: bool = False,
+    ) -> Call[bool]:
+        """Record the attempt; False when the lease was no longer this attempt's."""
+        ks = [
+            keys.deliveries_due_key(c.model),
+            keys.delivery_key(c.model, c.id),
+            keys.deliveries_dead_key(c.model),
+        ]
+        args = [
+            c.id, c.token, nxt, retry_ms, status, error[:300], round(latency_ms, 1),
+            1 if client_error else 0, DELIVERED_TTL_S, DEAD_TTL_S, LOG_KEEP,
+        ]  # fmt: skip
+        return Call(lambda r: r[0] == "ok", "webhook_done", ks, args)
+
+    def redeliver(self, delivery_id: str, ttl_s: int) -> Call[str]:
+        """Send again from now; the previous state (JobNotFound when there is none)."""
+        model = self.model_of(delivery_id)
+        ks = [
+            keys.deliveries_due_key(model),
+            keys.delivery_key(model, delivery_id),
+            keys.deliveries_dead_key(model),
+            keys.deliveries_wake_key(model),
+        ]
+
+        def parse(r: list[str]) -> str:
+            if r[0] == "missing":
+                raise JobNotFound(f"no webhook delivery for {delivery_id!r}")
+            return str(r[1])
+
+        return Call(parse, "webhook_redeliver", ks, [delivery_id, ttl_s])
+
+    def model_of(self, delivery_id: str) -> str:
+        model = model_of(delivery_id)
+        if model is None or model not in self.models:
+            raise JobNotFound(f"no webhook delivery for {delivery_id!r}")
+        return model
+
+    def view(self, delivery_id: str) -> Call[DeliveryView | None]:
+        model = self.model_of(delivery_id)
+        dk = keys.delivery_key(model, delivery_id)
+        return Call(lambda r: view_from(r[0]), commands=[("HMGET", dk, *VIEW_FIELDS)])
+
+    def owner(self, delivery_id: str) -> Call[str | None]:
+        model = self.model_of(delivery_id)
+        dk = keys.delivery_key(model, delivery_id)
+        return Call(lambda r: r[0], commands=[("HGET", dk, "owner")])
+
+    def backlog(self, model: str, now_ms: int) -> Call[Backlog]:
+        due = keys.deliveries_due_key(model)
+
+        def parse(r: list[Any]) -> Backlog:
+            oldest = float(r[2][0][1]) if r[2] else None
+            wait = max(0.0, (now_ms - oldest) / 1000) if oldest is not None else 0.0
+            return Backlog(model, int(r[0]), int(r[1]), wait, int(r[3]))
+
+        return Call(
+            parse,
+            commands=[
+                ("ZCARD", due),
+                ("ZCOUNT", due, "-inf", now_ms),
+                ("ZRANGE", due, 0, 0, "WITHSCORES"),
+                ("LLEN", keys.deliveries_dead_key(model)),
+            ],
+        )
+
+    def dead(self, model: str, limit: int = 100) -> Call[list[str]]:
+        return Call(
+            lambda r: list(r[0]),
+            commands=[("LRANGE", keys.deliveries_dead_key(model), 0, limit - 1)],
+        )
+
+    def wait(self, timeout_s: float) -> Call[bool]:
+        """Block until any model's wake list has a token (True) or the timeout."""
+        wakes = [keys.deliveries_wake_key(m) for m in self.models]
+        timeout = max(0.01, round(timeout_s, 3))
+        return Call(lambda r: r[0] is not None, commands=[("BLPOP", *wakes, timeout)])
