@@ -8,7 +8,9 @@ no descendant process is left behind.
 
 from __future__ import annotations
 
+import base64
 import os
+import secrets
 import signal
 import tempfile
 import threading
@@ -33,6 +35,7 @@ class StackUrls:
     redis: str  # may carry a password: print it through sluice.redact.redact_url
     logs: Path
     admin: str = ""  # the admin listener (/metrics, /dashboard) when gateway.admin_port is set
+    webhook_secret: str = ""  # where the secret webhooks are signed with is, when generated
 
 
 class Stack:
@@ -58,8 +61,10 @@ class Stack:
         # The Redis URL may hold a password: children get it in their environment,
         # never on a command line (which any local user can read with `ps`).
         self.children.env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
+        secret_file = self._webhook_secret()
         common = ["--config", str(self.config_path)]
         self.children.spawn("gateway", ["gateway", *common, "--host", host, "--port", str(port)])
+        self.children.spawn("notifier", ["notifier", *common])
         self.children.spawn("autoscaler", ["autoscaler", *common, "--backend", "local"])
         for i in range(self.cfg.bulk.rq_workers):  # RQ workers for bulk coordinators
             self.children.spawn(f"bulk-worker-{i}", ["bulk", "worker", *common])
@@ -68,7 +73,22 @@ class Stack:
         admin = f"http://{gw.admin_host}:{gw.admin_port}" if gw.admin_port else ""
         self._wait_ready(gateway)
         self._wait_workers()
-        return StackUrls(gateway, self.redis_url, self.log_dir, admin)
+        return StackUrls(gateway, self.redis_url, self.log_dir, admin, secret_file)
+
+    def _webhook_secret(self) -> str:
+        """With no webhook secret configured, one made for this stack (in its children's
+        environment and a 0600 file in the log directory, never printed), so webhooks
+        work out of the box; returns that file's path ('' when one was configured)."""
+        wh = self.cfg.webhooks
+        if wh.secret_file or not wh.secret_env or self.children.env.get(wh.secret_env):
+            return ""
+        secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+        path = self.log_dir / "webhook-secret"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secret + "\n")
+        self.children.env[wh.secret_env] = secret
+        return str(path)
 
     def _ready_workers(self, client: QueueClient, model: str) -> int:
         live, _ = client.run(list_workers_call(model))

@@ -43,6 +43,7 @@ def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
             f"  redis    {redact_url(urls.redis)}",
             f"  models   {', '.join(cfg.models)}",
             f"  logs     {urls.logs}",
+            *([f"  webhooks signed with the secret in {urls.webhook_secret}"] if urls.webhook_secret else []),
             "Try:",
             f"  {curl_example(urls.gateway, cfg)}",
             "Ctrl-C drains the workers and stops everything.",
@@ -101,7 +102,11 @@ def run_up(
     console = Console()
     reason = ""
     try:
-        print("starting Redis, the gateway, the autoscaler and its workers ...", flush=True)
+        print(
+            "starting Redis, the gateway, the webhook notifier, the autoscaler and its "
+            "workers ...",
+            flush=True,
+        )
         print("cores: " + "; ".join(describe(cfg)), flush=True)
         urls = stack.start(redis_url, host or cfg.gateway.host, port or cfg.gateway.port, data_dir)
         print(banner(urls, cfg), flush=True)

@@ -104,7 +104,10 @@ class Guard:
         return ip.is_global and not ip.is_multicast
 
     def _why(self, ip: IPAddress) -> str:
-        for name in ("loopback", "link_local", "private", "multicast", "reserved", "unspecified"):
+        mapped = getattr(ip, "ipv4_mapped", None)
+        if mapped is not None:
+            ip = mapped
+        for name in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
             if getattr(ip, f"is_{name}", False):
                 return f"a {name.replace('_', '-')} address"
         return "not a public address"

@@ -156,8 +156,8 @@ class Notifier:
         self.bulk = BulkOps(list(self.cfg.models), self.cfg.bulk.ttl_s)
         self.sender = Sender(self.wcfg, self.guard)
         self.metrics = self.metrics or NotifierMetrics()
-        # A lease outlasts any attempt: connect + read timeouts, and margin.
-        self.lease_ms = int((self.wcfg.connect_timeout_s + self.wcfg.timeout_s + 30) * 1000)
+        # A lease outlasts any attempt (connect + read timeouts) twice over, and 5 s.
+        self.lease_ms = int(((self.wcfg.connect_timeout_s + self.wcfg.timeout_s) * 2 + 5) * 1000)
         self.inflight: set[asyncio.Task[None]] = set()
         self.sent = 0  # attempts made (tests and the bench read it)
 

@@ -1,0 +1,95 @@
+"""A webhook receiver on loopback for tests: records every request, answers as told."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Call:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    at: float  # time.time() when it arrived
+
+
+@dataclass
+class Receiver:
+    """``statuses``: what the next calls answer, in order (then 200). A status of
+    -1 holds the request until ``release`` is set (a slow receiver)."""
+
+    port: int = 0
+    statuses: list[int] = field(default_factory=list)
+    location: str = ""  # sent with a 3xx
+    calls: list[Call] = field(default_factory=list)
+    connections: int = 0
+    release: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+
+def _handler(rx: Receiver) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def setup(self) -> None:
+            with rx.lock:
+                rx.connections += 1
+            super().setup()
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            n = int(self.headers.get("content-length") or 0)
+            body = self.rfile.read(n)
+            with rx.lock:
+                rx.calls.append(
+                    Call(
+                        self.path,
+                        {k.lower(): v for k, v in self.headers.items()},
+                        body,
+                        time.time(),
+                    )
+                )
+                status = rx.statuses.pop(0) if rx.statuses else 200
+            if status == -1:
+                rx.release.wait(60)
+                status = 200
+            self.send_response(status)
+            if 300 <= status < 400 and rx.location:
+                self.send_header("Location", rx.location)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@contextmanager
+def receiving(
+    statuses: list[int] | None = None, port: int = 0, location: str = ""
+) -> Iterator[Receiver]:
+    rx = Receiver(port, list(statuses or []), location)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _handler(rx))
+    server.daemon_threads = True
+    rx.port = server.server_address[1]
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
+    thread.start()
+    try:
+        yield rx
+    finally:
+        rx.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
