@@ -24,6 +24,7 @@ class Receiver:
     -1 holds the request until ``release`` is set (a slow receiver)."""
 
     port: int = 0
+    host: str = "127.0.0.1"
     statuses: list[int] = field(default_factory=list)
     location: str = ""  # sent with a 3xx
     calls: list[Call] = field(default_factory=list)
@@ -33,7 +34,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hook"
+        return f"http://{self.host}:{self.port}/hook"
 
 
 def _handler(rx: Receiver) -> type[http.server.BaseHTTPRequestHandler]:
@@ -76,10 +77,10 @@ def _handler(rx: Receiver) -> type[http.server.BaseHTTPRequestHandler]:
 
 @contextmanager
 def receiving(
-    statuses: list[int] | None = None, port: int = 0, location: str = ""
+    statuses: list[int] | None = None, port: int = 0, location: str = "", host: str = "127.0.0.1"
 ) -> Iterator[Receiver]:
-    rx = Receiver(port, list(statuses or []), location)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _handler(rx))
+    rx = Receiver(port, host, list(statuses or []), location)
+    server = http.server.ThreadingHTTPServer((host, port), _handler(rx))
     server.daemon_threads = True
     rx.port = server.server_address[1]
     thread = threading.Thread(

@@ -239,7 +239,7 @@ def test_refused_addresses_never_get_a_connection(q: QueueClient, redis_url: str
     """Only 127.0.0.1 is opened: a delivery to 127.0.0.2 (another loopback address, as
     a rebound DNS name would give) and a redirect to it are refused at connect."""
     cfg = hook_config(max_client_error_attempts=2)
-    with receiving(port=0) as allowed, _receiving_on("127.0.0.2") as forbidden:
+    with receiving() as allowed, receiving(host="127.0.0.2") as forbidden:
         allowed.statuses = [302, 302]
         allowed.location = forbidden.url
         direct = submit(q, forbidden.url)
@@ -255,49 +255,6 @@ def test_refused_addresses_never_get_a_connection(q: QueueClient, redis_url: str
         assert "loopback" in delivery(q, direct)["last_error"]
         assert len(allowed.calls) == 2  # redirects are never followed
         assert delivery(q, redirected)["last_status"] == 302
-
-
-def _receiving_on(host: str):  # type: ignore[no-untyped-def]
-    import http.server
-    import threading
-    from contextlib import contextmanager
-
-    from tests.webhooks.receiver import _handler
-
-    @contextmanager
-    def run():  # type: ignore[no-untyped-def]
-        rx = Receiver()
-        server = http.server.ThreadingHTTPServer((host, 0), _handler(rx))
-        rx.port = server.server_address[1]
-        t = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        t.start()
-        try:
-            yield _On(rx, host)
-        finally:
-            server.shutdown()
-            server.server_close()
-            t.join(10)
-
-    return run()
-
-
-class _On:
-    def __init__(self, rx: Receiver, host: str) -> None:
-        self.rx, self.host = rx, host
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.rx.port}/hook"
-
-    @property
-    def connections(self) -> int:
-        return self.rx.connections
-
-    @property
-    def calls(self) -> list[Any]:
-        return self.rx.calls
 
 
 def test_a_bulk_job_that_ends_is_posted(q: QueueClient, cfg: SluiceConfig, redis_url: str) -> None:
