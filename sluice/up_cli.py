@@ -43,7 +43,11 @@ def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
             f"  redis    {redact_url(urls.redis)}",
             f"  models   {', '.join(cfg.models)}",
             f"  logs     {urls.logs}",
-            *([f"  webhooks signed with the secret in {urls.webhook_secret}"] if urls.webhook_secret else []),
+            *(
+                [f"  webhooks signed with the secret in {urls.webhook_secret}"]
+                if urls.webhook_secret
+                else []
+            ),
             "Try:",
             f"  {curl_example(urls.gateway, cfg)}",
             "Ctrl-C drains the workers and stops everything.",
@@ -103,8 +107,7 @@ def run_up(
     reason = ""
     try:
         print(
-            "starting Redis, the gateway, the webhook notifier, the autoscaler and its "
-            "workers ...",
+            "starting Redis, the gateway, the webhook notifier, the autoscaler and its workers ...",
             flush=True,
         )
         print("cores: " + "; ".join(describe(cfg)), flush=True)

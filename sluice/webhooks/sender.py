@@ -14,6 +14,7 @@ followed; response bodies are read up to a cap.
 from __future__ import annotations
 
 import asyncio
+import base64
 import random
 import time
 from collections.abc import Iterable
@@ -96,12 +97,20 @@ class Attempt:
         return self.next == "delivered"
 
 
+MIN_SECRET_BYTES = 16
+
+
 def signer(secret: str) -> Webhook:
-    """A Standard Webhooks signer; ValueError for a secret that is not one."""
+    """A Standard Webhooks signer; ValueError for a secret that is not one: ``whsec_``
+    (optional) and the base64 of at least 16 bytes (the value is never in the message)."""
+    why = f"not a Standard Webhooks secret (whsec_ and the base64 of {MIN_SECRET_BYTES}+ bytes)"
     try:
-        return Webhook(secret)
-    except Exception as e:  # noqa: BLE001 - base64 and empty-secret errors alike
-        raise ValueError("not a Standard Webhooks secret (whsec_ and base64)") from e
+        raw = base64.b64decode(secret.removeprefix("whsec_"), validate=True)
+    except (ValueError, TypeError):
+        raise ValueError(why) from None
+    if len(raw) < MIN_SECRET_BYTES:
+        raise ValueError(why)
+    return Webhook(raw)
 
 
 def sign_headers(wh: Webhook, msg_id: str, body: str, now: float) -> dict[str, str]:

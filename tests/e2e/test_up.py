@@ -19,9 +19,11 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
+from standardwebhooks.webhooks import Webhook as Verifier
 
 from sluice.client import Client
 from tests.e2e.upstack import Up, launch, shut_down, wait_for
+from tests.webhooks.receiver import receiving
 
 pytestmark = [pytest.mark.slow]
 
@@ -55,6 +57,8 @@ CONFIG = {
     },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
     "autoscaler": {"drain_timeout_s": 20},
+    # the receiver of the webhook test listens on loopback
+    "webhooks": {"allow_networks": ["127.0.0.1/32"], "allow_http": True},
 }
 
 
@@ -166,6 +170,48 @@ def test_bulk_file_on_the_bundled_model(up: Up, tmp_path: Path) -> None:
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [o["custom_id"] for o in lines] == [str(i) for i in range(40)]
     assert all(len(o["result"]["embedding"]) == 384 for o in lines)
+
+
+def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
+    """`sluice up` runs a notifier and, with no secret configured, makes one (a 0600
+    file it names in its banner): a job's and a bulk job's webhooks arrive signed."""
+    line = next(x for x in up.printed if "webhooks signed with the secret in" in x)
+    secret_file = Path(line.split(" in ", 1)[1].strip())
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    verifier = Verifier(secret_file.read_text().strip())
+    with receiving() as rx:
+        hook = {"url": rx.url, "events": ["succeeded"]}
+        r = httpx.post(
+            f"{up.gateway}/v1/models/synthetic/jobs",
+            json={"input": "call me back", "webhook": hook},
+            timeout=30,
+        )
+        assert r.status_code == 202, r.text
+        job_id = r.json()["id"]
+        wait_for(lambda: len(rx.calls) >= 1, 60, "the job's webhook")
+        body = verifier.verify(rx.calls[0].body, rx.calls[0].headers)
+        assert body["type"] == "job.succeeded" and body["data"]["id"] == job_id
+        assert body["data"]["result"] == {"tokens": 3}
+        lines = "\n".join(json.dumps({"input": f"line {i}"}) for i in range(3))
+        r = httpx.post(
+            f"{up.gateway}/v1/models/synthetic/bulk",
+            params={"webhook_url": rx.url, "webhook_events": "completed"},
+            content=lines,
+            headers={"Content-Type": "application/x-ndjson"},
+            timeout=30,
+        )
+        assert r.status_code == 202, r.text
+        bulk_id = r.json()["id"]
+        wait_for(lambda: len(rx.calls) >= 2, 120, "the bulk job's webhook")
+        body = verifier.verify(rx.calls[1].body, rx.calls[1].headers)
+        assert body["type"] == "bulk.completed" and body["data"]["id"] == bulk_id
+        assert body["data"]["counts"]["succeeded"] == 3
+
+    def hook() -> dict[str, object]:
+        return dict(httpx.get(f"{up.gateway}/v1/jobs/{job_id}", timeout=30).json()["webhook"])
+
+    wait_for(lambda: hook()["state"] == "delivered", 30, "the delivery recorded")
+    assert hook()["last_status"] == 200 and hook()["attempts"] == 1
 
 
 def test_ctrl_c_drains_and_leaves_no_process(up: Up) -> None:
