@@ -79,15 +79,15 @@ class Stack:
         """With no webhook secret configured, one made for this stack (in its children's
         environment and a 0600 file in the log directory, never printed), so webhooks
         work out of the box; returns that file's path ('' when one was configured)."""
-        wh = self.cfg.webhooks
-        if wh.secret_file or not wh.secret_env or self.children.env.get(wh.secret_env):
+        wh, env = self.cfg.webhooks, self.children.env
+        if env is None or wh.secret_file or not wh.secret_env or env.get(wh.secret_env):
             return ""
         secret = "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
         path = self.log_dir / "webhook-secret"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(secret + "\n")
-        self.children.env[wh.secret_env] = secret
+        env[wh.secret_env] = secret
         return str(path)
 
     def _ready_workers(self, client: QueueClient, model: str) -> int:
