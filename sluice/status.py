@@ -94,6 +94,33 @@ def bulk_table(q: QueueClient, cfg: SluiceConfig) -> Table | None:
     return table
 
 
+def webhooks_table(q: QueueClient, cfg: SluiceConfig) -> Table | None:
+    """Webhook deliveries per model: pending, due, the oldest due's wait, given up
+    (None when no model has any)."""
+    import time
+
+    from sluice.webhooks.ops import WebhookOps
+
+    ops = WebhookOps(list(cfg.models))
+    now_ms = int(time.time() * 1000)
+    rows = [q.run(ops.backlog(name, now_ms)) for name in cfg.models]
+    if not any(b.pending or b.dead for b in rows):
+        return None
+    table = Table(title="Webhooks", title_justify="left")
+    for col in ("model", "pending", "due", "oldest due s", "given up"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for b in rows:
+        table.add_row(b.model, str(b.pending), str(b.due), f"{b.oldest_due_s:.1f}", str(b.dead))
+    dead = [(b.model, i) for b in rows if b.dead for i in q.run(ops.dead(b.model, 5))]
+    if dead:
+        table.caption = (
+            "given up, newest: "
+            + ", ".join(i for _, i in dead)
+            + ("  (POST /v1/admin/webhooks/{id}/redeliver sends one again)")
+        )
+    return table
+
+
 def job_table(rec: JobRecord) -> Table:
     table = Table(title=f"Job {rec.id}", title_justify="left", show_header=False)
     table.add_column("field")
@@ -110,6 +137,10 @@ def job_table(rec: JobRecord) -> Table:
         "error": json.dumps(rec.error) if rec.error else "",
         "result": json.dumps(rec.result)[:200] if rec.result is not None else "",
     }
+    if rec.webhook is not None:
+        w = rec.webhook
+        rows["webhook"] = f"{w['state']} ({w.get('attempts', 0)} attempts"
+        rows["webhook"] += f", last {w['last_status']})" if w.get("last_status") else ")"
     for k, v in rows.items():
         table.add_row(k, v)
     return table
@@ -123,6 +154,6 @@ def print_status(q: QueueClient, cfg: SluiceConfig, job_id: str | None) -> None:
         return
     console.print(queues_table(q, cfg))
     console.print(workers_table(q, cfg))
-    bulk = bulk_table(q, cfg)
-    if bulk is not None:
-        console.print(bulk)
+    for extra in (bulk_table(q, cfg), webhooks_table(q, cfg)):
+        if extra is not None:
+            console.print(extra)

@@ -28,6 +28,7 @@ from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
 from sluice.registry import WorkerInfo, list_workers_call
 from sluice.waits import WINDOW_S, recent_windows, window_start
+from sluice.webhooks.ops import WebhookOps
 
 LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
 DEAD_SHOWN = 5
@@ -55,6 +56,7 @@ def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]
         ("scale", _many([("HGETALL", keys.scale_state_key(model))])),
         ("decisions", _many([("LRANGE", keys.decisions_key(model), 0, DECISIONS_SHOWN - 1)])),
         ("dead", ops.dead_letters(model, DEAD_SHOWN)),
+        ("webhooks", WebhookOps([model]).backlog(model, int(now_s * 1000))),
     ]
     cmds = [cmd for _, call in parts for cmd in call.commands]
 
@@ -227,4 +229,10 @@ class DashboardFeed:
             "verdict": asdict(verdict(_signals(cfg, stats, workers, wait, rates, samples))),
             "autoscaler": view.autoscaler_view(rd["scale"][0], rd["decisions"][0], now),
             "dead_letters": {"count": stats.dead_lettered, "recent": dead_rows},
+            "webhooks": {
+                "pending": rd["webhooks"].pending,
+                "due": rd["webhooks"].due,
+                "oldest_due_s": round(rd["webhooks"].oldest_due_s, 1),
+                "dead": rd["webhooks"].dead,
+            },
         }

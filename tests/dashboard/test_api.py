@@ -87,6 +87,40 @@ async def test_state_reflects_seeded_redis(make_gateway) -> None:  # noqa: F811
     assert dead["at_ms"] is not None and dead["attempts"] == 1
 
 
+async def test_webhook_deliveries_show_with_the_dead_letters(make_gateway) -> None:  # noqa: F811
+    from sluice.jobs import Webhook
+    from sluice.webhooks.ops import WebhookOps
+    from sluice.webhooks.ops import scripts as webhook_scripts
+
+    async with make_gateway() as h:
+        assert (await _state(h))["m"]["webhooks"] == {
+            "pending": 0, "due": 0, "oldest_due_s": 0.0, "dead": 0,
+        }  # fmt: skip
+        hook = Webhook("https://hooks.example/x")
+        await h.queue.submit("m", [NewJob(input="a", bucket="32", cost=3, webhook=hook)])
+        await h.queue.submit("m", [NewJob(input="b", bucket="32", cost=3, webhook=hook)])
+        batch = await h.queue.claim("m", "w1", max_batch=2)
+        await h.queue.complete("m", [Outcome.ok(j.id, 1) for j in batch.jobs], "w1")
+        m = await _webhooks_when(h, lambda w: w["pending"] == 2)  # the page's cache ages out
+        assert (m["pending"], m["due"], m["dead"]) == (2, 2, 0)
+        h.queue.register(webhook_scripts())
+        ops = WebhookOps(["m", "pinned"])
+        claimed = await h.queue.run(ops.claim("m", "n1", 60_000, 1))
+        await h.queue.run(ops.done(claimed[0], "dead", status=410, error="gone"))
+        m = await _webhooks_when(h, lambda w: w["dead"] == 1)
+        assert (m["pending"], m["due"], m["dead"]) == (1, 1, 1)
+
+
+async def _webhooks_when(h: Harness, cond: Any) -> dict[str, Any]:
+    from tests.waits import async_wait_until
+
+    async def look() -> dict[str, Any] | None:
+        w = (await _state(h))["m"]["webhooks"]
+        return w if cond(w) else None
+
+    return await async_wait_until(look, what="the dashboard's webhook counts")
+
+
 async def test_empty_model_has_nulls_not_errors(make_gateway) -> None:  # noqa: F811
     async with make_gateway() as h:
         m = (await _state(h))["pinned"]

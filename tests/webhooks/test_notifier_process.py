@@ -98,3 +98,42 @@ def test_a_secret_that_is_not_one_stops_the_notifier_with_exit_2(
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines[-1].startswith("sluice: error: webhooks secret: not a Standard Webhooks secret")
     assert "not base64" not in out  # the secret itself is never printed
+
+
+def test_sluice_status_shows_deliveries_and_the_given_up(tmp_path: Path, redis_url: str) -> None:
+    from sluice.webhooks.ops import WebhookOps
+    from sluice.webhooks.ops import scripts as webhook_scripts
+
+    cfg = hook_config(**WEBHOOKS)
+    q = QueueClient(connect(redis_url), dict(cfg.models))
+    q.register(webhook_scripts())
+    path = write_config(tmp_path)
+    hook = Webhook("http://127.0.0.1:9/hook")
+    ids = [j.id for j in q.submit("m", [NewJob("a", "32", 1, webhook=hook)] * 2)]
+    batch = q.claim("m", "w1")
+    q.complete("m", [Outcome.ok(j.id, 1) for j in batch.jobs], "w1")
+    ops = WebhookOps(["m"])
+    (c,) = q.run(ops.claim("m", "n1", 60_000, 1))
+    q.run(ops.done(c, "dead", status=410, error="gone"))
+
+    def status(*args: str) -> str:
+        run = subprocess.run(
+            [sys.executable, "-m", "sluice", "status", *args, "--config", str(path)],
+            env=os.environ | {"SLUICE_REDIS_URL": redis_url},
+            capture_output=True,
+            text=True,
+            timeout=HUNG_S,
+        )
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    out = status()
+    table = out[out.index("Webhooks") :]
+    row = next(line for line in table.splitlines() if line.startswith("│ m "))
+    cells = [x.strip() for x in row.strip("│").split("│")]
+    assert cells[:3] == ["m", "1", "1"] and cells[4] == "1"  # pending, due, given up
+    assert f"given up, newest: {c.id}" in out and "redeliver" in out
+    assert "dead (1 attempts, last 410)" in status(c.id)
+    other = next(i for i in ids if i != c.id)
+    assert "pending (0 attempts)" in status(other)
+    q.redis.close()

@@ -180,7 +180,9 @@ const SluicePanels = (() => {
       } else {
         this.k.replicas.set("–", "", "no autoscaler decision lately");
       }
-      this.k.dead.set(fmt(m.dead_letters.count), "", m.counters.failed ? fmt(m.counters.failed) + " failed in all" : "none failed", m.dead_letters.count ? "bad" : "");
+      const wh = m.webhooks;
+      const hooks = wh.pending || wh.dead ? " · webhooks " + fmt(wh.pending) + " pending, " + fmt(wh.dead) + " given up" : "";
+      this.k.dead.set(fmt(m.dead_letters.count), "", (m.counters.failed ? fmt(m.counters.failed) + " failed in all" : "none failed") + hooks, m.dead_letters.count || wh.dead ? "bad" : "");
     }
 
     renderWorkers() {
