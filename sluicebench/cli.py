@@ -55,6 +55,8 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("json")(json_cmd)
     bench_app.command("soak")(soak_cmd)
     bench_app.command("auth-submit")(auth_submit_cmd)
+    bench_app.command("webhooks")(webhooks_cmd)
+    bench_app.command("hop-ab")(hop_ab_cmd)
     for name, module in SCRIPTS.items():
         bench_app.command(name, **_PASS_THROUGH)(_script_cmd(module))
 
@@ -433,3 +435,31 @@ def bench_queue(
         )
     except SluiceError as e:
         fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
+
+
+def webhooks_cmd(
+    hop_jobs: Annotated[int, typer.Option(help="Jobs per queue-hop round.")] = 5000,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds per comparison.")] = 3,
+    duration_s: Annotated[float, typer.Option(help="Seconds per submit round and load.")] = 5.0,
+    rate: Annotated[float, typer.Option(help="Jobs/s for the delivery latency.")] = 200.0,
+    json_path: JsonOpt = None,
+) -> None:
+    """Webhooks: hot-path cost (queue hop, gateway submit; with vs without) and
+    submit-to-webhook latency at a steady rate."""
+    from sluicebench.webhook_bench import main
+
+    main(hop_jobs=hop_jobs, rounds=rounds, duration_s=duration_s, rate=rate, json_path=json_path)
+
+
+def hop_ab_cmd(
+    other: Annotated[Path, typer.Option(help="Another checkout (git worktree add DIR REV).")],
+    jobs: Annotated[int, typer.Option(help="Jobs per round.")] = 5000,
+    alternations: Annotated[int, typer.Option(help="Runs of each checkout (2 rounds each).")] = 5,
+    json_path: JsonOpt = None,
+) -> None:
+    """The queue hop of this checkout vs another, alternating on one Redis (a ratio)."""
+    from sluicebench.hop_ab import main
+
+    if not (other / "sluice" / "queue").is_dir():
+        fail(f"{other}: not a Sluice checkout", 2)
+    main(other=other, jobs=jobs, alternations=alternations, json_path=json_path)

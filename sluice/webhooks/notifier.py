@@ -26,10 +26,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 from sluice import fastjson
 from sluice.apikeys import KeyRing, load_keyring
-from sluice.bulk.ops import BulkOps
-from sluice.bulk.ops import scripts as bulk_scripts
+from sluice.bulk.ops import BulkState
 from sluice.config import SluiceConfig, WebhooksConfig
-from sluice.errors import ConfigError, JobNotFound, RedisUnavailable
+from sluice.errors import ConfigError, RedisUnavailable
+from sluice.jobs import JobRecord
 from sluice.queue.client import AsyncQueueClient, connect_async
 from sluice.webhooks.guard import Guard
 from sluice.webhooks.ops import Backlog, Claimed, WebhookOps
@@ -153,7 +153,6 @@ class Notifier:
         self.name = self.name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.wcfg = self.cfg.webhooks
         self.ops = WebhookOps(list(self.cfg.models))
-        self.bulk = BulkOps(list(self.cfg.models), self.cfg.bulk.ttl_s)
         self.sender = Sender(self.wcfg, self.guard)
         self.metrics = self.metrics or NotifierMetrics()
         # A lease outlasts any attempt (connect + read timeouts) twice over, and 5 s.
@@ -213,24 +212,18 @@ class Notifier:
                 t.cancel()
         await self.sender.aclose()
 
-    async def _body(self, c: Claimed) -> str:
-        if c.body:
-            return c.body
-        body = await self._render(c)
-        return await self.client.run(self.ops.keep_body(c, body))
-
-    async def _render(self, c: Claimed) -> str:
+    def _render(self, c: Claimed) -> str:
         """The body: the job (or bulk job) as its GET answers, with the event; a
-        result over ``max_result_bytes`` is left out and linked instead."""
+        result over ``max_result_bytes`` is left out and linked instead. Rendered
+        from the record the claim read, the same bytes each time for an ended job."""
         view: dict[str, Any]
-        try:
-            if c.kind == "bulk":
-                view = (await self.client.run(self.bulk.get(c.id))).view()
-            else:
-                view = (await self.client.get(c.id)).view()
-                view.pop("webhook", None)
-        except JobNotFound:  # the record expired before the first attempt
+        if not c.record:  # the record expired before an attempt was recorded
             view = {"id": c.id, "model": c.model, "record_expired": True}
+        elif c.kind == "bulk":
+            view = BulkState.from_hash(c.id, c.model, c.record).view()
+        else:
+            view = JobRecord.from_hash(c.model, {"id": c.id, **c.record}).view()
+            view.pop("webhook", None)
         link = f"{self.wcfg.public_url or ''}".rstrip("/") + (
             f"/v1/bulk/{c.id}" if c.kind == "bulk" else f"/v1/jobs/{c.id}"
         )
@@ -250,7 +243,7 @@ class Notifier:
     async def _deliver(self, c: Claimed) -> None:
         assert self.metrics is not None
         try:
-            body = await self._body(c)
+            body = c.body or self._render(c)
             wh = self.secrets_.for_owner(c.owner)
             if wh is None:
                 a = Attempt("dead", 0, "no signing secret is configured", 0.0, result="refused")
@@ -266,6 +259,7 @@ class Notifier:
                     error=a.error,
                     latency_ms=a.latency_ms,
                     client_error=a.client_error,
+                    body="" if c.body else body,
                 )
             )
         except RedisUnavailable as e:
@@ -307,12 +301,13 @@ def build(cfg: SluiceConfig, redis_url: str, environ: dict[str, str] | None = No
     book = SecretBook(config_secret(cfg.webhooks, environ), load_keyring(cfg.auth, environ))
     client = AsyncQueueClient(connect_async(redis_url, timeout_s=10.0), cfg.models)
     client.register(webhook_scripts())
-    client.register(bulk_scripts())
     return Notifier(cfg, client, book, Guard(cfg.webhooks))
 
 
 def run(cfg: SluiceConfig, redis_url: str, stop: Callable[[], bool]) -> None:
     """The ``sluice notifier`` process: until ``stop()`` is true."""
+    # httpx logs each request with its URL at INFO: a URL may carry a receiver's token.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     n = build(cfg, redis_url)
     if n.secrets_.default is None and not n.secrets_.by_owner:
         log.warning(

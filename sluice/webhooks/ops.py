@@ -12,7 +12,7 @@ Like :class:`sluice.queue.scripts.QueueOps`, every operation is a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -59,7 +59,8 @@ class Claimed:
     kind: str  # 'job' | 'bulk'
     first_ms: int  # when this round of attempts began (the horizon counts from it)
     ended_ms: int  # when the job ended
-    body: str  # '' until the first attempt stores it
+    body: str  # '' until an attempt is recorded (then every attempt sends it)
+    record: dict[str, str] = field(default_factory=dict)  # to render the body from
 
     @property
     def webhook_id(self) -> str:
@@ -152,13 +153,14 @@ class WebhookOps:
     def claim(self, model: str, who: str, lease_ms: int, limit: int) -> Call[list[Claimed]]:
         def parse(r: list[Any]) -> list[Claimed]:
             out, rest = [], r[1:]
-            for i in range(0, len(rest), 12):
-                g = rest[i : i + 12]
+            for i in range(0, len(rest), 13):
+                g = rest[i : i + 13]
+                flat = g[12] or []
                 out.append(
                     Claimed(
                         model, str(g[0]), str(g[1]), int(g[2]), int(g[3]), int(g[4]),
                         str(g[5]), str(g[6]), str(g[7]), str(g[8]), int(g[9]), int(g[10]),
-                        str(g[11]),
+                        str(g[11]), dict(zip(flat[::2], flat[1::2], strict=True)),
                     )
                 )  # fmt: skip
             return out
@@ -167,15 +169,14 @@ class WebhookOps:
             parse,
             "webhook_claim",
             [keys.deliveries_due_key(model)],
-            [keys.notify_prefix(model), lease_ms, limit, who],
-        )
-
-    def keep_body(self, c: Claimed, body: str) -> Call[str]:
-        """Store the first attempt's body (HSETNX: a racing notifier's stays) and read
-        back the one every attempt sends."""
-        dk = keys.delivery_key(c.model, c.id)
-        return Call(
-            lambda r: str(r[1]), commands=[("HSETNX", dk, "body", body), ("HGET", dk, "body")]
+            [
+                keys.notify_prefix(model),
+                lease_ms,
+                limit,
+                who,
+                keys.job_prefix(model),
+                keys.bulk_key(model, ""),
+            ],  # fmt: skip
         )
 
     def done(
@@ -188,6 +189,7 @@ class WebhookOps:
         error: str = "",
         latency_ms: float = 0.0,
         client_error: bool = False,
+        body: str = "",
     ) -> Call[bool]:
         """Record the attempt; False when the lease was no longer this attempt's."""
         ks = [
@@ -197,7 +199,7 @@ class WebhookOps:
         ]
         args = [
             c.id, c.token, nxt, retry_ms, status, error[:300], round(latency_ms, 1),
-            1 if client_error else 0, DELIVERED_TTL_S, DEAD_TTL_S, LOG_KEEP,
+            1 if client_error else 0, DELIVERED_TTL_S, DEAD_TTL_S, LOG_KEEP, body,
         ]  # fmt: skip
         return Call(lambda r: r[0] == "ok", "webhook_done", ks, args)
 

@@ -6,6 +6,8 @@
 -- ARGV[8] 1 when the attempt counts as a client error (a 4xx other than 410/429)
 -- ARGV[9] TTL s of a delivered record   ARGV[10] TTL s of a given-up one
 -- ARGV[11] attempts kept in the record's log
+-- ARGV[12] the body this attempt sent ('' = the one stored): kept by the first
+--   attempt recorded, so every later attempt sends the same bytes
 -- Only the lease's holder records (a notifier whose lease lapsed is 'stale').
 -- Returns {'ok' | 'stale'}.
 local due, dk, dead = KEYS[1], KEYS[2], KEYS[3]
@@ -25,6 +27,7 @@ while #log > keep do table.remove(log, 1) end
 redis.call('HSET', dk, 'log', cjson.encode(log), 'last_status', ARGV[5], 'last_error', ARGV[6],
            'last_at', int(now))
 redis.call('HDEL', dk, 'lease')
+if ARGV[12] ~= '' then redis.call('HSETNX', dk, 'body', ARGV[12]) end
 if nxt == 'delivered' then
   redis.call('HSET', dk, 'state', 'delivered', 'done', int(now))
   redis.call('HDEL', dk, 'next')
