@@ -354,6 +354,9 @@ class WebhooksConfig(_Strict):
     allow_networks: list[str] = Field(default_factory=list)
     # Plain http:// URLs (https only by default).
     allow_http: bool = False
+    # A PEM bundle of the CAs that receivers' certificates are verified against
+    # (None: the system's, via certifi); for receivers behind a private CA.
+    ca_file: str | None = None
     # Retries: the delay before each next attempt (the last repeats), +-jitter,
     # until horizon_s after the job ended; 2xx ends it, 410 stops it, 429/5xx/timeouts
     # retry, any other status retries max_client_error_attempts times in all.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import random
+import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from sluice.config import WebhooksConfig
-from sluice.errors import WebhookRefused
+from sluice.errors import ConfigError, WebhookRefused
 from sluice.webhooks.guard import Guard, Target, parse_url
 from sluice.webhooks.ops import Claimed
 
@@ -50,10 +51,17 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         target = Target("", "", host.lower().strip("[]").rstrip("."), port)
-        addresses = await self.guard.resolve(target)
-        return await self.inner.connect_tcp(
-            str(addresses[0]), port, timeout, local_address, socket_options
-        )
+        addresses = await self.guard.resolve(target)  # every one checked
+        last: Exception | None = None
+        for ip in addresses:  # in the resolver's order, the next one if one refuses
+            try:
+                return await self.inner.connect_tcp(
+                    str(ip), port, timeout, local_address, socket_options
+                )
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as e:
+                last = e
+        assert last is not None
+        raise last
 
     async def connect_unix_socket(self, *args: Any, **kw: Any) -> httpcore.AsyncNetworkStream:
         raise WebhookRefused("webhooks never connect to unix sockets")
@@ -63,8 +71,8 @@ class GuardedBackend(httpcore.AsyncNetworkBackend):
 
 
 class _GuardedTransport(httpx.AsyncHTTPTransport):
-    def __init__(self, guard: Guard, limits: httpx.Limits) -> None:
-        super().__init__(limits=limits, trust_env=False, retries=0)
+    def __init__(self, guard: Guard, limits: httpx.Limits, verify: ssl.SSLContext | bool) -> None:
+        super().__init__(verify=verify, limits=limits, trust_env=False, retries=0)
         # httpx builds its pool without a way to pass a network backend: build the same
         # pool again with ours (tests/webhooks/test_sender.py pins this to httpx).
         ssl_context = self._pool._ssl_context
@@ -90,7 +98,7 @@ class Attempt:
     latency_ms: float
     retry_ms: int = 0
     client_error: bool = False
-    result: str = ""  # for metrics: 2xx, 4xx, 5xx, 410, 429, timeout, connect, refused
+    result: str = ""  # for metrics: 2xx, 4xx, 5xx, 410, 429, timeout, connect, tls, refused
 
     @property
     def delivered(self) -> bool:
@@ -135,8 +143,15 @@ class Sender:
             max_keepalive_connections=cfg.max_concurrency,
             keepalive_expiry=30.0,
         )
+        verify: ssl.SSLContext | bool = True
+        if cfg.ca_file:
+            try:
+                verify = ssl.create_default_context(cafile=cfg.ca_file)
+            except (OSError, ssl.SSLError) as e:
+                why = f"webhooks.ca_file {cfg.ca_file}: cannot load: {e.strerror or e}"
+                raise ConfigError(why) from e
         self.client = httpx.AsyncClient(
-            transport=_GuardedTransport(guard, limits),
+            transport=_GuardedTransport(guard, limits, verify),
             timeout=httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s),
             follow_redirects=False,
             trust_env=False,
@@ -173,7 +188,11 @@ class Sender:
         except httpx.TimeoutException:
             error, result = "timed out", "timeout"
         except (httpx.HTTPError, OSError) as e:
-            error, result = f"connection failed: {type(e).__name__}", "connect"
+            tls = _tls_error(e)
+            if tls is not None:  # the receiver's certificate: its fault, like a 4xx
+                error, result = f"TLS: {tls}", "tls"
+            else:
+                error, result = f"connection failed: {type(e).__name__}", "connect"
         latency = (time.monotonic() - started) * 1000
         return self._classify(c, status, error, result, latency, retry_after)
 
@@ -202,7 +221,7 @@ class Sender:
         if status:
             error = f"HTTP {status}"
             result = "429" if status == 429 else f"{status // 100}xx"
-        client_error = result == "refused" or (status and status != 429 and status < 500)
+        client_error = result in ("refused", "tls") or (status and status != 429 and status < 500)
         if client_error and c.client_errors + 1 >= self.cfg.max_client_error_attempts:
             why = f"{error}; {c.client_errors + 1} such attempts, no more"
             return Attempt("dead", status, why, latency, client_error=True, result=result)
@@ -226,6 +245,18 @@ class Sender:
         if retry_after is not None:
             delay = max(delay, min(retry_after, 3600.0))
         return delay
+
+
+def _tls_error(e: BaseException) -> str | None:
+    """The TLS failure behind a connection error (certificate, handshake), if any."""
+    seen: BaseException | None = e
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, ssl.SSLError):
+            return str(getattr(seen, "verify_message", "") or seen.reason or seen)[:200]
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _retry_after(value: str | None) -> float | None:

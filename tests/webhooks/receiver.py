@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import ssl
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ class Receiver:
 
     port: int = 0
     host: str = "127.0.0.1"
+    scheme: str = "http"
     statuses: list[int] = field(default_factory=list)
     location: str = ""  # sent with a 3xx
     calls: list[Call] = field(default_factory=list)
@@ -34,7 +36,7 @@ class Receiver:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/hook"
+        return f"{self.scheme}://{self.host}:{self.port}/hook"
 
 
 def _handler(rx: Receiver) -> type[http.server.BaseHTTPRequestHandler]:
@@ -77,10 +79,18 @@ def _handler(rx: Receiver) -> type[http.server.BaseHTTPRequestHandler]:
 
 @contextmanager
 def receiving(
-    statuses: list[int] | None = None, port: int = 0, location: str = "", host: str = "127.0.0.1"
+    statuses: list[int] | None = None,
+    port: int = 0,
+    location: str = "",
+    host: str = "127.0.0.1",
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[Receiver]:
+    """``tls``: serve https with this server context (the URL then names ``localhost``)."""
     rx = Receiver(port, host, list(statuses or []), location)
     server = http.server.ThreadingHTTPServer((host, port), _handler(rx))
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        rx.scheme, rx.host = "https", "localhost"
     server.daemon_threads = True
     rx.port = server.server_address[1]
     thread = threading.Thread(
