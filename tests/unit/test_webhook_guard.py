@@ -163,3 +163,36 @@ def test_retries_stop_at_the_horizon(classify: Sender) -> None:
     old = int((time.time() - 86400 + 2) * 1000)  # the horizon ends in 2 s; the next step is 5 s
     a = classify._classify(claimed(first_ms=old), 500, "", "", 1.0, None)
     assert a.next == "dead" and "horizon" in a.error
+
+
+def test_the_default_schedule_makes_nine_attempts_within_the_horizon() -> None:
+    """docs/webhooks.md: 5 s, 30 s, 2 min, 10 min, 1 h, 3 h, 6 h, 12 h then the
+    horizon (24 h): 9 attempts over about 22 hours (no jitter)."""
+    import time
+
+    s = Sender.__new__(Sender)
+    s.cfg = WebhooksConfig(jitter=0)
+    now = time.time()
+    first = int(now * 1000)
+    attempts, t = 1, 0.0
+    while True:
+        c = claimed(fails=attempts - 1, first_ms=first - int(t * 1000))
+        a = s._classify(c, 503, "", "", 1.0, None)
+        if a.next == "dead":
+            break
+        t += a.retry_ms / 1000
+        attempts += 1
+    assert attempts == 9 and 22 * 3600 < t < 23 * 3600
+
+
+def test_a_secret_must_be_base64_of_sixteen_bytes_or_more() -> None:
+    import base64
+
+    from sluice.webhooks.sender import signer
+
+    good = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()
+    assert signer(good) is not None and signer(good.removeprefix("whsec_")) is not None
+    for bad in ("", "whsec_", "whsec_" + base64.b64encode(b"short").decode(), "not base64!"):
+        with pytest.raises(ValueError, match="Standard Webhooks secret") as e:
+            signer(bad)
+        assert "short" not in str(e.value) and "not base64!" not in str(e.value)

@@ -86,7 +86,7 @@ def receiving(
     tls: ssl.SSLContext | None = None,
 ) -> Iterator[Receiver]:
     """``tls``: serve https with this server context (the URL then names ``localhost``)."""
-    rx = Receiver(port, host, list(statuses or []), location)
+    rx = Receiver(port=port, host=host, statuses=list(statuses or []), location=location)
     server = http.server.ThreadingHTTPServer((host, port), _handler(rx))
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)

@@ -289,3 +289,33 @@ def test_without_a_secret_a_delivery_is_given_up_not_sent_unsigned(
         assert rx.connections == 0
         assert "secret" in delivery(q, job_id)["last_error"]
     assert json.loads(json.dumps(delivery(q, job_id)))  # plain JSON all the way
+
+
+def test_the_documented_receiver_verifies_a_real_delivery(
+    q: QueueClient, cfg: SluiceConfig, redis_url: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """docs/webhooks.md's example is examples/webhook_receiver.py, word for word, and
+    it accepts what the notifier sends (and refuses a tampered body)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    example = (root / "examples" / "webhook_receiver.py").read_text()
+    assert f"```python\n{example}```" in (root / "docs" / "webhooks.md").read_text()
+    monkeypatch.setenv("SLUICE_WEBHOOK_SECRET", SECRET)
+    spec = importlib.util.spec_from_file_location(
+        "webhook_receiver", root / "examples" / "webhook_receiver.py"
+    )
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with receiving() as rx:
+        job_id = submit(q, rx.url)
+        run_one(q, result=[0.5])
+        with notifier(cfg, redis_url):
+            wait_until(lambda: rx.calls, what="delivery")
+        event = mod.on_webhook(rx.calls[0].body, rx.calls[0].headers)
+        assert event["data"]["id"] == job_id
+        assert f"{job_id} [0.5]" in capsys.readouterr().out
+        with pytest.raises(Exception, match="signature"):
+            mod.on_webhook(rx.calls[0].body + b" ", rx.calls[0].headers)
