@@ -441,14 +441,22 @@ def webhooks_cmd(
     hop_jobs: Annotated[int, typer.Option(help="Jobs per queue-hop round.")] = 5000,
     rounds: Annotated[int, typer.Option(help="Alternating rounds per comparison.")] = 3,
     duration_s: Annotated[float, typer.Option(help="Seconds per submit round and load.")] = 5.0,
-    rate: Annotated[float, typer.Option(help="Jobs/s for the delivery latency.")] = 200.0,
+    rate: Annotated[float, typer.Option(help="Jobs/s for the delivery latency.")] = 100.0,
+    backlog: Annotated[int, typer.Option(help="Deliveries one notifier drains.")] = 2000,
     json_path: JsonOpt = None,
 ) -> None:
     """Webhooks: hot-path cost (queue hop, gateway submit; with vs without) and
     submit-to-webhook latency at a steady rate."""
     from sluicebench.webhook_bench import main
 
-    main(hop_jobs=hop_jobs, rounds=rounds, duration_s=duration_s, rate=rate, json_path=json_path)
+    main(
+        hop_jobs=hop_jobs,
+        rounds=rounds,
+        duration_s=duration_s,
+        rate=rate,
+        json_path=json_path,
+        backlog=backlog,
+    )
 
 
 def hop_ab_cmd(

@@ -300,12 +300,53 @@ async def _with_receiver(
         await rx.stop()
 
 
+async def _drain_rate(redis_url: str, cfg_path: Path, backlog: int) -> dict[str, Any]:
+    """One notifier process against a backlog of ended jobs' deliveries: how many it
+    sends a second (receiver in this process, answering 204 at once)."""
+    rx = _Receiver()
+    await rx.start()
+    cfg = parse_config(config())
+    q = QueueClient(connect(redis_url), dict(cfg.models))
+    hook = Webhook(f"http://127.0.0.1:{rx.port}/hook")
+    q.redis.flushdb()
+    for i in range(0, backlog, 256):
+        q.submit(MODEL, [NewJob(TEXT, "32", 9, webhook=hook) for _ in range(min(256, backlog - i))])
+    while True:
+        batch = q.claim(MODEL, "w1", max_batch=64)
+        if not batch.jobs:
+            break
+        q.complete(MODEL, [Outcome.ok(j.id, [0.1] * 16) for j in batch.jobs], "w1")
+    q.redis.close()
+    start = time.monotonic()
+    notifier = _spawn(["notifier"], cfg_path, redis_url)
+    try:
+        first: float | None = None
+        deadline = time.monotonic() + 600
+        while len(rx.arrived) < backlog and time.monotonic() < deadline:
+            if first is None and rx.arrived:
+                first = time.monotonic()
+            await asyncio.sleep(0.02)
+        end = time.monotonic()
+    finally:
+        await asyncio.to_thread(_stop, notifier)
+        await rx.stop()
+    sending_s = end - (first or start)
+    return {
+        "backlog": backlog,
+        "delivered": len(rx.arrived),
+        "seconds_from_first_delivery": round(sending_s, 2),
+        "deliveries_per_s": round(len(rx.arrived) / sending_s, 1) if sending_s else None,
+        "start_to_first_s": round((first or end) - start, 2),
+    }
+
+
 def main(
     hop_jobs: int,
     rounds: int,
     duration_s: float,
     rate: float,
     json_path: Path | None,
+    backlog: int = 2000,
 ) -> dict[str, Any]:
     redis = start_redis()
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-webhooks-"))
@@ -321,6 +362,7 @@ def main(
             latency = asyncio.run(_with_receiver(redis.url, cfg_path, port, rate, duration_s))
         finally:
             _stop(gw)
+        drain = asyncio.run(_drain_rate(redis.url, cfg_path, backlog))
     finally:
         redis.stop()
     result = {
@@ -328,6 +370,7 @@ def main(
         "queue_hop": hop,
         "gateway_submit": submits,
         "delivery": latency,
+        "notifier_drain": drain,
     }
     _print(result)
     write_json(json_path, result)
@@ -348,6 +391,11 @@ def _print(res: dict[str, Any]) -> None:
         f"{statistics.median(sub['plain_rps']):>12.0f} "
         f"{statistics.median(sub['webhook_rps']):>12.0f} "
         f"{sub['ratio_webhook_over_plain']:>7.3f}"
+    )
+    d = res["notifier_drain"]
+    print(
+        f"one notifier process, a backlog of {d['backlog']}: {d['deliveries_per_s']} "
+        f"deliveries/s ({d['delivered']} delivered, first after {d['start_to_first_s']} s)"
     )
     e2e, hop_ms = lat["submit_to_webhook_ms"], lat["complete_to_webhook_ms"]
     print(

@@ -13,13 +13,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_webhook_bench_measures_both_sides_and_delivers_everything(tmp_path: Path) -> None:
     out = tmp_path / "webhooks.json"
-    res = webhooks(hop_jobs=300, rounds=1, duration_s=0.5, rate=20, json_path=out)
+    res = webhooks(hop_jobs=300, rounds=1, duration_s=0.5, rate=20, json_path=out, backlog=50)
     assert json.loads(out.read_text()) == json.loads(json.dumps(res))
     hop, sub, lat = res["queue_hop"], res["gateway_submit"], res["delivery"]
     assert hop["plain_jobs_per_s"][0] > 0 and hop["webhook_jobs_per_s"][0] > 0
     assert sub["plain_rps"][0] > 0 and sub["webhook_rps"][0] > 0 and sub["errors"] == 0
     assert lat["submitted"] == 10 and lat["delivered"] == 10 and lat["submit_errors"] == 0
     assert lat["submit_to_webhook_ms"]["p50"] >= lat["complete_to_webhook_ms"]["p50"] > 0
+    assert res["notifier_drain"]["delivered"] == 50
 
 
 def test_the_hop_ab_bench_compares_two_checkouts(tmp_path: Path) -> None:

@@ -67,39 +67,110 @@ def _labels_by_name(obj: Any) -> dict[str, frozenset[str]]:
     return out
 
 
+def _builds_registry(path: Path) -> bool:
+    """The module calls ``CollectorRegistry(...)``: it keeps metrics of its own."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)
+            if name == "CollectorRegistry":
+                return True
+    return False
+
+
 def _metric_modules() -> list[str]:
+    """Every ``*.metrics`` module, and any other module that builds its own
+    CollectorRegistry (the webhook notifier keeps its metrics beside its loop)."""
     names = []
     for pkg in METRIC_PACKAGES:
         path = ROOT / pkg
         for info in pkgutil.walk_packages([str(path)], prefix=f"{pkg}."):
             if info.name.rsplit(".", 1)[-1] == "metrics":
                 names.append(info.name)
+                continue
+            if info.ispkg:
+                continue
+            where = Path(getattr(info.module_finder, "path", ""))
+            source = where / (info.name.rsplit(".", 1)[-1] + ".py")
+            if source.is_file() and _builds_registry(source):
+                names.append(info.name)
     return names
 
 
 @cache
-def exported_metrics() -> dict[str, Metric]:
-    """Every metric family the metrics modules define, by family name.
-
-    Each ``*.metrics`` module's classes are instantiated; whatever owns a
-    ``registry`` (a CollectorRegistry) is collected, exactly as a scrape would.
-    """
-    found: dict[str, Metric] = {}
+def _metric_holders() -> tuple[Any, ...]:
+    """An instance of every class of the metrics modules that owns a ``registry``."""
+    holders = []
     for modname in _metric_modules():
         module = importlib.import_module(modname)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ != modname:
                 continue
             obj = _construct(cls)
-            registry = getattr(obj, "registry", None)
-            if not isinstance(registry, CollectorRegistry):
-                continue
-            labels = _labels_by_name(obj)
-            for family in registry.collect():
-                found[family.name] = Metric(
-                    family.name, family.type, labels.get(family.name, frozenset())
-                )
+            if isinstance(getattr(obj, "registry", None), CollectorRegistry):
+                holders.append(obj)
+    return tuple(holders)
+
+
+@cache
+def exported_metrics() -> dict[str, Metric]:
+    """Every metric family the metrics modules define, by family name.
+
+    Each metrics module's classes are instantiated; whatever owns a
+    ``registry`` (a CollectorRegistry) is collected, exactly as a scrape would.
+    """
+    found: dict[str, Metric] = {}
+    for obj in _metric_holders():
+        labels = _labels_by_name(obj)
+        for family in obj.registry.collect():
+            found[family.name] = Metric(
+                family.name, family.type, labels.get(family.name, frozenset())
+            )
     return found
+
+
+@cache
+def literal_label_values() -> dict[tuple[str, str], frozenset[str]]:
+    """(family, label) -> the values the code gives that label, for the labels
+    every ``.labels(...)`` call of the metric fills with a string literal
+    (``m.deliveries.labels(c.model, "dead")``: outcome is "delivered" or "dead").
+
+    A call is tied to its metric by the attribute it is made on, where one metric
+    holder, and only one, has an attribute of that name; a label given a variable
+    anywhere has no known values.
+    """
+    by_attr: dict[str, set[tuple[str, tuple[str, ...]]]] = {}
+    for obj in _metric_holders():
+        for attr, value in vars(obj).items():
+            name, labels = getattr(value, "_name", None), getattr(value, "_labelnames", None)
+            if isinstance(name, str) and labels is not None:
+                by_attr.setdefault(attr, set()).add((name, tuple(labels)))
+    values: dict[tuple[str, str], set[str] | None] = {}
+    for path in _py_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "labels"
+                and isinstance(node.func.value, ast.Attribute)
+            ):
+                continue
+            owners = by_attr.get(node.func.value.attr, set())
+            if len(owners) != 1:
+                continue
+            ((name, labels),) = owners
+            given = dict(zip(labels, node.args, strict=False))
+            given |= {k.arg: k.value for k in node.keywords if k.arg}
+            for label, arg in given.items():
+                key = (name, label)
+                literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                if not literal:
+                    values[key] = None
+                elif key not in values:
+                    values[key] = {arg.value}
+                elif (known := values[key]) is not None:
+                    known.add(arg.value)
+    return {k: frozenset(v) for k, v in values.items() if v}
 
 
 def sample_names() -> dict[str, Metric]:

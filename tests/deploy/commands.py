@@ -10,8 +10,9 @@ from sluice.config import AutoscalerConfig, SluiceConfig
 from tests.deploy.code_facts import cli_leaf_commands, cli_options
 
 # What the deploy files run, as command paths: ``sluice bulk worker`` is ("bulk", "worker").
-SUBCOMMANDS = (("gateway",), ("worker",), ("autoscaler",), ("bulk", "worker"))
+SUBCOMMANDS = (("gateway",), ("worker",), ("autoscaler",), ("bulk", "worker"), ("notifier",))
 BULK_WORKER = ("bulk", "worker")
+NOTIFIER = ("notifier",)
 
 
 def flag(args: list[str], name: str) -> str | None:
@@ -82,12 +83,19 @@ def autoscaler_metrics_port(args: list[str], cfg: SluiceConfig) -> int:
     return int(flag(args, "--metrics-port") or cfg.autoscaler.metrics_port)
 
 
+def notifier_metrics_port(args: list[str], cfg: SluiceConfig) -> int:
+    """``sluice notifier`` has no port flag: webhooks.metrics_port (0: no server)."""
+    return int(flag(args, "--metrics-port") or cfg.webhooks.metrics_port)
+
+
 def served_port(args: list[str], cfg: SluiceConfig) -> int | None:
-    """The port Prometheus scrapes for ``sluice <args>`` (None: it serves none)."""
+    """The port Prometheus scrapes for ``sluice <args>`` (None: it serves none,
+    or no fixed one: a metrics port of 0)."""
     ports: dict[tuple[str, ...], Callable[[list[str], SluiceConfig], int]] = {
         ("gateway",): gateway_port,
         ("worker",): worker_metrics_port,
         ("autoscaler",): autoscaler_metrics_port,
+        NOTIFIER: notifier_metrics_port,
     }
     port = ports.get(role(args))
-    return None if port is None else port(args, cfg)
+    return None if port is None else (port(args, cfg) or None)

@@ -5,7 +5,9 @@ syntax error fails too. On the syntax tree we check: every selected series is
 exported; every label a selector, ``by``/``without`` or ``on``/``ignoring``
 names exists on the metrics involved; ``rate``-like functions never take a
 gauge; ``histogram_quantile`` takes a histogram's buckets; route labels name a
-real gateway route; worker states are ones the registry defines.
+real gateway route; worker states are ones the registry defines, and a label
+the code only ever fills with literals (a webhook delivery's ``outcome``) is
+compared (``=``, ``!=``) with one of those.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 import promql_parser as pp
 
 from sluice.registry import WORKER_STATES
-from tests.deploy.code_facts import Metric
+from tests.deploy.code_facts import Metric, literal_label_values
 
 # Label values the code defines, so a query cannot ask for a state no worker has.
 KNOWN_VALUES = {"state": set(WORKER_STATES)}
@@ -29,6 +31,8 @@ COUNTER_ONLY = {"rate", "irate", "increase"}
 @dataclass
 class Query:
     selectors: list[tuple[str, list[tuple[str, str]]]] = field(default_factory=list)
+    # (series, label, value) of every = and != matcher (regex matchers are not compared)
+    exact: list[tuple[str, str, str]] = field(default_factory=list)
     grouping_labels: set[str] = field(default_factory=set)
     range_args: list[tuple[str, str]] = field(default_factory=list)  # (function, series)
     quantile_args: list[str] = field(default_factory=list)
@@ -55,6 +59,11 @@ def read(expr: str) -> Query:
         if isinstance(n, pp.VectorSelector) and n.name:
             pairs = [(m.name, m.value) for m in n.matchers.matchers if m.name != "__name__"]
             q.selectors.append((n.name, pairs))
+            q.exact += [
+                (n.name, m.name, m.value)
+                for m in n.matchers.matchers
+                if m.name != "__name__" and m.op in (pp.MatchOp.Equal, pp.MatchOp.NotEqual)
+            ]
         elif isinstance(n, pp.AggregateExpr) and n.modifier is not None:
             q.grouping_labels.update(n.modifier.labels)
         elif isinstance(n, pp.BinaryExpr) and n.modifier is not None:
@@ -94,6 +103,11 @@ def problems(expr: str, series: dict[str, Metric], routes: frozenset[str]) -> li
                 out.append(f"route {value!r} is not a gateway route")
             if label in KNOWN_VALUES and value not in KNOWN_VALUES[label]:
                 out.append(f"{label}={value!r}: not one of {sorted(KNOWN_VALUES[label])}")
+    literal = literal_label_values()
+    for name, label, value in q.exact:
+        allowed = literal.get((series[name].name, label)) if name in series else None
+        if allowed is not None and value not in allowed:
+            out.append(f"{name}{{{label}={value!r}}}: the code only sets {sorted(allowed)}")
     for label in sorted(q.grouping_labels - labels):
         out.append(f"grouping label {label!r}: none of {sorted(names)} has it")
     return out + _type_problems(q, series)

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import promql_parser as pp
+
+from sluice.webhooks.notifier import NotifierMetrics
 from tests.deploy.code_facts import DEPLOY, gateway_routes, sample_names
 from tests.deploy.conftest import load_yaml
-from tests.deploy.promql import problems
+from tests.deploy.promql import metric_names, problems, read
 
 RULES = DEPLOY / "prometheus" / "alerts.yml"
 
@@ -37,6 +40,37 @@ def test_the_checker_knows_worker_states() -> None:
     series, routes = sample_names(), gateway_routes()
     assert problems('max(sluice_workers{state="quarantined"})', series, routes) == []
     assert problems('max(sluice_workers{state="sleeping"})', series, routes)
+
+
+def test_the_checker_knows_delivery_outcomes() -> None:
+    """Read from the notifier's code: a webhook delivery ends delivered or dead."""
+    series, routes = sample_names(), gateway_routes()
+    dead = 'sum(increase(sluice_webhook_deliveries_total{outcome="dead"}[15m]))'
+    assert problems(dead, series, routes) == []
+    assert problems(dead.replace('"dead"', '"failed"'), series, routes)
+    assert problems(dead.replace('outcome="dead"', 'outcome!="given_up"'), series, routes)
+
+
+def test_webhook_notifier_is_watched() -> None:
+    """The notifier's own series carry its alerts: none at all (no notifier runs),
+    a backlog nobody claims, deliveries given up, and failing attempts."""
+    families = {f.name for f in NotifierMetrics().registry.collect()}
+    series = sample_names()
+    ours = {n for n, m in series.items() if m.name in families}
+    rules = [r for r in _rules() if metric_names(r["expr"]) & ours]
+    assert len(rules) >= 4
+    absent = [
+        r
+        for r in rules
+        if isinstance(e := pp.parse(r["expr"]), pp.Call) and e.func.name == "absent"
+    ]
+    assert absent, "no rule fires when no notifier exports anything"
+    # absent() without a `for` would fire on every Prometheus restart.
+    assert all(r.get("for") for r in absent)
+    selected = set().union(*(metric_names(r["expr"]) for r in rules))
+    assert {"sluice_webhook_oldest_due_seconds", "sluice_webhook_attempts_total"} <= selected
+    exact = [m for r in rules for m in read(r["expr"]).exact]
+    assert ("sluice_webhook_deliveries_total", "outcome", "dead") in exact
 
 
 def test_compose_prometheus_loads_the_rules() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from sluice.config import REDIS_URL_ENV, BulkConfig, SluiceConfig, load_config
+from sluice.config import REDIS_URL_ENV, BulkConfig, SluiceConfig, WebhooksConfig, load_config
 from tests.deploy import commands as cmd
 from tests.deploy.code_facts import DEPLOY, env_vars_read
 from tests.deploy.conftest import load_yaml
@@ -67,7 +67,8 @@ def test_bulk_worker_runs_slim_and_drains_its_slice(compose: dict[str, Any]) -> 
     assert bulk["image"] == gw["image"], "the slim image the gateway service builds"
     cfg = _service_config(bulk)
     assert cmd.config_path(bulk["command"]) == cmd.config_path(gw["command"])
-    assert bulk["environment"] == gw["environment"]
+    # The gateway's Redis (it enqueues the RQ jobs there); not its webhook secret.
+    assert bulk["environment"][REDIS_URL_ENV] == gw["environment"][REDIS_URL_ENV]
     # A burst worker exits once the queue is empty: restart: would loop it.
     assert "--burst" not in bulk["command"]
     grace_s = _seconds(bulk["stop_grace_period"])
@@ -82,6 +83,43 @@ def test_slim_services_do_not_inherit_the_gateway_healthcheck(compose: dict[str,
         if svc["image"].split(":")[0] == "sluice" and cmd.role(svc["command"]) != ("gateway",):
             check = svc.get("healthcheck", {})
             assert check.get("disable") is True or "test" in check, name
+
+
+def test_notifier_runs_slim_scraped_and_stops_in_time(compose: dict[str, Any]) -> None:
+    """``sluice notifier``: the slim image, the gateway's Redis and config, a health
+    check on its metrics port, and a stop grace above its in-flight wait."""
+    services = _sluice_services(compose)
+    notifier, gw = _by_role(services, cmd.NOTIFIER), _by_role(services, ("gateway",))
+    assert notifier["image"] == gw["image"], "the slim image the gateway service builds"
+    assert cmd.config_path(notifier["command"]) == cmd.config_path(gw["command"])
+    assert notifier["environment"][REDIS_URL_ENV] == gw["environment"][REDIS_URL_ENV]
+    cfg = _service_config(notifier)
+    port = cmd.notifier_metrics_port(notifier["command"], cfg)
+    assert port > 0, "webhooks.metrics_port: Prometheus and the health check read it"
+    assert notifier["healthcheck"]["test"][1:] == [
+        "sluice-probe",
+        "url",
+        f"http://127.0.0.1:{port}/metrics",
+    ]
+    # On SIGTERM it waits up to timeout_s + 1 s for the attempts in flight.
+    grace_s = _seconds(notifier["stop_grace_period"])
+    assert grace_s > cfg.webhooks.timeout_s + 1 and grace_s > WebhooksConfig().timeout_s + 1
+    assert "ports" not in notifier, "nothing inbound: Prometheus reaches it on the network"
+
+
+def test_webhook_secret_reaches_gateway_and_notifier_only(compose: dict[str, Any]) -> None:
+    """The gateway refuses webhooks when it sees no secret, the notifier signs with
+    it; nothing else needs it. Passed through from the host and optional (empty)."""
+    services = _sluice_services(compose)
+    with_secret = set()
+    for name, svc in services.items():
+        cfg = _service_config(svc)
+        env_name = cfg.webhooks.secret_env
+        assert env_name and cfg.webhooks.secret_file is None
+        if env_name in svc["environment"]:
+            assert svc["environment"][env_name] == f"${{{env_name}:-}}", name
+            with_secret.add(cmd.role(svc["command"]))
+    assert with_secret == {("gateway",), cmd.NOTIFIER}
 
 
 def test_redis_keeps_jobs(compose: dict[str, Any]) -> None:

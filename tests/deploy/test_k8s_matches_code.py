@@ -3,11 +3,14 @@ environment variables the code actually uses (each read from the code)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from sluice.config import REDIS_URL_ENV, BulkConfig, SluiceConfig
+from sluice.config import REDIS_URL_ENV, BulkConfig, SluiceConfig, WebhooksConfig
 from tests.deploy import commands as cmd
 from tests.deploy.code_facts import (
     env_vars_read,
@@ -17,7 +20,7 @@ from tests.deploy.code_facts import (
     metrics_bind_defaults,
     worker_downward_env,
 )
-from tests.deploy.conftest import RENDERS, config_in, containers, find, one
+from tests.deploy.conftest import K8S, RENDERS, config_in, containers, find, kustomize, one
 
 EXTERNAL_ENV = {"HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME", "PYTHONUNBUFFERED"}
 
@@ -206,6 +209,88 @@ def test_bulk_worker_runs_slim_and_drains_its_slice(render: Render) -> None:
     assert grace > BulkConfig().slice_s
     # It serves nothing: a port or a scrape annotation would be a target always down.
     assert "ports" not in c and "prometheus.io/scrape" not in _pod_annotations(d)
+
+
+def test_notifier_metrics_probes_replicas_and_shutdown(render: Render) -> None:
+    """``sluice notifier``: the slim image with the gateway's Redis and config, a
+    fixed metrics port that Prometheus and the probes read, more than one replica
+    (stateless, leased), a PDB, and a grace period above its in-flight wait."""
+    objs, cfg = render
+    ((d, c),) = _by_role(objs, cmd.NOTIFIER)
+    assert _image(c) == "sluice", "the notifier needs no torch: the slim image"
+    ((_, gw),) = _by_role(objs, ("gateway",))
+    assert c["envFrom"] == gw["envFrom"]
+    assert cmd.config_path(c["args"]) == cmd.config_path(gw["args"])
+    assert cmd.flag(c["args"], "--redis-url") is None, "the URL is a secret: envFrom only"
+    port = cmd.notifier_metrics_port(c["args"], cfg)
+    assert port > 0, "a notifier pod needs a fixed metrics port (webhooks.metrics_port)"
+    annotations = _pod_annotations(d)
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert _port(c, "metrics") == port == int(annotations["prometheus.io/port"])
+    # No health route of its own: the metrics server (its own thread) is the probe.
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": annotations["prometheus.io/path"], "port": "metrics"}
+    spec = d["spec"]
+    assert spec["replicas"] >= 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pdb = one(objs, "PodDisruptionBudget", d["metadata"]["name"])
+    assert pdb["spec"]["selector"]["matchLabels"] == spec["selector"]["matchLabels"]
+    assert pdb["spec"]["minAvailable"] < spec["replicas"], "a node drain must be able to evict one"
+    # SIGTERM: it waits up to timeout_s + 1 s for the attempts in flight, then exits.
+    grace = spec["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > cfg.webhooks.timeout_s + 1 and grace > WebhooksConfig().timeout_s + 1
+    # Nothing inbound but the scrape: no Service selects it.
+    labels = spec["template"]["metadata"]["labels"]
+    for svc in find(objs, "Service"):
+        sel = svc["spec"]["selector"]
+        assert not all(labels.get(k) == v for k, v in sel.items()), svc["metadata"]["name"]
+
+
+def _webhook_secret_refs(objs: list[Obj], env_name: str) -> dict[tuple[str, ...], Obj]:
+    refs = {}
+    for _, c in _sluice_containers(objs):
+        env = {e["name"]: e for e in c.get("env", [])}
+        if env_name in env:
+            refs[cmd.role(c["args"])] = env[env_name]["valueFrom"]["secretKeyRef"]
+    return refs
+
+
+def test_webhook_secret_reaches_gateway_and_notifier_only(render: Render) -> None:
+    """The gateway refuses webhooks while it sees no signing secret and the notifier
+    signs with it: both read it, from one optional Secret key (a cluster without
+    webhooks still starts); nothing else is given it."""
+    objs, cfg = render
+    env_name = cfg.webhooks.secret_env
+    assert env_name and cfg.webhooks.secret_file is None
+    refs = _webhook_secret_refs(objs, env_name)
+    assert set(refs) == {("gateway",), cmd.NOTIFIER}
+    gw, notifier = refs[("gateway",)], refs[cmd.NOTIFIER]
+    assert gw == notifier and gw["optional"] is True and gw["key"]
+    # Not shipped: the base holds no signing secret for anyone to reuse.
+    assert not find(objs, "Secret", gw["name"])
+
+
+def test_a_generated_webhook_secret_is_what_the_pods_read(tmp_path: Path) -> None:
+    """An overlay that generates the Secret (hash-suffixed name) gets that name
+    written into the gateway's and the notifier's env, as docs/deploy.md says."""
+    base = one(kustomize(K8S / "base"), "Deployment", "sluice-notifier")
+    ((c,),) = [containers(base)]
+    (ref,) = [e["valueFrom"]["secretKeyRef"] for e in c["env"] if "valueFrom" in e]
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        # Same namespace as the base, or kustomize leaves the references alone.
+        "namespace": base["metadata"]["namespace"],
+        "resources": [os.path.relpath(K8S / "base", tmp_path)],
+        "secretGenerator": [{"name": ref["name"], "literals": [f"{ref['key']}=whsec_x"]}],
+    }
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(overlay))
+    objs = kustomize(tmp_path)
+    (secret,) = [s for s in find(objs, "Secret") if s["metadata"]["name"].startswith(ref["name"])]
+    assert secret["metadata"]["name"] != ref["name"], "a generated Secret has a hash suffix"
+    refs = _webhook_secret_refs(objs, config_in(objs).webhooks.secret_env or "")
+    assert {r["name"] for r in refs.values()} == {secret["metadata"]["name"]}
+    assert set(refs) == {("gateway",), cmd.NOTIFIER}
 
 
 def test_env_vars_are_the_ones_the_code_reads(render: Render) -> None:

@@ -121,6 +121,80 @@ def test_example_overlay_swaps_redis_and_images(rendered: dict[str, list[Any]]) 
     assert {o["kind"] for o in example} >= {"ServiceMonitor", "PodMonitor"}
 
 
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A LabelSelector (matchLabels and matchExpressions) against ``labels``."""
+    if not selector:
+        return False
+    ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+    for e in selector.get("matchExpressions", []):
+        has, values = e["key"] in labels, e.get("values", [])
+        ok = (
+            ok
+            and {
+                "Exists": has,
+                "DoesNotExist": not has,
+                "In": has and labels[e["key"]] in values,
+                "NotIn": not has or labels[e["key"]] not in values,
+            }[e["operator"]]
+        )
+    return ok
+
+
+def _named_ports(w: dict[str, Any]) -> dict[str, int]:
+    return {p["name"]: int(p["containerPort"]) for c in containers(w) for p in c.get("ports", [])}
+
+
+Scrape = tuple[str, int, str]  # (workload, port number, path)
+
+
+def _pod_monitor_scrapes(objs: list[dict[str, Any]]) -> set[Scrape]:
+    out = set()
+    for pm in find(objs, "PodMonitor"):
+        for w in (w for w in objs if w["kind"] in WORKLOADS):
+            if not _selects(pm["spec"]["selector"], _template_labels(w)):
+                continue
+            for ep in pm["spec"]["podMetricsEndpoints"]:
+                if (port := _named_ports(w).get(ep["port"])) is not None:
+                    out.add((w["metadata"]["name"], port, ep["path"]))
+    return out
+
+
+def _service_monitor_scrapes(objs: list[dict[str, Any]]) -> set[Scrape]:
+    out = set()
+    for sm in find(objs, "ServiceMonitor"):
+        services = [
+            s
+            for s in find(objs, "Service")
+            if _selects(sm["spec"]["selector"], s["metadata"].get("labels", {}))
+        ]
+        for svc in services:
+            targets = {p["name"]: p["targetPort"] for p in svc["spec"]["ports"]}
+            for w in (w for w in objs if w["kind"] in WORKLOADS):
+                if not _matches(svc["spec"]["selector"], _template_labels(w)):
+                    continue
+                for ep in sm["spec"]["endpoints"]:
+                    if (port := _named_ports(w).get(targets.get(ep["port"], ""))) is not None:
+                        out.add((w["metadata"]["name"], port, ep["path"]))
+    return out
+
+
+def test_operator_monitors_scrape_every_annotated_pod(rendered: dict[str, list[Any]]) -> None:
+    """With the Prometheus Operator component, each workload the base marks for
+    scraping (prometheus.io/* annotations) is scraped by a PodMonitor or a
+    ServiceMonitor, on the annotated port and path: a new Deployment cannot be
+    left out of one setup."""
+    objs = rendered["example"]
+    wanted = set()
+    for w in (w for w in objs if w["kind"] in WORKLOADS):
+        ann = w["spec"]["template"]["metadata"].get("annotations", {})
+        if ann.get("prometheus.io/scrape") == "true":
+            port, path = int(ann["prometheus.io/port"]), ann["prometheus.io/path"]
+            wanted.add((w["metadata"]["name"], port, path))
+    assert len(wanted) >= 4  # gateway, worker, autoscaler, notifier
+    scraped = _pod_monitor_scrapes(objs) | _service_monitor_scrapes(objs)
+    assert wanted - scraped == set()
+
+
 def test_every_object_lands_in_one_namespace(rendered: dict[str, list[Any]]) -> None:
     for render, objs in rendered.items():
         spaces = {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"}

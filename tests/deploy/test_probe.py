@@ -1,10 +1,13 @@
 """The probe the images and manifests use (deploy/docker/sluice_probe.py), run
-against the worker's real metrics endpoint: ready only while the worker is."""
+against the worker's real metrics endpoint: ready only while the worker is; and
+the notifier's probes against a real `sluice notifier`."""
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import promql_parser as pp
 import pytest
 import redis
 import yaml
@@ -23,9 +27,12 @@ from sluice.queue import QueueClient
 from sluice.registry import WORKER_STATES
 from tests.conftest import make_config
 from tests.deploy.code_facts import DEPLOY
+from tests.deploy.conftest import config_in, containers, find, load_yaml
+from tests.deploy.promql import metric_names
 from workers.metrics import WorkerMetrics
 
 PROBE = DEPLOY / "docker" / "sluice_probe.py"
+ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
 
 
@@ -168,6 +175,67 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
         assert proc.wait(timeout=3 * BATCH_S) == 0
         stats = qc.stats("m")
         assert stats.in_flight == 0 and stats.counters.get("succeeded") == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def _absence_alert_series() -> str:
+    """The series the alert that fires when no notifier runs waits for."""
+    rules = [r for g in load_yaml(ALERTS)["groups"] for r in g["rules"]]
+    (name,) = [
+        sel
+        for r in rules
+        if isinstance(e := pp.parse(r["expr"]), pp.Call) and e.func.name == "absent"
+        for sel in metric_names(r["expr"])
+        if sel.startswith("sluice_webhook_")
+    ]
+    return name
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_real_notifier_answers_its_probes_and_stops_on_sigterm(
+    tmp_path: Path, redis_url: str, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    """`sluice notifier` with the deploy config's webhooks block: the manifest's
+    liveness and readiness path answers on webhooks.metrics_port, the series the
+    absence alert watches is there, and SIGTERM ends it with 0 inside the grace
+    period."""
+    (d,) = find(rendered["base"], "Deployment", "sluice-notifier")
+    (c,) = containers(d)
+    paths = {c[p]["httpGet"]["path"] for p in ("livenessProbe", "readinessProbe")}
+    grace_s = d["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    deploy_cfg = config_in(rendered["base"])
+    webhooks = deploy_cfg.webhooks.model_dump(mode="json", exclude_none=True)
+    port = free_port()
+    webhooks["metrics_port"] = port
+    cfg = make_config().model_dump(mode="json", exclude_none=True) | {"webhooks": webhooks}
+    path = tmp_path / "sluice.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    secret = "whsec_" + base64.b64encode(b"sluice-deploy-test-secret-0123456").decode()
+    env = os.environ | {str(deploy_cfg.webhooks.secret_env): secret}
+    proc = subprocess.Popen(
+        [*SLUICE, "notifier", "-c", str(path), "--redis-url", redis_url],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for p in sorted(paths):
+            wait_for(lambda p=p: probe("url", f"http://127.0.0.1:{port}{p}") == 0, timeout_s=30)
+        series = _absence_alert_series()
+        wait_for(
+            lambda: (
+                f'{series}{{model="m"}}'
+                in sluice_probe.fetch(f"http://127.0.0.1:{port}/metrics")[1]
+            ),
+            timeout_s=15,
+        )
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=grace_s) == 0
+        assert time.monotonic() - started < grace_s
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -1,6 +1,7 @@
 """What the slim image runs works without torch: the gateway app, the autoscaler
-with its Kubernetes backend, cost estimation from the tokenizer alone, and
-``sluice bulk worker`` (its command and sluice/bulk).
+with its Kubernetes backend, cost estimation from the tokenizer alone,
+``sluice bulk worker`` (its command and sluice/bulk) and ``sluice notifier``
+(its command and sluice/webhooks).
 
 The image is not built here (no Docker engine); instead a child Python refuses
 to import torch and its friends, as the image cannot, and runs the same code.
@@ -8,6 +9,7 @@ to import torch and its friends, as the image cannot, and runs the same code.
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import sys
 import textwrap
@@ -111,6 +113,42 @@ def test_bulk_worker_needs_no_torch() -> None:
     of sluice/bulk import with torch blocked."""
     out = subprocess.run(
         [sys.executable, "-c", BULK_CHILD],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
+    assert out.stdout.rstrip() == "ok []"
+
+
+NOTIFIER_CHILD = NO_TORCH + textwrap.dedent(
+    """
+    import importlib, pkgutil
+    import typer
+    from sluice.cli import app
+
+    group = typer.main.get_command(app)
+    if "notifier" not in getattr(group, "commands", {}):
+        raise SystemExit("the CLI has no `sluice notifier` command")
+    import sluice.webhooks
+    for info in pkgutil.walk_packages(sluice.webhooks.__path__, "sluice.webhooks."):
+        importlib.import_module(info.name)
+    from sluice.config import parse_config
+    from sluice.webhooks.notifier import build
+    cfg = parse_config({"models": {"m": {"handler": "synthetic"}}})
+    build(cfg, "redis://127.0.0.1:1/0", {"SLUICE_WEBHOOK_SECRET": sys.argv[1]})
+    print("ok", sorted(k for k in sys.modules if k.startswith("torch")))
+    """
+)
+
+
+def test_notifier_needs_no_torch() -> None:
+    """`sluice notifier` runs in the slim image: its command and every module of
+    sluice/webhooks import, and a notifier is built, with torch blocked."""
+    secret = "whsec_" + base64.b64encode(b"sluice-slim-image-secret-01234567").decode()
+    out = subprocess.run(
+        [sys.executable, "-c", NOTIFIER_CHILD, secret],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -89,9 +89,11 @@ def test_docs_config_mentions_every_core_field() -> None:
         CostConfig,
         ModelBulkConfig,
         QueueConfig,
+        WebhooksConfig,
     )
 
     doc = (ROOT / "docs" / "config.md").read_text()
-    for section in (QueueConfig, BatchingConfig, CostConfig, BulkConfig, ModelBulkConfig):
+    sections = (QueueConfig, BatchingConfig, CostConfig, BulkConfig, ModelBulkConfig, WebhooksConfig)
+    for section in sections:
         for field in section.model_fields:
             assert f"`{field}`" in doc, f"docs/config.md does not document {field}"
