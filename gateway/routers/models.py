@@ -79,7 +79,10 @@ async def predict(
 ) -> Json:
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
     owner = key.owner if key else None
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, idempotency_key, owner)
+    hook = await st.webhooks.for_spec(body.webhook, key)  # for a job that outlasts the wait
+    spec = service.Spec(
+        body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook
+    )
     views, _ = await service.submit(st, model, [body.input], spec)
     job_id = views[0]["id"]
     limit = min(timeout or st.gw.predict_timeout_s, st.gw.predict_timeout_s)

@@ -168,3 +168,19 @@ async def test_an_api_key_brings_its_default_url_and_allow_list(
         assert "webhook" not in (await submit(h.client, None, **root)).json()
         r = await h.client.post(f"/v1/admin/webhooks/{view['id']}/redeliver", headers=alice)
         assert r.status_code == 403
+
+
+async def test_predict_takes_a_webhook_for_a_job_that_outlasts_the_wait(
+    make_gateway: HarnessFactory,
+) -> None:
+    async with make_gateway(config()) as h:
+        r = await h.client.post(
+            "/v1/models/m/predict",
+            params={"timeout": 0.05},
+            json={"input": "slow one", "webhook": {"url": RECEIVER}},
+        )
+        assert r.status_code == 202 and r.json()["webhook"]["state"] == "waiting"
+        bad = await h.client.post(
+            "/v1/models/m/predict", json={"input": "x", "webhook": {"url": "file:///x"}}
+        )
+        assert bad.status_code == 422 and bad.json()["error"]["type"] == "webhook_refused"
