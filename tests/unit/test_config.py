@@ -93,7 +93,14 @@ def test_docs_config_mentions_every_core_field() -> None:
     )
 
     doc = (ROOT / "docs" / "config.md").read_text()
-    sections = (QueueConfig, BatchingConfig, CostConfig, BulkConfig, ModelBulkConfig, WebhooksConfig)
+    sections = (
+        QueueConfig,
+        BatchingConfig,
+        CostConfig,
+        BulkConfig,
+        ModelBulkConfig,
+        WebhooksConfig,
+    )
     for section in sections:
         for field in section.model_fields:
             assert f"`{field}`" in doc, f"docs/config.md does not document {field}"
