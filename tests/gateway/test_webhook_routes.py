@@ -91,6 +91,10 @@ async def test_plain_http_and_closed_networks_need_the_config(make_gateway: Harn
         r = await submit(h.client, {"url": "https://127.0.0.1/hook"})
         assert r.status_code == 422 and "loopback" in r.json()["error"]["message"]
         assert r.json()["error"]["type"] == "webhook_refused"
+        # a host name that resolves to loopback (this machine's resolver) is refused too
+        r = await submit(h.client, {"url": "https://localhost:9/hook"})
+        assert r.status_code == 422 and "localhost resolves to" in r.json()["error"]["message"]
+        assert await queued(h) == 0
 
 
 async def test_without_a_signing_secret_webhooks_are_refused(
