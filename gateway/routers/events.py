@@ -7,7 +7,8 @@ with ``Last-Event-ID`` (which EventSource sends on its own when it reconnects):
   running, again after a retry, its end), then one ``result`` event with the job
   as GET /v1/jobs/{id} answers it, and the stream ends. Event ids grow with each
   change (``2 x attempts`` queued, ``2 x attempts - 1`` running, then END_STATUS
-  and END_RESULT), so a resumed stream sends only what the client has not seen.
+  and END_RESULT), so a resumed stream sends only what the client has not seen,
+  and a reconnect after the result gets 204 (EventSource stops reconnecting).
 - ``GET /v1/models/{m}/events`` (admin key): one ``ended`` event per entry of the
   model's event stream (the jobs one script call ended, with their statuses); its
   id is the Redis stream id. Without Last-Event-ID it starts from now.
@@ -20,7 +21,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Response
 from fastapi.responses import StreamingResponse
 
 from gateway import service
@@ -57,6 +58,11 @@ def sse(event: str, data: Any, event_id: str | int | None = None) -> bytes:
     lines.append(f"event: {event}")
     lines.append(f"data: {fastjson.dumps(data)}")
     return ("\n".join(lines) + "\n\n").encode()
+
+
+def _stream_id(value: str) -> bool:
+    """A Redis stream id: two 64-bit parts (Redis refuses larger ones mid-stream)."""
+    return bool(STREAM_ID_RE.match(value)) and all(int(p) < 2**64 for p in value.split("-"))
 
 
 def status_event_id(rec: JobRecord) -> int:
@@ -120,11 +126,13 @@ async def _job_events(
 )
 async def job_events(
     job_id: JobId, st: State, key: Caller, last_event_id: LastEventId = None
-) -> StreamingResponse:
+) -> Response:
     """The job's status changes as they happen, then its result; resumable."""
     last = _last_id(last_event_id)
     owner = key.name if key else None
     rec = await service.get(st, job_id, owner)  # 404 before the stream starts
+    if last >= END_RESULT:  # all seen: 204 tells EventSource to stop reconnecting
+        return Response(status_code=204)
     return StreamingResponse(
         _job_events(st, rec, owner, last), media_type="text/event-stream", headers=SSE_HEADERS
     )
@@ -171,7 +179,7 @@ async def model_events(
     st.model(model)
     if key is not None and not key.admin:
         raise Forbidden("the model's event stream needs an admin API key")
-    if last_event_id and not STREAM_ID_RE.match(last_event_id):
+    if last_event_id and not _stream_id(last_event_id):
         raise InvalidInput("Last-Event-ID: not an event id of this stream (<ms>-<seq>)")
     return StreamingResponse(
         _model_events(st, model, last_event_id or "$"),

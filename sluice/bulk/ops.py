@@ -201,7 +201,7 @@ class BulkOps:
         now_ms: int,
         grace_ms: int,
         webhook: Webhook | None = None,
-        hook_ttl_s: int = 0,
+        hook_ttl_s: int = 2 * 86400,
     ) -> Call[None]:
         """Store the lines, then the bulk job's hash and its active entry (one pipeline).
 

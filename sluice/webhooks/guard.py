@@ -20,6 +20,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import httpx
+
 from sluice.config import WebhooksConfig
 from sluice.errors import WebhookRefused
 
@@ -61,7 +63,15 @@ def parse_url(url: str, allow_http: bool) -> Target:
     host = (parts.hostname or "").lower().rstrip(".")
     if not host:
         raise WebhookRefused("webhook.url has no host")
-    return Target(url, scheme, host, port or (443 if scheme == "https" else 80))
+    if port == 0:
+        raise WebhookRefused("webhook.url: port 0 is not a port")
+    try:  # what the notifier's client will parse: refused here, not at every attempt
+        httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as e:
+        raise WebhookRefused(f"webhook.url is not a URL: {e}") from e
+    return Target(
+        url, scheme, host, port if port is not None else (443 if scheme == "https" else 80)
+    )
 
 
 def host_allowed(host: str, allow_hosts: Sequence[str]) -> bool:
@@ -76,6 +86,33 @@ def host_allowed(host: str, allow_hosts: Sequence[str]) -> bool:
         if host == e:
             return True
     return False
+
+
+# IPv6 prefixes whose last 32 bits are an IPv4 address the packet reaches.
+_V4_IN_V6 = [
+    ipaddress.ip_network(n)
+    for n in (
+        "::ffff:0:0/96",  # IPv4-mapped
+        "::/96",  # IPv4-compatible (deprecated; still routed by some stacks)
+        "::ffff:0:0:0/96",  # SIIT
+        "64:ff9b::/96",  # NAT64, well-known prefix
+        "64:ff9b:1::/48",  # NAT64, local use
+    )
+]
+
+
+def embedded_v4(ip: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one stands for (None: it stands for itself)."""
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return None
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip.teredo is not None:
+        return ip.teredo[1]  # the client's address, where the packet goes
+    for net in _V4_IN_V6:
+        if ip in net and int(ip) & 0xFFFFFFFF and ip != ipaddress.IPv6Address("::1"):
+            return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
 
 
 def _literal(host: str) -> IPAddress | None:
@@ -95,18 +132,22 @@ class Guard:
         self._cache: dict[tuple[str, int], tuple[float, list[IPAddress]]] = {}
 
     def reachable(self, ip: IPAddress) -> bool:
-        """A public unicast address, or one in a network config opens."""
-        mapped = getattr(ip, "ipv4_mapped", None)
-        if mapped is not None:
-            ip = mapped
+        """A public unicast address, or one in a network config opens. An IPv6
+        address that carries an IPv4 one (mapped, compatible, NAT64, 6to4, Teredo,
+        SIIT) is judged by the IPv4 address it reaches."""
         if any(ip in net for net in self.open):
             return True
+        inner = embedded_v4(ip)
+        if inner is not None:
+            return self.reachable(inner)
+        if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+            return False
         return ip.is_global and not ip.is_multicast
 
     def _why(self, ip: IPAddress) -> str:
-        mapped = getattr(ip, "ipv4_mapped", None)
-        if mapped is not None:
-            ip = mapped
+        inner = embedded_v4(ip)
+        if inner is not None:
+            ip = inner
         for name in ("unspecified", "loopback", "link_local", "multicast", "private", "reserved"):
             if getattr(ip, f"is_{name}", False):
                 return f"a {name.replace('_', '-')} address"
@@ -134,7 +175,7 @@ class Guard:
             else:
                 try:
                     raw = await self.resolver(target.host, target.port)
-                except OSError as e:
+                except (OSError, UnicodeError, ValueError) as e:  # IDNA: a bad label
                     raise WebhookRefused(f"webhook.url: {target.host} does not resolve") from e
                 found = [ipaddress.ip_address(a.split("%", 1)[0]) for a in raw]
                 if not found:

@@ -39,6 +39,7 @@ from sluice.webhooks.sender import Attempt, Sender, signer
 log = logging.getLogger("sluice.notifier")
 IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
 METRICS_EVERY_S = 5.0
+LEASE_MARGIN_S = 5.0  # an attempt ends this long before its lease would lapse
 
 
 def config_secret(cfg: WebhooksConfig, environ: dict[str, str] | None = None) -> str | None:
@@ -155,8 +156,10 @@ class Notifier:
         self.ops = WebhookOps(list(self.cfg.models))
         self.sender = Sender(self.wcfg, self.guard)
         self.metrics = self.metrics or NotifierMetrics()
-        # A lease outlasts any attempt (connect + read timeouts) twice over, and 5 s.
-        self.lease_ms = int(((self.wcfg.connect_timeout_s + self.wcfg.timeout_s) * 2 + 5) * 1000)
+        # A lease: twice an attempt's connect + read timeouts, and 5 s. The attempt as a
+        # whole (per-host wait included) ends LEASE_MARGIN_S before the lease would.
+        timeouts = self.wcfg.connect_timeout_s + self.wcfg.timeout_s
+        self.lease_ms = int((timeouts * 2 + LEASE_MARGIN_S) * 1000)
         self.inflight: set[asyncio.Task[None]] = set()
         self.sent = 0  # attempts made (tests and the bench read it)
 
@@ -198,7 +201,7 @@ class Notifier:
                 log.warning("notifier: cannot claim deliveries of %s: %s", model, e)
                 continue
             for c in batch:
-                task = asyncio.create_task(self._deliver(c))
+                task = asyncio.create_task(self._deliver(c, time.monotonic()))
                 self.inflight.add(task)
                 task.add_done_callback(self.inflight.discard)
             n += len(batch)
@@ -221,6 +224,7 @@ class Notifier:
             view = {"id": c.id, "model": c.model, "record_expired": True}
         elif c.kind == "bulk":
             view = BulkState.from_hash(c.id, c.model, c.record).view()
+            view.pop("webhook", None)
         else:
             view = JobRecord.from_hash(c.model, {"id": c.id, **c.record}).view()
             view.pop("webhook", None)
@@ -240,7 +244,7 @@ class Notifier:
         }
         return fastjson.dumps(payload)
 
-    async def _deliver(self, c: Claimed) -> None:
+    async def _deliver(self, c: Claimed, claimed_at: float) -> None:
         assert self.metrics is not None
         try:
             body = c.body or self._render(c)
@@ -248,7 +252,9 @@ class Notifier:
             if wh is None:
                 a = Attempt("dead", 0, "no signing secret is configured", 0.0, result="refused")
             else:
-                a = await self.sender.attempt(c, body, wh)
+                # What is left of the lease, less a margin to record the outcome.
+                budget = self.lease_ms / 1000 - LEASE_MARGIN_S - (time.monotonic() - claimed_at)
+                a = await self.sender.attempt(c, body, wh, budget)
             self.sent += 1
             ok = await self.client.run(
                 self.ops.done(

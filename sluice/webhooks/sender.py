@@ -170,30 +170,41 @@ class Sender:
             sem = self._hosts[host] = asyncio.Semaphore(self.cfg.per_host_connections)
         return sem
 
-    async def attempt(self, c: Claimed, body: str, wh: Webhook) -> Attempt:
+    async def attempt(self, c: Claimed, body: str, wh: Webhook, budget_s: float) -> Attempt:
+        """One attempt, all of it (the wait for a per-host slot, connecting, sending,
+        reading the answer) within ``budget_s``: what is left of the lease, so a slow
+        receiver is never sent the same delivery again by another notifier while
+        this attempt still runs."""
         started = time.monotonic()
         status, error, result = 0, "", ""
         retry_after: float | None = None
         try:
-            target = parse_url(c.url, self.cfg.allow_http)  # the config may have changed
-            async with self._host_slot(target.host):
-                headers = sign_headers(wh, c.webhook_id, body, time.time())
-                async with self.client.stream(
-                    "POST", c.url, content=body.encode(), headers=headers
-                ) as resp:
-                    status = resp.status_code
-                    await self._drain(resp)
-                    retry_after = _retry_after(resp.headers.get("retry-after"))
+            async with asyncio.timeout(max(budget_s, 0.001)):
+                target = parse_url(c.url, self.cfg.allow_http)  # the config may have changed
+                async with self._host_slot(target.host):
+                    headers = sign_headers(wh, c.webhook_id, body, time.time())
+                    async with self.client.stream(
+                        "POST", c.url, content=body.encode(), headers=headers
+                    ) as resp:
+                        status = resp.status_code
+                        retry_after = _retry_after(resp.headers.get("retry-after"))
+                        await self._drain(resp)
         except WebhookRefused as e:
             error, result = str(e), "refused"
-        except httpx.TimeoutException:
-            error, result = "timed out", "timeout"
+        except (httpx.TimeoutException, TimeoutError):
+            if status:  # the answer came; only its body was slow: the status stands
+                error, result = "", ""
+            else:
+                error, result = "timed out", "timeout"
         except (httpx.HTTPError, OSError) as e:
             tls = _tls_error(e)
             if tls is not None:  # the receiver's certificate: its fault, like a 4xx
                 error, result = f"TLS: {tls}", "tls"
             else:
                 error, result = f"connection failed: {type(e).__name__}", "connect"
+        except Exception as e:  # noqa: BLE001 - e.g. a host name httpx cannot encode
+            # Recorded and counted like a client error, never an unrecorded loop.
+            error, result = f"cannot send: {type(e).__name__}: {str(e)[:120]}", "refused"
         latency = (time.monotonic() - started) * 1000
         return self._classify(c, status, error, result, latency, retry_after)
 

@@ -63,6 +63,9 @@ async def queued(h: Harness) -> int:
         ({"url": "http://127.0.0.2:9/hook"}, "loopback"),
         ({"url": "http://[::1]:9/hook"}, "loopback"),
         ({"url": "http://10.0.0.1/hook"}, "private"),
+        ({"url": "http://a..b/hook"}, "does not resolve"),  # the resolver's UnicodeError
+        ({"url": "https://\u2603.net/hook"}, "not a URL"),  # httpx cannot encode it
+        ({"url": "http://[64:ff9b::a9fe:a9fe]/"}, "link-local"),  # NAT64 of the metadata IP
         ({"url": "https://user:pw@127.0.0.1/hook"}, "credentials"),
         ({"url": RECEIVER, "events": ["succeeded", "sometimes"]}, "events"),
         ({"url": RECEIVER, "events": []}, "events"),

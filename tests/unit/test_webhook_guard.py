@@ -58,6 +58,15 @@ def test_urls_of_the_wrong_form_are_refused(url: str, why: str) -> None:
         ("https://10.1.2.3/", {}, "private"),
         ("https://224.0.0.1/", {}, "multicast"),
         ("https://0.0.0.0/", {}, "unspecified"),
+        ("https://[64:ff9b::a9fe:a9fe]/", {}, "link-local"),  # NAT64 of the metadata address
+        ("https://[2002:7f00:1::]/", {}, "loopback"),  # 6to4 of 127.0.0.1
+        ("https://[::127.0.0.1]/", {}, "loopback"),  # IPv4-compatible
+        ("https://[::ffff:0:7f00:1]/", {}, "loopback"),  # SIIT
+        ("https://[fec0::1]/", {}, "public"),  # site-local
+        ("https://nat64.example/", {"nat64.example": ["64:ff9b::a00:1"]}, "private"),
+        ("https://a..b/", {}, "does not resolve"),
+        ("https://\u2603.net/", {}, "not a URL"),
+        ("https://x.example:0/", {}, "port 0"),
         ("https://localhost/", {"localhost": ["127.0.0.1", "::1"]}, "loopback"),
         ("https://inside.example/", {"inside.example": ["192.168.1.9"]}, "private"),
         # one private address among public ones: the connection could use it

@@ -29,6 +29,8 @@ class Receiver:
     scheme: str = "http"
     statuses: list[int] = field(default_factory=list)
     location: str = ""  # sent with a 3xx
+    retry_after: str = ""  # sent with every non-2xx answer when set
+    body_bytes: int = 2  # the size of each answer's body
     calls: list[Call] = field(default_factory=list)
     connections: int = 0
     release: threading.Event = field(default_factory=threading.Event)
@@ -67,9 +69,14 @@ def _handler(rx: Receiver) -> type[http.server.BaseHTTPRequestHandler]:
             self.send_response(status)
             if 300 <= status < 400 and rx.location:
                 self.send_header("Location", rx.location)
-            self.send_header("Content-Length", "2")
+            if rx.retry_after and not 200 <= status < 300:
+                self.send_header("Retry-After", rx.retry_after)
+            self.send_header("Content-Length", str(rx.body_bytes))
             self.end_headers()
-            self.wfile.write(b"ok")
+            try:
+                self.wfile.write(b"k" * rx.body_bytes)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the notifier stopped reading at its cap
 
         def log_message(self, *args: object) -> None:
             pass

@@ -319,3 +319,95 @@ def test_the_documented_receiver_verifies_a_real_delivery(
         assert f"{job_id} [0.5]" in capsys.readouterr().out
         with pytest.raises(Exception, match="signature"):
             mod.on_webhook(rx.calls[0].body + b" ", rx.calls[0].headers)
+
+
+def test_retries_stop_at_the_horizon_into_the_dead_letter_list(
+    q: QueueClient, redis_url: str
+) -> None:
+    cfg = hook_config(retry_schedule_s=[0.3], horizon_s=1.0)
+    ops = WebhookOps(["m", "n"])
+    with receiving([500] * 100) as rx:
+        job_id = submit(q, rx.url)
+        run_one(q)
+        with notifier(cfg, redis_url):
+            wait_until(lambda: delivery(q, job_id).get("state") == "dead", what="dead")
+        assert 2 <= len(rx.calls) <= 5  # attempts 0.3 s apart within about a second
+    d = delivery(q, job_id)
+    assert "horizon" in d["last_error"] and d["last_status"] == 500
+    assert q.run(ops.dead("m")) == [job_id]
+    # the job stays readable as long as its delivery: past result_ttl_s
+    assert q.redis.ttl(keys.job_key("m", job_id)) > cfg.models["m"].queue.result_ttl_s
+
+
+def test_retry_after_is_honoured(q: QueueClient, redis_url: str) -> None:
+    cfg = hook_config(retry_schedule_s=[0.1])
+    with receiving([503]) as rx:
+        rx.retry_after = "1"
+        job_id = submit(q, rx.url)
+        run_one(q)
+        with notifier(cfg, redis_url):
+            wait_until(lambda: delivery(q, job_id).get("state") == "delivered", what="delivery")
+        assert rx.calls[1].at - rx.calls[0].at >= 0.95  # the schedule alone said 0.1 s
+
+
+def test_a_receiver_that_does_not_answer_in_time_is_retried(q: QueueClient, redis_url: str) -> None:
+    cfg = hook_config(timeout_s=0.5, retry_schedule_s=[0.1])
+    with receiving([-1]) as rx:  # holds the first call until released
+        job_id = submit(q, rx.url)
+        run_one(q)
+        with notifier(cfg, redis_url):
+            wait_until(lambda: delivery(q, job_id).get("attempts", 0) >= 1, what="an attempt")
+            wait_until(lambda: len(rx.calls) >= 2, what="the retry")
+            rx.release.set()
+            wait_until(lambda: delivery(q, job_id).get("state") == "delivered", what="delivery")
+    view = q.run(WebhookOps(["m", "n"]).view(job_id))
+    assert view is not None and view.log[0]["error"] == "timed out"
+
+
+def test_a_huge_answer_is_read_only_up_to_the_cap(q: QueueClient, redis_url: str) -> None:
+    cfg = hook_config(max_response_bytes=1024)
+    with receiving() as rx:
+        rx.body_bytes = 8 * 1024 * 1024
+        ids = [submit(q, rx.url) for _ in range(2)]
+        batch = q.claim("m", "w1")
+        q.complete("m", [Outcome.ok(j.id, 1) for j in batch.jobs], "w1")
+        with notifier(cfg, redis_url):
+            wait_until(
+                lambda: all(delivery(q, j).get("state") == "delivered" for j in ids),
+                what="both delivered",
+            )
+    assert all(delivery(q, j)["attempts"] == 1 for j in ids)
+
+
+def test_deadline_expiry_and_reclaims_dead_letter_send_their_webhooks(redis_url: str) -> None:
+    cfg = hook_config()
+    models = {
+        "m": cfg.models["m"].model_copy(
+            update={
+                "batching": cfg.models["m"].batching.model_copy(
+                    update={"lease_s": 0.05, "max_attempts": 1}
+                )
+            }
+        )
+    }
+    q = QueueClient(connect(redis_url), models)
+    ops = WebhookOps(["m"])
+    url = "http://127.0.0.1:9/hook"
+    late = q.submit("m", [NewJob("a", "32", 1, deadline_ms=1, webhook=Webhook(url, ("expired",)))])[
+        0
+    ].id
+    dl = q.get(late).deadline_at_ms or 0
+
+    def redis_ms() -> int:
+        s, us = q.redis.time()
+        return int(s) * 1000 + int(us) // 1000
+
+    wait_until(lambda: redis_ms() > dl, what="the deadline to pass (Redis clock)")
+    assert q.claim("m", "w1").expired == 1
+    lost = q.submit("m", [NewJob("b", "32", 1, webhook=Webhook(url, ("failed",)))])[0].id
+    assert [j.id for j in q.claim("m", "w1").jobs] == [lost]  # then the worker dies
+    wait_until(lambda: q.reclaim("m") >= 1, what="the lease to lapse")
+    for job_id, event in ((late, "expired"), (lost, "failed")):
+        v = q.run(ops.view(job_id))
+        assert v is not None and (v.state, v.event, v.url) == ("pending", event, url)
+    q.redis.close()

@@ -84,6 +84,9 @@ def test_a_job_stream_sends_each_change_then_the_result_and_resumes(
     # a reconnect after the status event gets only the result
     with c.stream("GET", f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "1000000"}) as resp:
         assert [(e["id"], e["event"]) for e in events(resp, "result")] == [("1000001", "result")]
+    # after the result, a reconnect is told to stop (204: EventSource reconnects no more)
+    done = c.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "1000001"})
+    assert done.status_code == 204 and done.content == b""
     assert c.get(f"/v1/jobs/{job_id}/events", headers={"Last-Event-ID": "x"}).status_code == 422
     assert c.get("/v1/jobs/m.nothing/events").status_code == 404
 
@@ -119,4 +122,5 @@ def test_a_model_stream_carries_ended_jobs_and_resumes(
     t.join(HUNG_S)
     assert later["data"]["jobs"] == [{"id": third, "status": "cancelled"}]
     assert c.get("/v1/models/zz/events").status_code == 404
-    assert c.get("/v1/models/m/events", headers={"Last-Event-ID": "nope"}).status_code == 422
+    for bad in ("nope", f"{2**64}-0", "1-2-3"):
+        assert c.get("/v1/models/m/events", headers={"Last-Event-ID": bad}).status_code == 422

@@ -11,7 +11,7 @@ local function end_bulk(ks, state, id, ttl_s)
   local wh = redis.call('HMGET', ks[1], 'whu', 'whe', 'owner', 'wht')
   if ks[7] and wh[1] and wants(wh[2] or '', state) then
     enqueue_delivery(string.sub(ks[7], 1, #ks[7] - #id), id, 'bulk', state, wh[1], wh[3],
-                     now, tonumber(wh[4]))
+                     now, wh[4])
   end
   redis.call('ZREM', ks[2], id)
   redis.call('HDEL', ks[3], id)

@@ -138,7 +138,9 @@ end
 -- an idle notifier blocks on (at most WAKE_CAP tokens); nprefix..'events' the
 -- model's stream of ended jobs (GET /v1/models/{m}/events), about EVENTS_CAP long.
 local EVENTS_CAP = 10000
+local HOOK_TTL_S = 172800  -- a delivery record's TTL when the job hash holds none
 local function enqueue_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
+  ttl_s = tonumber(ttl_s) or HOOK_TTL_S
   local dk = nprefix .. id
   redis.call('HSET', dk, 'id', id, 'kind', kind, 'event', event, 'url', url,
     'owner', owner or '', 'state', 'pending', 'att', 0, 'fails', 0, 'cerr', 0, 'first', int(now),
@@ -166,7 +168,10 @@ local function publish_ended(channel, ended, jprefix, nprefix)
     table.insert(fields, status)
     if f[2] and wants(f[3] or '', status) then
       now = now or now_ms()
-      enqueue_delivery(nprefix, id, 'job', status, f[2], f[4], now, tonumber(f[5]))
+      local ttl = tonumber(f[5]) or HOOK_TTL_S
+      enqueue_delivery(nprefix, id, 'job', status, f[2], f[4], now, ttl)
+      -- The job stays readable (GET, the body's result link) while its delivery is.
+      if redis.call('TTL', jprefix .. id) < ttl then redis.call('EXPIRE', jprefix .. id, ttl) end
     end
   end
   for i = 1, #fields, 2000 do  -- unpack's limit: a few thousand values per call

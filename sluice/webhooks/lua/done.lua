@@ -47,6 +47,8 @@ else
     redis.call('LPUSH', dead, id)
     redis.call('LTRIM', dead, 0, DEAD_CAP - 1)
     redis.call('EXPIRE', dk, tonumber(ARGV[10]))
+    -- ids whose record expired leave from the tail: the list counts records that exist
+    drop_expired_dead(dead, string.sub(dk, 1, #dk - #id), 16)
   end
 end
 return {'ok'}
