@@ -299,7 +299,8 @@ def webhook_of(
     url = raw.get("whu")
     if not url:
         return None
-    events = [e for e in raw.get("whe", "").split(",") if e]
+    whe = raw.get("whe")
+    events = [e for e in whe.split(",") if e] if whe else list(WEBHOOK_EVENTS)
     out: dict[str, Any] = {"url": url, "events": events}
     d = delivery_view(delivery)
     if d is not None:

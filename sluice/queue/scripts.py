@@ -19,6 +19,7 @@ from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLi
 from sluice.jobs import (
     BULK_RANK,
     DELIVERY_FIELDS,
+    WEBHOOK_EVENTS,
     Batch,
     BucketStats,
     ClaimedJob,
@@ -29,6 +30,7 @@ from sluice.jobs import (
     Owner,
     QueueStats,
     Submitted,
+    Webhook,
     model_of,
     new_job_id,
     priority_rank,
@@ -139,7 +141,7 @@ class QueueOps:
                 "deadline": int(job.deadline_ms or cfg.queue.default_deadline_ms or 0),
                 "idem": _idem(o.name, job.idempotency_key),
                 "whu": job.webhook.url if job.webhook else "",
-                "whe": ",".join(job.webhook.events) if job.webhook else "",
+                "whe": _events(job.webhook),
             }
             for job in jobs
         ]
@@ -423,6 +425,13 @@ def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None
     tokens = max_tokens or cfg.batching.max_batch_tokens
     bulk = cfg.bulk
     return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
+
+
+def _events(hook: Webhook | None) -> str:
+    """A webhook's events as stored: '' for every job event (the default)."""
+    if hook is None or set(hook.events) == set(WEBHOOK_EVENTS):
+        return ""
+    return ",".join(hook.events)
 
 
 def _idem(owner: str, key: str | None) -> str:

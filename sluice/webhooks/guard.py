@@ -130,6 +130,9 @@ class Guard:
         self.open = [ipaddress.ip_network(n, strict=False) for n in cfg.allow_networks]
         self.resolver = resolver or _getaddrinfo
         self._cache: dict[tuple[str, int], tuple[float, list[IPAddress]]] = {}
+        # URLs a submit admitted lately, by allow-list: the hot path checks a URL once
+        # per CACHE_S, not per job (the delivery checks it again, every time).
+        self._admitted: dict[tuple[str, tuple[str, ...]], float] = {}
 
     def reachable(self, ip: IPAddress) -> bool:
         """A public unicast address, or one in a network config opens. An IPv6
@@ -186,8 +189,12 @@ class Guard:
         self.check(target, found)
         return found
 
-    async def admit(self, url: str, allow_hosts: Sequence[str]) -> Target:
-        """A submit's check: the URL's form, the allow-list, the resolved addresses."""
+    async def admit(self, url: str, allow_hosts: Sequence[str]) -> None:
+        """A submit's check: the URL's form, the allow-list, the resolved addresses
+        (a URL admitted in the last CACHE_S under the same allow-list passes at once)."""
+        key = (url, tuple(allow_hosts))
+        if self._admitted.get(key, 0.0) > time.monotonic():
+            return
         target = parse_url(url, self.cfg.allow_http)
         if not host_allowed(target.host, allow_hosts):
             raise WebhookRefused(
@@ -195,7 +202,9 @@ class Guard:
                 "config's) webhook allow-list"
             )
         await self.resolve(target, cached=True)
-        return target
+        if len(self._admitted) >= CACHE_MAX:
+            self._admitted.clear()
+        self._admitted[key] = time.monotonic() + CACHE_S
 
 
 async def _getaddrinfo(host: str, port: int) -> list[str]:

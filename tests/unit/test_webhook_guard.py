@@ -205,3 +205,10 @@ def test_a_secret_must_be_base64_of_sixteen_bytes_or_more() -> None:
         with pytest.raises(ValueError, match="Standard Webhooks secret") as e:
             signer(bad)
         assert "short" not in str(e.value) and "not base64!" not in str(e.value)
+
+
+def test_the_default_delivery_ttl_is_the_same_in_python_lua_and_config() -> None:
+    from sluice.queue.scripts import HOOK_TTL_S, common_source
+
+    assert WebhooksConfig().record_ttl_s == HOOK_TTL_S
+    assert f"local HOOK_TTL_S = {HOOK_TTL_S}" in common_source()

@@ -139,19 +139,31 @@ end
 -- model's stream of ended jobs (GET /v1/models/{m}/events), about EVENTS_CAP long.
 local EVENTS_CAP = 10000
 local HOOK_TTL_S = 172800  -- a delivery record's TTL when the job hash holds none
-local function enqueue_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
-  ttl_s = tonumber(ttl_s) or HOOK_TTL_S
+-- The delivery's record; its due entry and wake token are the caller's (one ZADD
+-- and one LPUSH for all the deliveries a call makes). Counters (att, fails, cerr)
+-- start absent (0); 'first' (where the retry horizon counts from) is 'ended'
+-- until a redelivery sets it.
+local function new_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   local dk = nprefix .. id
-  redis.call('HSET', dk, 'id', id, 'kind', kind, 'event', event, 'url', url,
-    'owner', owner or '', 'state', 'pending', 'att', 0, 'fails', 0, 'cerr', 0, 'first', int(now),
-    'ended', int(now))
-  redis.call('EXPIRE', dk, ttl_s)
+  if owner and owner ~= '' then
+    redis.call('HSET', dk, 'kind', kind, 'event', event, 'url', url, 'state', 'pending',
+               'ended', int(now), 'owner', owner)
+  else
+    redis.call('HSET', dk, 'kind', kind, 'event', event, 'url', url, 'state', 'pending',
+               'ended', int(now))
+  end
+  redis.call('EXPIRE', dk, tonumber(ttl_s) or HOOK_TTL_S)
+end
+
+local function enqueue_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
+  new_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   redis.call('ZADD', nprefix .. 'due', now, id)
   wake(nprefix .. 'wake', 1)
 end
 
--- Whether `event` is one of the comma-separated `events`.
+-- Whether `event` is one of the comma-separated `events` (absent: every event).
 local function wants(events, event)
+  if not events then return true end
   return string.find(',' .. events .. ',', ',' .. event .. ',', 1, true) ~= nil
 end
 
@@ -160,19 +172,25 @@ end
 -- entry for all of them in the model's event stream, one message on the done channel.
 local function publish_ended(channel, ended, jprefix, nprefix)
   if #ended == 0 then return end
-  local now, fields = nil, {}
+  local now, fields, due = nil, {}, {}
   for _, id in ipairs(ended) do
     local f = redis.call('HMGET', jprefix .. id, 'status', 'whu', 'whe', 'owner', 'wht')
     local status = f[1] or 'missing'
     table.insert(fields, id)
     table.insert(fields, status)
-    if f[2] and wants(f[3] or '', status) then
+    if f[2] and wants(f[3], status) then
       now = now or now_ms()
       local ttl = tonumber(f[5]) or HOOK_TTL_S
-      enqueue_delivery(nprefix, id, 'job', status, f[2], f[4], now, ttl)
+      new_delivery(nprefix, id, 'job', status, f[2], f[4], now, ttl)
+      table.insert(due, now)
+      table.insert(due, id)
       -- The job stays readable (GET, the body's result link) while its delivery is.
       if redis.call('TTL', jprefix .. id) < ttl then redis.call('EXPIRE', jprefix .. id, ttl) end
     end
+  end
+  if #due > 0 then
+    call_chunked('ZADD', nprefix .. 'due', due, 1000)
+    wake(nprefix .. 'wake', #due / 2)
   end
   for i = 1, #fields, 2000 do  -- unpack's limit: a few thousand values per call
     redis.call('XADD', nprefix .. 'events', 'MAXLEN', '~', EVENTS_CAP, '*',

@@ -116,8 +116,10 @@ for i = 1, n do
       'prio', int(prio), 'status', 'queued', 'input', job.input, 'meta', job.meta,
       'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem)
     if owner ~= '' then redis.call('HSET', jprefix .. id, 'owner', owner) end
-    if job.whu ~= '' then
-      redis.call('HSET', jprefix .. id, 'whu', job.whu, 'whe', job.whe, 'wht', hook_ttl)
+    if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
+      redis.call('HSET', jprefix .. id, 'whu', job.whu)
+      if job.whe ~= '' then redis.call('HSET', jprefix .. id, 'whe', job.whe) end
+      if hook_ttl ~= HOOK_TTL_S then redis.call('HSET', jprefix .. id, 'wht', hook_ttl) end
     end
     if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
     table.insert(zadds[bucket], score); table.insert(zadds[bucket], id)

@@ -27,7 +27,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, li
     redis.call('HSET', dk, 'lease', token)
     redis.call('ZADD', due, now + lease_ms, id)
     for _, v in ipairs({id, token, att, f[6] or '0', f[7] or '0', f[2], f[3], f[4] or '',
-                        f[5] or 'job', f[8] or '0', f[9] or '0', f[10] or ''}) do
+                        f[5] or 'job', f[8] or f[9] or '0', f[9] or '0', f[10] or ''}) do
       table.insert(out, v)
     end
     local record = {}
