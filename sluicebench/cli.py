@@ -439,7 +439,7 @@ def bench_queue(
 
 def webhooks_cmd(
     hop_jobs: Annotated[int, typer.Option(help="Jobs per queue-hop round.")] = 5000,
-    rounds: Annotated[int, typer.Option(help="Alternating rounds per comparison.")] = 3,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds per comparison.")] = 4,
     duration_s: Annotated[float, typer.Option(help="Seconds per submit round and load.")] = 5.0,
     rate: Annotated[float, typer.Option(help="Jobs/s for the delivery latency.")] = 100.0,
     backlog: Annotated[int, typer.Option(help="Deliveries one notifier drains.")] = 2000,
@@ -462,7 +462,7 @@ def webhooks_cmd(
 def hop_ab_cmd(
     other: Annotated[Path, typer.Option(help="Another checkout (git worktree add DIR REV).")],
     jobs: Annotated[int, typer.Option(help="Jobs per round.")] = 5000,
-    alternations: Annotated[int, typer.Option(help="Runs of each checkout (2 rounds each).")] = 5,
+    alternations: Annotated[int, typer.Option(help="Runs of each checkout (2 rounds each).")] = 6,
     json_path: JsonOpt = None,
 ) -> None:
     """The queue hop of this checkout vs another, alternating on one Redis (a ratio)."""
