@@ -18,7 +18,6 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from gateway.errors import send_error
 from sluice.apikeys import ApiKey, KeyRing
 from sluice.errors import Forbidden, SluiceError, Unauthorized
-from sluice.jobs import Owner
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 # Prefixes, so that everything mounted below them is admin too.
@@ -58,11 +57,6 @@ def caller(scope: Scope) -> ApiKey | None:
     """The authenticated key of this request (None on an open gateway)."""
     state = scope.get("state")
     return state.get(SCOPE_KEY) if state else None
-
-
-def owner_of(scope: Scope) -> Owner | None:
-    key = caller(scope)
-    return key.owner if key is not None else None
 
 
 def owner_name(scope: Scope) -> str | None:

@@ -161,7 +161,7 @@ class Notifier:
         timeouts = self.wcfg.connect_timeout_s + self.wcfg.timeout_s
         self.lease_ms = int((timeouts * 2 + LEASE_MARGIN_S) * 1000)
         self.inflight: set[asyncio.Task[None]] = set()
-        self.sent = 0  # attempts made (tests and the bench read it)
+        self.sent = 0  # attempts made (logged when it stops)
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         next_metrics = 0.0
@@ -224,10 +224,9 @@ class Notifier:
             view = {"id": c.id, "model": c.model, "record_expired": True}
         elif c.kind == "bulk":
             view = BulkState.from_hash(c.id, c.model, c.record).view()
-            view.pop("webhook", None)
         else:
             view = JobRecord.from_hash(c.model, {"id": c.id, **c.record}).view()
-            view.pop("webhook", None)
+        view.pop("webhook", None)
         link = f"{self.wcfg.public_url or ''}".rstrip("/") + (
             f"/v1/bulk/{c.id}" if c.kind == "bulk" else f"/v1/jobs/{c.id}"
         )

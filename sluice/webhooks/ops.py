@@ -2,7 +2,7 @@
 
 A delivery is born in the Lua script that ends its job (or bulk job): a hash
 ``keys.delivery_key`` and an entry in the model's due zset, in the same call
-(sluice/queue/lua/_common.lua, ``enqueue_delivery``). The notifier claims due
+(sluice/queue/lua/_common.lua, ``publish_ended``). The notifier claims due
 entries with a lease (``claim``), sends, and records each attempt (``done``).
 Like :class:`sluice.queue.scripts.QueueOps`, every operation is a
 :class:`~sluice.queue.scripts.Call`; a client runs them after
@@ -19,14 +19,13 @@ from typing import Any
 
 from sluice import fastjson, keys
 from sluice.errors import JobNotFound
-from sluice.jobs import model_of
+from sluice.jobs import DELIVERY_FIELDS, delivery_view, model_of
 from sluice.queue.scripts import Call, common_source
 
 SCRIPT_NAMES = ("claim", "done", "redeliver")
 LOG_KEEP = 20  # attempts kept in a delivery's log
 DELIVERED_TTL_S = 86400  # a delivered record is kept this long (GET /v1/jobs/{id} shows it)
 DEAD_TTL_S = 7 * 86400  # a given-up one this long (the delivery dead-letter list)
-STATES = ("pending", "delivered", "dead")
 
 
 @cache
@@ -69,69 +68,38 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class DeliveryView:
-    """What GET /v1/jobs/{id} and the admin routes show of a delivery."""
+    """A delivery as the admin routes show it: what GET /v1/jobs/{id} shows
+    (``sluice.jobs.delivery_view``), with its event, URL and attempt log."""
 
-    state: str
-    attempts: int
-    last_status: int | None
-    last_error: str | None
-    last_at_ms: int | None
-    next_at_ms: int | None
+    fields: dict[str, Any]  # state, attempts, last_status, ... (delivery_view)
     event: str
     url: str
     log: list[dict[str, Any]]
 
+    @property
+    def state(self) -> str:
+        return str(self.fields["state"])
+
     def public(self) -> dict[str, Any]:
-        return {
-            "state": self.state,
-            "event": self.event,
-            "attempts": self.attempts,
-            "last_status": self.last_status,
-            "last_error": self.last_error,
-            "last_attempt_at": self.last_at_ms / 1000 if self.last_at_ms else None,
-            "next_attempt_at": self.next_at_ms / 1000 if self.next_at_ms else None,
-        }
+        return {"state": self.state, "event": self.event} | self.fields
 
 
-VIEW_FIELDS = (
-    "state",
-    "att",
-    "last_status",
-    "last_error",
-    "last_at",
-    "next",
-    "event",
-    "url",
-    "log",
-)
+VIEW_FIELDS = (*DELIVERY_FIELDS, "event", "url", "log")
 
 
 def view_from(values: Sequence[Any]) -> DeliveryView | None:
     """A delivery from an HMGET of VIEW_FIELDS; None when there is none."""
-    f = dict(zip(VIEW_FIELDS, values, strict=True))
-    if not f["state"]:
+    n = len(DELIVERY_FIELDS)
+    fields = delivery_view(list(values[:n]))
+    if fields is None:
         return None
-
-    def num(name: str) -> int | None:
-        try:
-            return int(f[name]) if f[name] else None
-        except ValueError:
-            return None
-
+    event, url, raw_log = values[n:]
     try:
-        log = fastjson.loads(f["log"]) if f["log"] else []
+        log = fastjson.loads(raw_log) if raw_log else []
     except ValueError:
         log = []
     return DeliveryView(
-        state=str(f["state"]),
-        attempts=num("att") or 0,
-        last_status=num("last_status") if f["last_status"] not in (None, "0") else None,
-        last_error=f["last_error"] or None,
-        last_at_ms=num("last_at"),
-        next_at_ms=num("next"),
-        event=str(f["event"] or ""),
-        url=str(f["url"] or ""),
-        log=log if isinstance(log, list) else [],
+        fields, str(event or ""), str(url or ""), log if isinstance(log, list) else []
     )
 
 

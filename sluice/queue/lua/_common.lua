@@ -145,13 +145,12 @@ local HOOK_TTL_S = 172800  -- a delivery record's TTL when the job hash holds no
 -- until a redelivery sets it.
 local function new_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   local dk = nprefix .. id
+  local fields = {'kind', kind, 'event', event, 'url', url, 'state', 'pending', 'ended', int(now)}
   if owner and owner ~= '' then
-    redis.call('HSET', dk, 'kind', kind, 'event', event, 'url', url, 'state', 'pending',
-               'ended', int(now), 'owner', owner)
-  else
-    redis.call('HSET', dk, 'kind', kind, 'event', event, 'url', url, 'state', 'pending',
-               'ended', int(now))
+    table.insert(fields, 'owner')
+    table.insert(fields, owner)
   end
+  redis.call('HSET', dk, unpack(fields))
   redis.call('EXPIRE', dk, tonumber(ttl_s) or HOOK_TTL_S)
 end
 
