@@ -45,7 +45,7 @@ def autoscaler_cmd(
     if which not in BACKENDS:
         fail(f"--backend {which!r}: use local, kubernetes or dry-run", EXIT_CONFIG)
     url = redis_url(redis_url_opt, cfg)
-    check_redis(url)
+    check_redis(url, cfg)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     try:
         loop = build(cfg, config, url, which, metrics_port)

@@ -17,7 +17,7 @@ from typing import Any
 from gateway.state import GatewayState
 from sluice.bulk.lines import custom_id_of, output_line, split_upload
 from sluice.bulk.ops import BulkState, new_bulk_id
-from sluice.errors import InputTooLarge, InvalidInput, SluiceError
+from sluice.errors import BulkUnavailable, InputTooLarge, InvalidInput, SluiceError
 from sluice.jobs import Webhook
 from sluice.redact import redact
 
@@ -42,6 +42,8 @@ async def submit(
     st: GatewayState, model: str, body: bytes, owner: str | None, webhook: Webhook | None = None
 ) -> dict[str, Any]:
     st.model(model)  # 404 for an unknown model before anything is read
+    if st.bulk_refused:
+        raise BulkUnavailable(st.bulk_refused)
     lines = await asyncio.to_thread(split_upload, body, st.gw.max_body_bytes)
     if not body.strip():
         raise InvalidInput("the bulk file is empty: one JSON object a line, each with an 'input'")

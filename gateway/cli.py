@@ -12,6 +12,7 @@ from sluice.cli_common import (
     EXIT_CONFIG,
     ConfigOpt,
     RedisUrlOpt,
+    check_setting,
     fail,
     load_required,
     redis_url,
@@ -55,7 +56,8 @@ def gateway_cmd(
     # Worker processes rebuild the app from the environment (uvicorn's factory);
     # the Redis URL (maybe with a password) goes there, never onto a command line.
     os.environ[CONFIG_ENV] = str(config.resolve())
-    os.environ[REDIS_URL_ENV] = redis_url(redis_url_opt, cfg)
+    os.environ[REDIS_URL_ENV] = url = redis_url(redis_url_opt, cfg)
+    check_setting(url, cfg)  # one that can never work: exit 2 before binding
     if cfg.gateway.admin_port is not None:
         _serve_with_admin(cfg.gateway, host, port, workers, log_level)
         return

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import Receive, Scope, Send
 
 from sluice.errors import (
+    BulkUnavailable,
     ConfigError,
     Forbidden,
     InputTooLarge,
@@ -60,6 +61,7 @@ HTTP_STATUS: dict[type[SluiceError], int] = {
     QueueFull: 429,
     Overloaded: 429,
     RedisUnavailable: 503,
+    BulkUnavailable: 503,
     NotReady: 503,
     ModelFailed: 502,
     TimedOut: 504,

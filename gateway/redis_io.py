@@ -8,16 +8,13 @@ from collections.abc import Awaitable, Sequence
 from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sluice.connection import UNAVAILABLE_ERRORS, ClientOptions, async_client
 from sluice.errors import RedisUnavailable
 from sluice.queue.scripts import Call
 
 T = TypeVar("T")
-_UNAVAILABLE = (RedisConnectionError, RedisTimeoutError, OSError, asyncio.TimeoutError)
+_UNAVAILABLE = (*UNAVAILABLE_ERRORS, asyncio.TimeoutError)
 
 
 def connect(
@@ -35,21 +32,16 @@ def connect(
     nothing while slots are free.
     ``blocking_reads`` is for the pub/sub connection, which waits for messages.
     """
-    pool = aioredis.ConnectionPool.from_url(
+    return async_client(
         url,
-        decode_responses=True,
-        max_connections=max_connections,
-        socket_timeout=None if blocking_reads else timeout_s,
-        socket_connect_timeout=timeout_s,
-        socket_keepalive=True,
-        retry=Retry(NoBackoff(), 1),
-        health_check_interval=30,
+        ClientOptions(
+            timeout_s=timeout_s,
+            read_timeout_s=None if blocking_reads else timeout_s,
+            max_connections=max_connections,
+            backoff=False,
+            keepalive=True,
+        ),
     )
-    client = aioredis.Redis(connection_pool=pool)
-    # The client owns its pool, so aclose() closes its sockets too (what
-    # Redis.from_pool does, which redis-py 5.0.0 lacks); they leaked otherwise.
-    client.auto_close_connection_pool = True
-    return client
 
 
 async def bounded(aw: Awaitable[T], timeout_s: float, slots: asyncio.Semaphore | None = None) -> T:

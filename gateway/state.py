@@ -26,10 +26,10 @@ from gateway.webhooks import WebhookPolicy
 from sluice import keys
 from sluice.bulk.ops import BulkOps
 from sluice.bulk.ops import scripts as bulk_scripts
-from sluice.bulk.rq_jobs import RqEnqueuer
-from sluice.config import ModelConfig, SluiceConfig
+from sluice.bulk.rq_jobs import RqEnqueuer, rq_url
+from sluice.config import ModelConfig, SluiceConfig, resolve_redis_url
 from sluice.cost import CostEstimator
-from sluice.errors import UnknownModel
+from sluice.errors import ConfigError, UnknownModel
 from sluice.queue import AsyncQueueClient
 from sluice.webhooks.ops import WebhookOps
 from sluice.webhooks.ops import scripts as webhook_scripts
@@ -49,7 +49,7 @@ class GatewayState:
         self.cfg = cfg
         self.gw = cfg.gateway
         self.timeout_s = cfg.gateway.redis_timeout_s
-        url = redis_url or cfg.redis_url or "redis://127.0.0.1:6379/0"
+        url = resolve_redis_url(redis_url, cfg)
         self.redis = (
             redis
             if redis is not None
@@ -87,6 +87,12 @@ class GatewayState:
         self.bulk_enqueue: Callable[[str], Any] | None = (
             RqEnqueuer(cfg, url) if redis is None else None
         )
+        # Why bulk uploads are refused here (RQ pointed at a cluster), or None.
+        self.bulk_refused: str | None = None
+        try:
+            rq_url(cfg, url)
+        except ConfigError as e:
+            self.bulk_refused = str(e)
 
     def model(self, name: str) -> ModelConfig:
         cfg = self.cfg.models.get(name)

@@ -60,26 +60,58 @@ def redis_cmd(
     appendfsync: Annotated[
         str, typer.Option(help="With --data-dir: always, everysec or no (see docs/reliability).")
     ] = "everysec",
+    replicas: Annotated[
+        int, typer.Option(min=0, max=8, help="Replicas of the primary (with --sentinels).")
+    ] = 0,
+    sentinels: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=9,
+            help="Sentinels watching the primary: prints a "
+            "redis+sentinel:// URL; kill the primary to see a failover.",
+        ),
+    ] = 0,
 ) -> None:
-    """Run a private redis-server on loopback; prints its redis:// URL first."""
+    """Run a private redis-server on loopback; prints its URL first.
+
+    With --replicas N --sentinels M: a primary, N replicas and M sentinels
+    (all loopback, nothing on disk), and the redis+sentinel:// URL to use.
+    """
     from sluice.errors import RedisBinaryNotFound
     from sluice.redis_server import start_redis
+    from sluice.redis_topology import SentinelGroup
 
+    if bool(replicas) != bool(sentinels):
+        fail(
+            "--replicas and --sentinels go together (e.g. --replicas 1 --sentinels 3)", EXIT_CONFIG
+        )
+    if sentinels and (data_dir or port):
+        fail("--data-dir and --port are for one server, not a Sentinel group", EXIT_CONFIG)
     # Handlers first: a supervisor may send SIGTERM as soon as it reads the URL.
     stop = stop_event_on_signals()
     try:
-        server = start_redis(data_dir=data_dir, port=port or None, appendfsync=appendfsync)
+        if sentinels:
+            group = SentinelGroup(replicas, sentinels).start()
+            procs = [s.proc for s in group.servers] + [s.proc for s in group.sentinels]
+            url, stopper = group.url, group.stop
+        else:
+            server = start_redis(data_dir=data_dir, port=port or None, appendfsync=appendfsync)
+            procs, url, stopper = [server.proc], server.url, server.stop
     except RedisBinaryNotFound as e:
         fail(str(e), EXIT_CONFIG)
     except SluiceError as e:
         fail(str(e))
-    print(server.url, flush=True)
+    print(url, flush=True)
     try:
         while not stop.wait(0.5):
-            if server.proc is not None and server.proc.poll() is not None:
+            # One server: its exit is the end. A group outlives a killed node (that
+            # is what it is for) and ends only when every process is gone.
+            gone = [p is None or p.poll() is not None for p in procs]
+            if all(gone) if sentinels else any(gone):
                 fail("redis-server exited unexpectedly")
     finally:
-        server.stop()
+        stopper()
 
 
 @app.command("notifier")
@@ -93,7 +125,7 @@ def notifier_cmd(config: ConfigOpt = None, redis_url_opt: RedisUrlOpt = None) ->
     stop = stop_event_on_signals()
     cfg = load_required(config)
     url = redis_url(redis_url_opt, cfg)
-    check_redis(url)
+    check_redis(url, cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         run(cfg, url, stop.is_set)
@@ -115,7 +147,7 @@ def status_cmd(
 
     cfg = load_required(config)
     url = redis_url(redis_url_opt, cfg)
-    check_redis(url)
+    check_redis(url, cfg)
     try:
         print_status(QueueClient(connect(url), dict(cfg.models)), cfg, job_id)
     except JobNotFound as e:

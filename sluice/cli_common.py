@@ -66,16 +66,46 @@ def redis_url(cli_value: str | None, cfg: SluiceConfig | None) -> str:
     return resolve_redis_url(cli_value, cfg)
 
 
-def check_redis(url: str, timeout_s: float = 2.0) -> None:
-    """Fail with one line (exit 3) when Redis does not answer."""
+def check_setting(url: str, cfg: SluiceConfig | None, timeout_s: float = 2.0) -> None:
+    """Exit 2 with one line for a Redis setting that can never work, before anything
+    starts: a malformed URL, replica durability on a cluster, and for Sentinel and
+    Cluster URLs what :func:`sluice.connection.check` finds. An outage of a plain
+    server is left to the caller (a gateway starts and says so on /readyz; a worker
+    waits)."""
     import redis
 
+    from sluice.connection import check, parse_url
+
     try:
-        client = redis.Redis.from_url(
-            url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s
+        target = parse_url(url)
+        durable = sorted(
+            m for m, c in (cfg.models.items() if cfg else ()) if c.queue.durability == "replica"
         )
-        client.ping()
-        client.close()
+        if target.kind == "cluster" and durable:
+            raise ConfigError(
+                f"models {', '.join(durable)}: queue.durability: replica is not supported "
+                "on Redis Cluster (docs/deploy.md)"
+            )
+        if target.kind != "redis":
+            check(url, timeout_s)
+    except ConfigError as e:
+        fail(f"redis: {redact(str(e))}", EXIT_CONFIG)
+    except (redis.exceptions.RedisError, OSError):
+        pass  # reachable settings, Redis not answering right now: the caller's to handle
+
+
+def check_redis(url: str, cfg: SluiceConfig | None = None, timeout_s: float = 2.0) -> None:
+    """Fail with one line when Redis cannot be used: exit 2 for a setting that can
+    never work (:func:`check_setting`), exit 3 when a server does not answer."""
+    import redis
+
+    from sluice.connection import check
+
+    check_setting(url, cfg, timeout_s)
+    try:
+        check(url, timeout_s)
+    except ConfigError as e:
+        fail(f"redis: {redact(str(e))}", EXIT_CONFIG)
     except (redis.exceptions.RedisError, OSError, ValueError) as e:
         # The URL may carry a password (redis://:pw@host): never print it.
         fail(f"cannot reach Redis at {redact_url(url)}: {redact(str(e))}", EXIT_UNAVAILABLE)

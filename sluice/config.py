@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from sluice.connection import DEFAULT_URL, as_cluster_url, parse_url, sentinel_url
 from sluice.errors import ConfigError
 from sluice.keys import MODEL_NAME_RE
 
@@ -59,6 +60,13 @@ class QueueConfig(_Strict):
     # Aging across priorities (docs/adr/0100): a normal or low job that has waited
     # this long behind higher-priority work in its bucket goes next, oldest first.
     max_priority_wait_s: float = Field(5.0, gt=0)
+    # "primary": a submit or completion is acknowledged once the primary holds it (a
+    # primary crash loses what its replicas had not copied yet). "replica": only once
+    # a replica holds it too (WAIT), else 503 so the client retries (docs/adr/0133).
+    durability: Literal["primary", "replica"] = "primary"
+    # How long a "replica" write waits for the replica's ack before answering 503; the
+    # gateway's redis_timeout_s bounds the whole call, so keep this well under it.
+    replica_ack_timeout_ms: int = Field(500, gt=0, le=10_000)
 
     @field_validator("priority_weights")
     @classmethod
@@ -329,6 +337,9 @@ class BulkConfig(_Strict):
     feed_chunk: int = Field(256, gt=0, le=10_000)
     # RQ worker processes `sluice up` starts (each coordinates one bulk job at a time).
     rq_workers: int = Field(1, ge=0, le=64)
+    # Where RQ keeps its queues, when not on Sluice's Redis: RQ needs one server (or a
+    # Sentinel service), so a deployment on Redis Cluster points this elsewhere.
+    redis_url: str | None = None
 
     @model_validator(mode="after")
     def _lease(self) -> BulkConfig:
@@ -404,7 +415,9 @@ class WebhooksConfig(_Strict):
 
 KEY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
 KEY_HASH_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-SECRET_FIELDS = frozenset({"hash", "webhook_secret"})  # values never echoed in config errors
+SECRET_FIELDS = frozenset(
+    {"hash", "webhook_secret", "redis_url", "password", "sentinel_password"}
+)  # values never echoed in config errors
 
 
 class ApiKeyConfig(_Strict):
@@ -474,8 +487,29 @@ class AuthConfig(_Strict):
         return v
 
 
+class SentinelConfig(_Strict):
+    """Reach Redis through Sentinel: redis-py finds the primary, and again after a
+    failover. Compiles to a ``redis+sentinel://`` URL (sluice/connection.py)."""
+
+    addresses: list[str] = Field(min_length=1)  # host:port of each sentinel
+    service_name: str = Field(min_length=1)
+    username: str | None = None
+    password: str | None = None  # the primary's (and replicas')
+    sentinel_password: str | None = None
+    db: int = Field(0, ge=0)
+    tls: bool = False  # TLS to the primary
+    sentinel_tls: bool = False
+
+
+class RedisConfig(_Strict):
+    sentinel: SentinelConfig | None = None
+    # redis_url names one node of a Redis Cluster; redis-py learns the rest.
+    cluster: bool = False
+
+
 class SluiceConfig(_Strict):
     redis_url: str | None = None
+    redis: RedisConfig = Field(default_factory=RedisConfig)
     models: dict[str, ModelConfig]
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
@@ -496,8 +530,47 @@ class SluiceConfig(_Strict):
                 )
         return v
 
+    @field_validator("redis_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                parse_url(v)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _one_redis(self) -> SluiceConfig:
+        r = self.redis
+        if r.sentinel and (r.cluster or self.redis_url):
+            raise ValueError(
+                "redis.sentinel names the Redis by itself: drop redis_url and redis.cluster"
+            )
+        if r.cluster and not self.redis_url:
+            raise ValueError("redis.cluster needs redis_url: the address of one cluster node")
+        return self
+
     def model(self, name: str) -> ModelConfig:
         return self.models[name]
+
+    def redis_target_url(self) -> str | None:
+        """The one URL every process connects with (None: not set in the file)."""
+        s = self.redis.sentinel
+        if s is not None:
+            return sentinel_url(
+                s.addresses,
+                s.service_name,
+                password=s.password,
+                username=s.username,
+                db=s.db,
+                tls=s.tls,
+                sentinel_password=s.sentinel_password,
+                sentinel_tls=s.sentinel_tls,
+            )
+        if self.redis_url and self.redis.cluster:
+            return as_cluster_url(self.redis_url)
+        return self.redis_url
 
 
 def _format_error(e: ValidationError, source: str) -> str:
@@ -542,6 +615,5 @@ def resolve_redis_url(cli_value: str | None, config: SluiceConfig | None) -> str
     """--redis-url (or SLUICE_REDIS_URL) wins, then the file, then localhost."""
     if cli_value:
         return cli_value
-    if config is not None and config.redis_url:
-        return config.redis_url
-    return "redis://127.0.0.1:6379/0"
+    url = config.redis_target_url() if config is not None else None
+    return url or DEFAULT_URL

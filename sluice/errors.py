@@ -19,6 +19,20 @@ class RedisUnavailable(SluiceError):
     type = "redis_unavailable"
 
 
+class NotReplicated(RedisUnavailable):
+    """queue.durability "replica": no replica confirmed a write in time (503: the
+    write may be on the primary only; retrying with the Idempotency-Key is safe)."""
+
+    type = "not_replicated"
+    retry_after_s = 1.0
+
+
+class BulkUnavailable(SluiceError):
+    """Bulk jobs cannot run here: RQ has no plain Redis to use (503, a setting to fix)."""
+
+    type = "bulk_unavailable"
+
+
 class RedisBinaryNotFound(SluiceError):
     type = "redis_not_found"
 

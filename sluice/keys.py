@@ -129,11 +129,6 @@ def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
 
 
-def models_key() -> str:
-    """The set of model names with live state (a global key, not per model)."""
-    return f"{PREFIX}:models"
-
-
 def bench_key(name: str) -> str:
     """Scratch keys of benchmarks (never read by Sluice itself)."""
     return f"{PREFIX}:bench:{name}"

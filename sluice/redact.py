@@ -11,13 +11,14 @@ from urllib.parse import urlsplit, urlunsplit
 _USERINFO = re.compile(r"(?P<pre>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s/]+)(?P<at>@)")
 _API_KEY = re.compile(r"\bsk_[A-Za-z0-9_-]{8,}")
 # redis-py also takes the password as a query argument: redis://host/0?password=...
-_QUERY_PW = re.compile(r"(?P<pre>[?&]password=)[^&#\s]+", re.IGNORECASE)
+_QUERY_PW = re.compile(r"(?P<pre>[?&](?:sentinel_)?password=)[^&#\s]+", re.IGNORECASE)
 
 
 def redact_url(url: str) -> str:
     """``redis://:secret@host:6379/0`` -> ``redis://:***@host:6379/0``."""
     try:
         parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a host list (a Sentinel or Cluster URL)
     except ValueError:
         return redact(url)
     if parts.password is None:

@@ -116,8 +116,11 @@ class RedisServer:
         startup_timeout_s: float = 10.0,
         appendfsync: str = "everysec",
         password: str | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.password = password
+        # More redis-server options (replicaof, cluster mode): sluice.redis_topology.
+        self.extra_args = list(extra_args or [])
         if appendfsync not in APPENDFSYNC:
             raise SluiceError(f"appendfsync {appendfsync!r}: use one of {', '.join(APPENDFSYNC)}")
         self.appendfsync = appendfsync
@@ -142,6 +145,7 @@ class RedisServer:
         with os.fdopen(fd, "w") as f:
             quoted = self.password.replace("\\", "\\\\").replace('"', '\\"')
             f.write(f'requirepass "{quoted}"\n')
+            f.write(f'masterauth "{quoted}"\n')  # the same password on every node
         return [str(conf)]  # a config file must be redis-server's first argument
 
     def _args(self) -> list[str]:
@@ -175,6 +179,10 @@ class RedisServer:
             str(Path(workdir) / "redis.log"),
             "--databases",
             "16",
+            # A replica that connects syncs at once (Redis 7 waits 5 s for others).
+            "--repl-diskless-sync-delay",
+            "0",
+            *self.extra_args,
         ]
 
     def start(self) -> RedisServer:

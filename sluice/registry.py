@@ -84,7 +84,6 @@ def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
     return [
         ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
         ("EVAL", lua("heartbeat"), 2, zset, hash_, info.id, raw, ttl_ms),
-        ("SADD", keys.models_key(), info.model),
     ]
 
 

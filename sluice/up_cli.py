@@ -100,7 +100,7 @@ def run_up(
     data_dir: Path | None,
 ) -> None:
     if redis_url:
-        check_redis(redis_url)
+        check_redis(redis_url, cfg)
     stack = Stack(cfg, config_path)
     stop = stop_event_on_signals()
     console = Console()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from sluice.errors import SluiceError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.redis_server import RedisServer, find_redis_server, redis_server_version, start_redis
+from sluice.redis_topology import LocalCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "examples" / "sluice.yaml"
@@ -32,9 +34,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 # Tiers whose tests start redis-server processes of their own (through the CLI,
 # `sluice up` or RedisServer) rather than through the redis_server fixture.
-_OWN_SERVER_TIERS = ("bench", "bulk", "cli", "e2e", "faults", "redis", "workers")
+_OWN_SERVER_TIERS = ("bench", "bulk", "cli", "e2e", "faults", "ha", "redis", "workers")
 # A test module that calls one of these starts a server of its own.
-_SERVER_STARTERS = ("start_redis(", "RedisServer(")
+_SERVER_STARTERS = ("start_redis(", "RedisServer(", "SentinelGroup(", "LocalCluster(")
 # Tests elsewhere that start one indirectly, through a benchmark's main or script.
 # A path here that no longer exists stops the collection (a moved file must be
 # named again); a test missing here fails `make test-fast`, which finds no
@@ -87,18 +89,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.redis)
 
 
+# SLUICE_TEST_REDIS=cluster: the redis_server fixture is a 3-shard Redis Cluster
+# (`make test-cluster` runs the protocol suite and an end-to-end run on it).
+TOPOLOGY_ENV = "SLUICE_TEST_REDIS"
+
+
+def on_cluster() -> bool:
+    return os.environ.get(TOPOLOGY_ENV, "") == "cluster"
+
+
 @pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
-    server = start_redis()
+def redis_server() -> Iterator[RedisServer | LocalCluster]:
+    server: RedisServer | LocalCluster = LocalCluster(3).start() if on_cluster() else start_redis()
     yield server
     server.stop()
 
 
+def flush(server: RedisServer | LocalCluster) -> None:
+    nodes = server.nodes if isinstance(server, LocalCluster) else [server]
+    for node in nodes:
+        r = redis.Redis.from_url(node.url)
+        r.flushall()
+        r.close()
+
+
 @pytest.fixture
-def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    r = redis.Redis.from_url(redis_server.url)
-    r.flushall()
-    r.close()
+def redis_url(redis_server: RedisServer | LocalCluster) -> Iterator[str]:
+    flush(redis_server)
     yield redis_server.url
 
 

@@ -15,6 +15,8 @@ from typing import Any, TypeVar, overload
 
 import redis
 
+from sluice.connection import is_cluster
+
 T = TypeVar("T")
 
 HUNG_S = 20.0
@@ -79,7 +81,11 @@ def redis_now_ms(r: redis.Redis) -> float:
 
 
 def blocked_clients(r: redis.Redis) -> int:
-    """How many connections the Redis behind ``r`` has blocked (in BLPOP etc.) now."""
+    """How many connections the Redis behind ``r`` has blocked (in BLPOP etc.) now
+    (on a cluster: on all its nodes)."""
+    if is_cluster(r):
+        infos = r.info("clients", target_nodes="all")  # type: ignore[call-arg]
+        return sum(int(i["blocked_clients"]) for i in infos.values())
     return int(r.info("clients")["blocked_clients"])
 
 

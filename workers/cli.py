@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from sluice.cli_common import ConfigOpt, RedisUrlOpt, check_redis, fail, load_required
+from sluice.cli_common import (
+    ConfigOpt,
+    RedisUrlOpt,
+    check_redis,
+    check_setting,
+    fail,
+    load_required,
+)
 from sluice.cli_common import redis_url as resolve_url
 from sluice.errors import ConfigError
 
@@ -45,6 +52,7 @@ def worker_cmd(
     cfg = load_required(config)
     url = resolve_url(redis_url, cfg)
     setup_logging(log_level)
+    check_setting(url, cfg)  # one that can never work: exit 2, not a wait
     try:
         wait_for_redis(url)  # an outage is waited out, not turned into a restart loop
     except Exception:  # noqa: BLE001 - a setting that can never work: say why, exit 3

@@ -11,6 +11,7 @@ import redis
 
 from sluice.backoff import Reconnect
 from sluice.config import SluiceConfig
+from sluice.connection import ClientOptions, sync_client
 from sluice.errors import ConfigError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
@@ -32,7 +33,7 @@ def wait_for_redis(
     A URL, password or TLS setting that can never work still fails at once: only
     connection refusals and timeouts are waited out.
     """
-    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    client = sync_client(url, ClientOptions(timeout_s=timeout_s, read_timeout_s=timeout_s))
     retry = Reconnect(log, "worker start", cap_s=5.0)
     try:
         while True:

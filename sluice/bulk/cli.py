@@ -9,9 +9,18 @@ from typing import Annotated
 
 import typer
 
-from sluice.cli_common import ApiKeyOpt, ConfigOpt, RedisUrlOpt, check_redis, fail, load_required
+from sluice.cli_common import (
+    EXIT_CONFIG,
+    ApiKeyOpt,
+    ConfigOpt,
+    RedisUrlOpt,
+    check_redis,
+    fail,
+    load_required,
+)
 from sluice.cli_common import redis_url as resolve_url
 from sluice.config import SluiceConfig
+from sluice.errors import ConfigError
 
 bulk_app = typer.Typer(help="Bulk jobs: a JSONL file run in the headroom.", no_args_is_help=True)
 UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default: the config's gateway).")]
@@ -127,10 +136,17 @@ def worker_cmd(
     """An RQ worker for bulk coordinators (and the reaper that resumes lapsed ones)."""
     import logging
 
+    from sluice.bulk.rq_jobs import rq_url
     from sluice.bulk.worker import run_worker
 
     cfg = load_required(config)
     url = resolve_url(redis_url_opt, cfg)
-    check_redis(url)
+    check_redis(url, cfg)
+    try:
+        queues_url = rq_url(cfg, url)
+    except ConfigError as e:
+        fail(str(e), EXIT_CONFIG)
+    if queues_url != url:
+        check_redis(queues_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     run_worker(cfg, url, burst=burst)

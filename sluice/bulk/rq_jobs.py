@@ -21,7 +21,8 @@ from rq.job import Job, JobStatus
 from sluice.bulk.coordinator import Coordinator
 from sluice.bulk.ops import BulkOps, BulkState, scripts
 from sluice.config import SluiceConfig
-from sluice.errors import JobConflict, JobNotFound
+from sluice.connection import ClientOptions, parse_url, sync_client
+from sluice.errors import ConfigError, JobConflict, JobNotFound
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 
@@ -45,6 +46,27 @@ def bind(cfg: SluiceConfig, client: QueueClient) -> None:
     global _BOUND
     client.register(scripts())
     _BOUND = _Bound(cfg, client)
+
+
+def rq_url(cfg: SluiceConfig, url: str) -> str:
+    """Where RQ keeps its queues: ``bulk.redis_url``, else Sluice's own Redis.
+
+    RQ needs one Redis (its job scripts span keys a cluster would spread over
+    slots): a plain server, a managed primary endpoint or a Sentinel service.
+    """
+    chosen = cfg.bulk.redis_url or url
+    if parse_url(chosen).kind == "cluster":
+        raise ConfigError(
+            "bulk jobs run on RQ, which needs one Redis server, not a cluster: set "
+            "bulk.redis_url to a plain or Sentinel Redis (docs/deploy.md)"
+        )
+    return chosen
+
+
+def rq_connection(cfg: SluiceConfig, url: str, read_timeout_s: float | None) -> redis.Redis:
+    """A client for RQ (raw replies: RQ decodes its own), on :func:`rq_url`."""
+    opts = ClientOptions(timeout_s=5.0, read_timeout_s=read_timeout_s, decode=False)
+    return sync_client(rq_url(cfg, url), opts)
 
 
 def rq_queue(cfg: SluiceConfig, conn: redis.Redis) -> Queue:
@@ -83,9 +105,7 @@ class RqEnqueuer:
             timeout = self.cfg.gateway.redis_timeout_s
             self._clients = (
                 QueueClient(connect(self.url, timeout), dict(self.cfg.models)),
-                redis.Redis.from_url(
-                    self.url, socket_timeout=timeout, socket_connect_timeout=timeout
-                ),
+                rq_connection(self.cfg, self.url, timeout),
             )
             self._clients[0].register(scripts())
         client, conn = self._clients

@@ -15,7 +15,7 @@ from rq import Worker
 
 from sluice.backoff import Reconnect
 from sluice.bulk.ops import scripts
-from sluice.bulk.rq_jobs import bind, reap, rq_queue
+from sluice.bulk.rq_jobs import bind, reap, rq_connection, rq_queue
 from sluice.config import SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.queue import QueueClient
@@ -27,7 +27,7 @@ log = logging.getLogger("sluice.bulk")
 def reaper_loop(cfg: SluiceConfig, url: str, stop: threading.Event) -> None:
     """Resume lapsed bulk jobs until ``stop``; an outage is logged once (ADR 0065)."""
     client = QueueClient(connect(url), dict(cfg.models))
-    conn = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    conn = rq_connection(cfg, url, read_timeout_s=5.0)
     client.register(scripts())
     outage = Reconnect(log, "bulk reaper")
     period_s = max(0.2, cfg.bulk.lease_s / 3)
@@ -47,7 +47,7 @@ def run_worker(cfg: SluiceConfig, url: str, *, burst: bool = False) -> bool:
     client = QueueClient(connect(url), dict(cfg.models))
     bind(cfg, client)
     # No read timeout: RQ blocks on its queue for minutes between jobs (BLPOP).
-    conn = redis.Redis.from_url(url, socket_connect_timeout=5)
+    conn = rq_connection(cfg, url, read_timeout_s=None)
     stop = threading.Event()
     reaper = threading.Thread(
         target=reaper_loop, args=(cfg, url, stop), name="bulk-reaper", daemon=True

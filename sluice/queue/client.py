@@ -11,53 +11,36 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
+from redis.exceptions import NoScriptError
 
 from sluice.config import ModelConfig
-from sluice.errors import RedisUnavailable
+from sluice.connection import (
+    UNAVAILABLE_ERRORS,
+    ClientOptions,
+    async_client,
+    is_cluster,
+    read_timeout_s,
+    sync_client,
+)
+from sluice.errors import ConfigError, NotReplicated, RedisUnavailable
 from sluice.jobs import Batch, JobRecord, NewJob, Outcome, QueueStats, Submitted
 from sluice.queue.scripts import SCRIPT_NAMES, Call, QueueOps, script_source
 
 T = TypeVar("T")
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError, OSError)
-
-
-def _one_retry() -> Retry:
-    # redis-py's default (several retries, backoff up to seconds) can hold one call
-    # far past socket_timeout; one quick retry rides out a dropped connection, and
-    # callers handle anything longer (503 at the gateway, back-off in workers).
-    return Retry(ExponentialBackoff(cap=0.2, base=0.02), 1)
+REDIS_ERRORS = UNAVAILABLE_ERRORS
 
 
 def connect(url: str, timeout_s: float = 5.0) -> redis.Redis:
-    """A sync client with bounded timeouts, text replies."""
-    return redis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        health_check_interval=30,
-        retry=_one_retry(),
-    )
+    """A sync client with bounded timeouts, text replies (Redis, Sentinel or Cluster)."""
+    return sync_client(url, ClientOptions(timeout_s=timeout_s, read_timeout_s=timeout_s))
 
 
 def connect_async(url: str, timeout_s: float = 5.0) -> aioredis.Redis:
-    return aioredis.Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_timeout=timeout_s,
-        socket_connect_timeout=timeout_s,
-        health_check_interval=30,
-        retry=AsyncRetry(ExponentialBackoff(cap=0.2, base=0.02), 1),
-    )
+    return async_client(url, ClientOptions(timeout_s=timeout_s, read_timeout_s=timeout_s))
 
 
 def _under_socket_timeout(r: redis.Redis | aioredis.Redis, timeout_s: float) -> float:
-    sock = r.connection_pool.connection_kwargs.get("socket_timeout")
+    sock = read_timeout_s(r)
     return min(timeout_s, sock / 2) if sock else timeout_s
 
 
@@ -65,10 +48,37 @@ def _unavailable(e: Exception) -> RedisUnavailable:
     return RedisUnavailable(f"Redis unavailable: {e}")
 
 
+def _durable_commands(sha: str, call: Call[Any]) -> list[tuple[Any, ...]]:
+    # One pipeline is one connection: WAIT counts the writes of the connection it is
+    # sent on, so the script and its WAIT must share one (and one round trip).
+    return [
+        ("EVALSHA", sha, len(call.keys), *call.keys, *call.args),
+        ("WAIT", call.replicas, call.replica_timeout_ms),
+    ]
+
+
+def _acked(call: Call[Any], acked: Any) -> None:
+    if int(acked) < call.replicas:
+        raise NotReplicated(
+            f"no replica confirmed the write within {call.replica_timeout_ms} ms "
+            "(queue.durability: replica); retry with the same Idempotency-Key"
+        )
+
+
+def _refuse_cluster_durability(r: Any, models: dict[str, ModelConfig]) -> None:
+    durable = sorted(m for m, c in models.items() if c.queue.durability == "replica")
+    if durable and is_cluster(r):
+        raise ConfigError(
+            f"models {', '.join(durable)}: queue.durability: replica is not supported on "
+            "Redis Cluster (use primary, or Sentinel / a managed primary endpoint)"
+        )
+
+
 class QueueClient:
     """Synchronous protocol client (workers, CLI, benchmarks)."""
 
     def __init__(self, r: redis.Redis, models: dict[str, ModelConfig]) -> None:
+        _refuse_cluster_durability(r, models)
         self.redis = r
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -79,10 +89,29 @@ class QueueClient:
             if name not in self._scripts:
                 self._scripts[name] = self.redis.register_script(source)
 
+    def _run_durable(self, call: Call[Any]) -> Any:
+        script = self._scripts[call.script]
+        for first in (True, False):
+            pipe = self.redis.pipeline(transaction=False)
+            for cmd in _durable_commands(script.sha, call):
+                pipe.execute_command(*cmd)
+            try:
+                reply, acked = pipe.execute()
+            except NoScriptError:
+                if not first:
+                    raise
+                self.redis.script_load(script.script)  # nothing ran: safe to resend
+                continue
+            _acked(call, acked)
+            return reply
+        raise AssertionError("unreachable")
+
     def run(self, call: Call[T]) -> T:
         try:
-            if call.script:
-                reply: Any = self._scripts[call.script](keys=call.keys, args=call.args)
+            if call.replicas:
+                reply: Any = self._run_durable(call)
+            elif call.script:
+                reply = self._scripts[call.script](keys=call.keys, args=call.args)
             else:
                 pipe = self.redis.pipeline(transaction=False)
                 for cmd in call.commands:
@@ -138,6 +167,7 @@ class AsyncQueueClient:
     """Asyncio protocol client (the gateway)."""
 
     def __init__(self, r: aioredis.Redis, models: dict[str, ModelConfig]) -> None:
+        _refuse_cluster_durability(r, models)
         self.redis = r
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -148,10 +178,29 @@ class AsyncQueueClient:
             if name not in self._scripts:
                 self._scripts[name] = self.redis.register_script(source)
 
+    async def _run_durable(self, call: Call[Any]) -> Any:
+        script = self._scripts[call.script]
+        for first in (True, False):
+            pipe = self.redis.pipeline(transaction=False)
+            for cmd in _durable_commands(script.sha, call):
+                pipe.execute_command(*cmd)
+            try:
+                reply, acked = await pipe.execute()
+            except NoScriptError:
+                if not first:
+                    raise
+                await self.redis.script_load(script.script)  # nothing ran: safe to resend
+                continue
+            _acked(call, acked)
+            return reply
+        raise AssertionError("unreachable")
+
     async def run(self, call: Call[T]) -> T:
         try:
-            if call.script:
-                reply: Any = await self._scripts[call.script](keys=call.keys, args=call.args)
+            if call.replicas:
+                reply: Any = await self._run_durable(call)
+            elif call.script:
+                reply = await self._scripts[call.script](keys=call.keys, args=call.args)
             else:
                 pipe = self.redis.pipeline(transaction=False)
                 for cmd in call.commands:

@@ -8,7 +8,7 @@ raises. The clients only execute calls, so both speak exactly the same protocol.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any, Generic, TypeVar
@@ -76,6 +76,10 @@ class Call(Generic[T]):
     keys: Sequence[str] = ()
     args: Sequence[Any] = ()
     commands: Sequence[tuple[Any, ...]] = ()
+    # Durability "replica": after the script, WAIT until this many replicas hold its
+    # writes, or raise NotReplicated after replica_timeout_ms (docs/adr/0133).
+    replicas: int = 0
+    replica_timeout_ms: int = 0
 
 
 def _dumps(value: Any) -> str:
@@ -83,6 +87,13 @@ def _dumps(value: Any) -> str:
     # fastjson then writes ASCII escapes: it would otherwise fail to encode for Redis
     # and lose the whole call.
     return fastjson.dumps(value)
+
+
+def _durable(call: Call[T], cfg: ModelConfig) -> Call[T]:
+    """``call`` with the model's durability: "replica" WAITs for one replica."""
+    if cfg.queue.durability != "replica":
+        return call
+    return replace(call, replicas=1, replica_timeout_ms=cfg.queue.replica_ack_timeout_ms)
 
 
 def _ms(seconds: float) -> int:
@@ -154,7 +165,7 @@ class QueueOps:
             fence[0] if fence else keys.stats_key(model),  # unread without a token
         ]
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
-        return Call(_parse_submit, "submit", ks, args)
+        return _durable(Call(_parse_submit, "submit", ks, args), cfg)
 
     # -- claim ----------------------------------------------------------------
     def claim(
@@ -267,7 +278,7 @@ class QueueOps:
             head, _ = COMPLETE.unpack(reply)
             return int(head["accepted"]), int(head["stale"])
 
-        return Call(parse, "complete", ks, args)
+        return _durable(Call(parse, "complete", ks, args), cfg)
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
         fixed = {

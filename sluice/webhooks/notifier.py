@@ -28,6 +28,7 @@ from sluice import fastjson
 from sluice.apikeys import KeyRing, load_keyring
 from sluice.bulk.ops import BulkState
 from sluice.config import SluiceConfig, WebhooksConfig
+from sluice.connection import is_cluster
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.jobs import JobRecord
 from sluice.queue.client import AsyncQueueClient, connect_async
@@ -183,8 +184,20 @@ class Notifier:
             await self._finish()
 
     async def _idle(self) -> None:
+        calls = self.ops.wait(IDLE_WAIT_S, per_model=is_cluster(self.client.redis))
         try:
-            await self.client.run(self.ops.wait(IDLE_WAIT_S))
+            if len(calls) == 1:
+                await self.client.run(calls[0])
+                return
+            waits = [asyncio.create_task(self.client.run(c)) for c in calls]
+            try:
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for t in waits:
+                    t.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+            for t in done:
+                t.result()
         except RedisUnavailable as e:
             log.warning("notifier: Redis unavailable (%s); retrying", e)
             await asyncio.sleep(IDLE_WAIT_S)

@@ -228,8 +228,16 @@ class WebhookOps:
             commands=[("LRANGE", keys.deliveries_dead_key(model), 0, limit - 1)],
         )
 
-    def wait(self, timeout_s: float) -> Call[bool]:
-        """Block until any model's wake list has a token (True) or the timeout."""
-        wakes = [keys.deliveries_wake_key(m) for m in self.models]
+    def wait(self, timeout_s: float, per_model: bool = False) -> list[Call[bool]]:
+        """Block until any model's wake list has a token (True) or the timeout: one
+        BLPOP over every model's list, or with ``per_model`` (Redis Cluster, where the
+        lists sit in different slots) one BLPOP per model, to run side by side."""
         timeout = max(0.01, round(timeout_s, 3))
-        return Call(lambda r: r[0] is not None, commands=[("BLPOP", *wakes, timeout)])
+        groups = [[m] for m in self.models] if per_model else [list(self.models)]
+        return [
+            Call(
+                lambda r: r[0] is not None,
+                commands=[("BLPOP", *(keys.deliveries_wake_key(m) for m in g), timeout)],
+            )
+            for g in groups
+        ]

@@ -69,7 +69,6 @@ def _exact(model: str) -> dict[str, str]:
         keys.rate_limit_key(model): "rate_limit",
         keys.decisions_key(model): "scale",
         keys.scale_state_key(model): "scale",
-        keys.models_key(): "models",
     }
 
 

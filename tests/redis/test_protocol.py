@@ -13,6 +13,7 @@ from sluice import keys
 from sluice.errors import JobConflict, JobNotFound, QueueFull
 from sluice.jobs import JobStatus, NewJob, Outcome
 from sluice.queue import QueueClient
+from tests.conftest import on_cluster
 from tests.waits import redis_now_ms, wait_until
 
 pytestmark = pytest.mark.redis
@@ -43,6 +44,7 @@ class CountingRedis(redis.Redis):
         return pipe
 
 
+@pytest.mark.skipif(on_cluster(), reason="counts the round trips of a single-node client")
 def test_submit_claim_complete_each_one_round_trip(redis_url: str, queue_factory) -> None:
     cfg_models = queue_factory().ops.models
     counting = CountingRedis.from_url(redis_url, decode_responses=True)

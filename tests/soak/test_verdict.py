@@ -193,7 +193,6 @@ def test_classify_sorts_every_family_of_sluice_keys() -> None:
         keys.workers_key(m),
         keys.workers_info_key(m),
         keys.worker_control_key(m, "w1"),
-        keys.models_key(),
         keys.e2e_hist_key(m, 1700000000),
         keys.owner_jobs_key(m),
         keys.rate_limit_key(m),

@@ -1,0 +1,117 @@
+"""``queue.durability``: with "replica" a submit or a completion is acknowledged
+only once a replica holds it (WAIT), else NotReplicated (503) and a retry with the
+same Idempotency-Key is safe; with "primary" the primary alone acknowledges."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from sluice.errors import NotReplicated
+from sluice.jobs import JobStatus, NewJob, Outcome
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.redis_server import RedisServer
+from tests.conftest import make_config
+from tests.waits import HUNG_S, wait_until
+
+
+def _replica_of(primary: RedisServer, port: int | None = None) -> RedisServer:
+    args = ["--replicaof", "127.0.0.1", str(primary.port)]
+    return RedisServer(port=port, extra_args=args).start()
+
+
+def _linked(primary: redis.Redis, n: int) -> None:
+    def count() -> bool:
+        info = primary.info("replication")
+        up = [k for k, v in info.items() if k.startswith("slave") and v.get("state") == "online"]
+        return len(up) == n
+
+    wait_until(count, HUNG_S, f"{n} replica(s) online")
+    if n:
+        # Online is the RDB sent, not loaded: wait until the replica acks a write.
+        primary.set("sluice:test:probe", 1)
+        assert primary.execute_command("WAIT", n, int(HUNG_S * 1000)) >= n
+
+
+@pytest.fixture
+def primary() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
+
+
+def _client(url: str, durability: str) -> QueueClient:
+    models = make_config(queue={"durability": durability, "replica_ack_timeout_ms": 200}).models
+    return QueueClient(connect(url), dict(models))
+
+
+def test_a_replica_acked_submit_is_on_the_replica_when_it_returns(primary: RedisServer) -> None:
+    q = _client(primary.url, "replica")
+    replica = _replica_of(primary)
+    try:
+        _linked(q.redis, 1)
+        [job] = q.submit("m", [NewJob(input="a b c", bucket="32", cost=3, idempotency_key="k1")])
+        on_replica = connect(replica.url)
+        # Acknowledged means already there: no wait, no retry.
+        assert on_replica.exists(f"sluice:{{m}}:job:{job.id}") == 1
+        on_replica.close()
+    finally:
+        replica.stop()
+        q.redis.close()
+
+
+def test_without_a_replica_a_submit_is_refused_and_its_retry_is_safe(primary: RedisServer) -> None:
+    q = _client(primary.url, "replica")
+    try:
+        with pytest.raises(NotReplicated, match="Idempotency-Key"):
+            q.submit("m", [NewJob(input="a b c", bucket="32", cost=3, idempotency_key="k2")])
+        # The write is on the primary; once a replica is back, the same key gives the
+        # same job (created False), not a second one.
+        assert q.stats("m").queued == 1
+        replica = _replica_of(primary)
+        try:
+            _linked(q.redis, 1)
+            retry = NewJob(input="a b c", bucket="32", cost=3, idempotency_key="k2")
+            [again] = q.submit("m", [retry])
+            assert again.created is False and q.stats("m").queued == 1
+        finally:
+            replica.stop()
+    finally:
+        q.redis.close()
+
+
+def test_primary_durability_acks_without_a_replica(primary: RedisServer) -> None:
+    q = _client(primary.url, "primary")
+    try:
+        [job] = q.submit("m", [NewJob(input="a b c", bucket="32", cost=3)])
+        assert job.created
+    finally:
+        q.redis.close()
+
+
+def test_a_completion_retried_after_no_replica_acked_keeps_the_first_result(
+    primary: RedisServer,
+) -> None:
+    q = _client(primary.url, "replica")
+    replica = _replica_of(primary)
+    try:
+        _linked(q.redis, 1)
+        [job] = q.submit("m", [NewJob(input="a b c", bucket="32", cost=3)])
+        batch = q.claim("m", "w1")
+        assert [j.id for j in batch.jobs] == [job.id]
+        port = replica.port
+        replica.stop()
+        _linked(q.redis, 0)
+        with pytest.raises(NotReplicated):
+            q.complete("m", [Outcome.ok(job.id, {"v": 1}, 1.0)], worker_id="w1")
+        replica = _replica_of(primary, port)
+        _linked(q.redis, 1)
+        # The worker's retry: accepted once, by the first call; the result stays.
+        q.complete("m", [Outcome.ok(job.id, {"v": 2}, 1.0)], worker_id="w1")
+        rec = q.get(job.id, "m")
+        assert rec.status is JobStatus.SUCCEEDED and rec.result == {"v": 1}
+    finally:
+        replica.stop()
+        q.redis.close()

@@ -1,0 +1,31 @@
+"""A Sentinel failover under steady load, on real processes: SIGKILL the primary,
+and with ``queue.durability: replica`` every job that got a 202 finishes once with
+its own result. Nothing but the dead Redis is restarted; no 500 is ever answered.
+
+The harness is the benchmark's (sluicebench/failover.py), which also reports the
+``primary`` setting's losses (docs/reliability.md).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sluicebench.failover import run_failover
+
+pytestmark = [pytest.mark.slow]
+
+
+def test_replica_durability_loses_nothing_across_a_failover(tmp_path: Path) -> None:
+    out = run_failover("replica", tmp_path, before_s=2.0, after_jobs=40)
+    summary = out.summary()
+    assert summary["accepted"] > 40, summary
+    assert out.lost == [] and out.wrong == [] and out.id_changed == [], summary
+    assert out.crashed == [], summary
+    assert 500 not in out.statuses and not any(500 <= s < 600 and s != 503 for s in out.statuses)
+    # The switch was seen (503s or dropped connections), and the stack went on by itself.
+    assert out.first_202_after_s is not None and out.first_done_after_s is not None, summary
+    for log in tmp_path.glob("*.log"):
+        text = log.read_text(errors="replace")
+        assert "Traceback" not in text, f"{log.name}:\n{text[-3000:]}"
