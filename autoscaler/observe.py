@@ -190,7 +190,7 @@ class Observer:
         stats = self.client.stats(model)
         r = self.client.redis
         pipe = r.pipeline(transaction=False)
-        pipe.time()
+        pipe.execute_command(*registry.time_command(keys.stats_key(model)))
         classes = self.client.ops.class_heads(model)
         for cmd in classes.commands:
             pipe.execute_command(*cmd)
@@ -214,7 +214,7 @@ class Observer:
         n_windows: int,
         wcall: Any,
     ) -> Reading:
-        secs, micros = replies[0]
+        secs, micros = (int(x) for x in replies[0])
         server_ms = int(secs) * 1000 + int(micros) // 1000
         at = 1 + len(classes.commands)
         heads = classes.parse(replies[1:at])

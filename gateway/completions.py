@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 
 from gateway.redis_io import bounded, raise_if_cancelling
 from sluice import keys
@@ -192,6 +193,11 @@ class Completions:
             await asyncio.sleep(self.retry.failed(error))
 
     async def _listen(self) -> None:
+        if isinstance(self.redis, AsyncRedisCluster):
+            # Its pub/sub routes by the slot map, which a client learns on first use.
+            # SUBSCRIBE (not SSUBSCRIBE): a cluster broadcasts PUBLISH to every node,
+            # so one node's connection hears every model's channel.
+            await self.redis.initialize()
         ps = self.redis.pubsub(ignore_subscribe_messages=True)
         try:
             await ps.subscribe(*self.channels)
@@ -207,6 +213,8 @@ class Completions:
                 reply = await ps.parse_response(block=False, timeout=live.wait_s(loop.time()))
                 if reply is not None:
                     live.heard(loop.time())
+                    if isinstance(reply, str | bytes):  # a bare PONG (a cluster's pub/sub)
+                        continue
                     msg = await ps.handle_message(reply, ignore_subscribe_messages=True)
                     if msg is not None and msg.get("type") == "message":
                         self.dispatch(msg["data"])

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote
 
 import redis
+from redis.crc import key_slot
 
 from sluice.errors import SluiceError
 from sluice.redis_server import RedisServer, die_with_parent, find_redis_server, free_port
@@ -289,6 +290,33 @@ class LocalCluster:
 
     def client(self, node: RedisServer) -> redis.Redis:
         return redis.Redis(port=node.port, socket_timeout=5, decode_responses=True)
+
+    def owner(self, slot: int) -> RedisServer:
+        """The node that serves ``slot`` now (asks the first live node)."""
+        for node in self.nodes:
+            if node.proc is None or node.proc.poll() is not None:
+                continue
+            c = self.client(node)
+            try:
+                for lo, hi, primary, *_ in c.execute_command("CLUSTER SLOTS"):
+                    if int(lo) <= slot <= int(hi):
+                        port = int(primary[1])
+                        return next(n for n in self.nodes if n.port == port)
+            finally:
+                c.close()
+        raise SluiceError(f"no node serves slot {slot}")
+
+    def models_on_every_shard(self, prefix: str = "m") -> list[str]:
+        """One model name per shard (by the slot of its hash tag), in node order."""
+        per = SLOTS // self.n
+        found: dict[int, str] = {}
+        for i in range(10_000):
+            name = f"{prefix}{i}"
+            shard = min(key_slot(name.encode()) // per, self.n - 1)
+            found.setdefault(shard, name)
+            if len(found) == self.n:
+                return [found[s] for s in range(self.n)]
+        raise SluiceError("no model names found for every shard")
 
     def _assign_slots(self) -> None:
         per = SLOTS // self.n

@@ -95,6 +95,12 @@ def deregister(model: str, worker_id: str) -> list[tuple[Any, ...]]:
     ]
 
 
+def time_command(routing_key: str) -> tuple[Any, ...]:
+    """The server's ``TIME``, as a command that may join any pipeline: keyed by one
+    of a model's keys (``time.lua``), so a Redis Cluster pipeline routes it."""
+    return ("EVAL", lua("time"), 1, routing_key)
+
+
 def server_time_s(reply: Any) -> float:
     """``TIME``'s reply (seconds, microseconds) as epoch seconds."""
     secs, micros = reply
@@ -124,7 +130,7 @@ def list_workers_call(model: str) -> Call[tuple[list[WorkerInfo], list[str]]]:
     deregistering.
     """
     cmds: list[tuple[Any, ...]] = [
-        ("TIME",),
+        time_command(keys.workers_key(model)),
         ("ZRANGE", keys.workers_key(model), 0, -1, "WITHSCORES"),
         ("HGETALL", keys.workers_info_key(model)),
     ]

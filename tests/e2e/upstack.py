@@ -57,8 +57,9 @@ class Up:
         return sum(1 for w in self.workers(model) if w.state == "ready")
 
 
-def launch(config: dict[str, Any], directory: Path) -> Up:
-    """``sluice up`` on a free port; returns once it has printed its banner."""
+def launch(config: dict[str, Any], directory: Path, env: dict[str, str] | None = None) -> Up:
+    """``sluice up`` on a free port; returns once it has printed its banner.
+    ``env``: more environment (SLUICE_REDIS_URL: run on that Redis, start none)."""
     path = directory / "sluice.yaml"
     path.write_text(yaml.safe_dump(config))
     port = free_port()
@@ -67,7 +68,7 @@ def launch(config: dict[str, Any], directory: Path) -> Up:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1"},
+        env=os.environ | {"HF_HUB_OFFLINE": "1"} | (env or {}),
     )
     lines: list[str] = []
     assert proc.stdout is not None
