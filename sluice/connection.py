@@ -241,8 +241,14 @@ def _backoff(o: ClientOptions) -> ExponentialBackoff | NoBackoff:
     return ExponentialBackoff(cap=0.2, base=0.02) if o.backoff else NoBackoff()
 
 
-def _sentinel_kwargs(t: RedisTarget, o: ClientOptions) -> dict[str, Any]:
-    kw: dict[str, Any] = {"socket_timeout": o.timeout_s, "socket_connect_timeout": o.timeout_s}
+def _sentinel_kwargs(t: RedisTarget, o: ClientOptions, retry: Any) -> dict[str, Any]:
+    # The same bounded retry as every other connection: redis-py's default retries a
+    # sentinel that refuses for seconds before asking the next one.
+    kw: dict[str, Any] = {
+        "socket_timeout": o.timeout_s,
+        "socket_connect_timeout": o.timeout_s,
+        "retry": retry,
+    }
     if t.sentinel_password:
         kw["password"] = t.sentinel_password
     if t.sentinel_tls:
@@ -266,7 +272,7 @@ def sync_client(url: str, opts: ClientOptions | None = None) -> redis.Redis:
         kw["ssl"] = True
         kw["ssl_cert_reqs"] = _ssl.CERT_REQUIRED
     if t.kind == "sentinel":
-        s = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o))
+        s = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o, retry))
         return s.master_for(t.service_name, db=t.db, retry=retry, **kw)
     kw.pop("health_check_interval")
     nodes = [ClusterNode(h, p) for h, p in t.nodes]
@@ -294,7 +300,7 @@ def async_client(url: str, opts: ClientOptions | None = None) -> aioredis.Redis:
     if t.kind == "sentinel":
         if o.max_connections:
             kw["max_connections"] = o.max_connections
-        s = AsyncSentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o))
+        s = AsyncSentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o, retry))
         client = s.master_for(t.service_name, db=t.db, retry=retry, **kw)
         client.auto_close_connection_pool = True
         return client
@@ -360,7 +366,7 @@ def _why_cluster(e: Exception) -> str:
 
 
 def _check_sentinel(t: RedisTarget, o: ClientOptions) -> None:
-    s = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o))
+    s = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o, Retry(NoBackoff(), 0)))
     answered = 0
     for sentinel in s.sentinels:
         try:
