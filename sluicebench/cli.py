@@ -57,6 +57,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("auth-submit")(auth_submit_cmd)
     bench_app.command("webhooks")(webhooks_cmd)
     bench_app.command("hop-ab")(hop_ab_cmd)
+    bench_app.command("redis-ha")(redis_ha_cmd)
     for name, module in SCRIPTS.items():
         bench_app.command(name, **_PASS_THROUGH)(_script_cmd(module))
 
@@ -435,6 +436,21 @@ def bench_queue(
         )
     except SluiceError as e:
         fail(str(e))  # inside the command, so typer turns the Exit into a clean exit code
+
+
+def redis_ha_cmd(
+    jobs: Annotated[int, typer.Option(help="Jobs per queue-hop round.")] = 3000,
+    calls: Annotated[int, typer.Option(help="Single-job submits per round.")] = 2000,
+    rounds: Annotated[int, typer.Option(help="Alternating rounds per comparison.")] = 6,
+    failover_runs: Annotated[int, typer.Option(help="Failovers per durability setting.")] = 2,
+    cluster_s: Annotated[float, typer.Option(help="Seconds per cluster round.")] = 5.0,
+    json_path: JsonOpt = None,
+) -> None:
+    """Replication, Sentinel and Cluster: durability and Sentinel costs, failover
+    times and losses, 3 models on 3 shards vs 1."""
+    from sluicebench.redis_ha_bench import main
+
+    main(jobs, calls, rounds, failover_runs, cluster_s, json_path)
 
 
 def webhooks_cmd(
