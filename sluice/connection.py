@@ -37,6 +37,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
+    ClusterError,
     ReadOnlyError,
     RedisClusterException,
     TryAgainError,
@@ -63,6 +64,7 @@ UNAVAILABLE_ERRORS = (
     ReadOnlyError,
     TryAgainError,
     ClusterDownError,
+    ClusterError,  # redis-py gave up following MOVED/ASK/TRYAGAIN ("TTL exhausted")
     RedisClusterException,
     OSError,
 )
@@ -310,6 +312,12 @@ def async_client(url: str, opts: ClientOptions | None = None) -> aioredis.Redis:
     nodes = [AsyncClusterNode(h, p) for h, p in t.nodes]
     cluster = AsyncRedisCluster(startup_nodes=nodes, retry=retry, **kw)
     return cast(aioredis.Redis, cluster)
+
+
+def slot_moving(e: BaseException) -> bool:
+    """A script stopped by its slot guard (``_common.lua``): its slot is being moved
+    between cluster nodes, nothing was written, and a retry will succeed."""
+    return isinstance(e, redis.exceptions.ResponseError) and "non local key" in str(e)
 
 
 def is_cluster(r: Any) -> bool:

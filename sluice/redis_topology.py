@@ -306,6 +306,47 @@ class LocalCluster:
                 c.close()
         raise SluiceError(f"no node serves slot {slot}")
 
+    def node_id(self, node: RedisServer) -> str:
+        c = self.client(node)
+        try:
+            return str(c.execute_command("CLUSTER MYID"))
+        finally:
+            c.close()
+
+    def migrate_slot(
+        self, slot: int, to: RedisServer, batch: int = 10, pause_s: float = 0.0
+    ) -> int:
+        """Move ``slot`` to ``to`` while clients keep using it, as ``redis-cli --cluster
+        reshard`` does: mark it importing and migrating, MIGRATE its keys ``batch`` at
+        a time (clients meanwhile get ASK and TRYAGAIN), then give it to ``to`` on
+        every node. Returns how many keys moved."""
+        src = self.owner(slot)
+        if src.port == to.port:
+            return 0
+        src_id, dst_id = self.node_id(src), self.node_id(to)
+        s, d = self.client(src), self.client(to)
+        moved = 0
+        try:
+            d.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", src_id)
+            s.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", dst_id)
+            while True:
+                keys = s.execute_command("CLUSTER GETKEYSINSLOT", slot, batch)
+                if not keys:
+                    break
+                s.execute_command("MIGRATE", "127.0.0.1", to.port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+                time.sleep(pause_s)  # a slower move: clients see the slot split for longer
+            for node in [to, src, *(n for n in self.nodes if n.port not in (src.port, to.port))]:
+                c = self.client(node)
+                try:
+                    c.execute_command("CLUSTER SETSLOT", slot, "NODE", dst_id)
+                finally:
+                    c.close()
+        finally:
+            s.close()
+            d.close()
+        return moved
+
     def models_on_every_shard(self, prefix: str = "m") -> list[str]:
         """One model name per shard (by the slot of its hash tag), in node order."""
         per = SLOTS // self.n

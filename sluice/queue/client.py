@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
 from sluice.config import ModelConfig
 from sluice.connection import (
@@ -20,6 +20,7 @@ from sluice.connection import (
     async_client,
     is_cluster,
     read_timeout_s,
+    slot_moving,
     sync_client,
 )
 from sluice.errors import ConfigError, NotReplicated, RedisUnavailable
@@ -119,6 +120,10 @@ class QueueClient:
                 reply = pipe.execute()
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
+        except ResponseError as e:
+            if slot_moving(e):
+                raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
+            raise
         return call.parse(reply)
 
     def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
@@ -208,6 +213,10 @@ class AsyncQueueClient:
                 reply = await pipe.execute()
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
+        except ResponseError as e:
+            if slot_moving(e):
+                raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
+            raise
         return call.parse(reply)
 
     async def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:

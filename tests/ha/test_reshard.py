@@ -1,0 +1,175 @@
+"""A model's slot moved to another cluster node while it is used (what ``redis-cli
+--cluster reshard`` does): every script stops before its first write while the slot
+is split between nodes (the slot guard in _common.lua), clients retry, and nothing
+accepted is lost or run twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+from redis.exceptions import RedisError, ResponseError
+
+from sluice import keys
+from sluice.config import parse_config
+from sluice.errors import RedisUnavailable
+from sluice.jobs import JobStatus, NewJob, Outcome
+from sluice.queue import QueueClient
+from sluice.queue.client import connect
+from sluice.queue.scripts import Call, common_source
+from sluice.redis_topology import LocalCluster
+from tests.waits import HUNG_S, wait_until
+
+pytestmark = [pytest.mark.slow]
+MODEL = "m0"
+MODELS = dict(parse_config({"models": {MODEL: {"handler": "synthetic", "buckets": [32]}}}).models)
+
+
+@pytest.fixture
+def cluster() -> Iterator[LocalCluster]:
+    with LocalCluster(2) as c:
+        yield c
+
+
+def _split(cluster: LocalCluster, key: str) -> tuple[Any, Any, Any]:
+    """Mark MODEL's slot migrating from its node to the other one, and move ``key``."""
+    slot = key_slot(MODEL.encode())
+    src = cluster.owner(slot)
+    dst = next(n for n in cluster.nodes if n.port != src.port)
+    s, d = cluster.client(src), cluster.client(dst)
+    d.execute_command("CLUSTER SETSLOT", slot, "IMPORTING", cluster.node_id(src))
+    s.execute_command("CLUSTER SETSLOT", slot, "MIGRATING", cluster.node_id(dst))
+    s.execute_command("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", key)
+    return s, d, dst
+
+
+def test_the_slot_guard_stops_a_script_before_its_first_write(cluster: LocalCluster) -> None:
+    declared, moved = keys.stats_key(MODEL), keys.job_key(MODEL, "x")
+    body = "redis.call('SET', KEYS[1], 'written')\nreturn redis.call('GET', ARGV[1])"
+    q = QueueClient(connect(cluster.url), MODELS)
+    q.register({"guarded": common_source() + "\n" + body})
+    try:
+        q.redis.set(declared, "before")
+        q.redis.set(moved, "record")
+        s, d, _ = _split(cluster, moved)
+        # Unguarded, the script writes, then fails on the moved key: the write stays.
+        with pytest.raises(ResponseError, match="non local key"):
+            s.eval(body, 1, declared, moved)
+        assert s.get(declared) == "written"
+        s.set(declared, "before")
+        # Guarded, it stops before writing; the caller is told to retry.
+        with pytest.raises(RedisUnavailable, match="slot is moving"):
+            q.run(Call(lambda r: r, "guarded", [declared], [moved]))
+        assert s.get(declared) == "before"
+        s.close()
+        d.close()
+    finally:
+        q.redis.close()
+
+
+def test_a_claim_mid_move_pops_nothing_and_runs_after_it(cluster: LocalCluster) -> None:
+    q = QueueClient(connect(cluster.url), MODELS)
+    try:
+        [job] = q.submit(MODEL, [NewJob("a b", "32", 2)])
+        # The record moves first; its queue is still on the old node.
+        s, d, dst = _split(cluster, keys.job_key(MODEL, job.id))
+        with pytest.raises(RedisUnavailable):
+            q.claim(MODEL, "w1")
+        assert s.zcard(keys.queue_key(MODEL, "32")) == 1  # nothing was popped
+        s.close()
+        d.close()
+        cluster.migrate_slot(key_slot(MODEL.encode()), dst)  # the rest, then hand over
+        batch = q.claim(MODEL, "w1")
+        assert [j.id for j in batch.jobs] == [job.id]
+        q.complete(MODEL, [Outcome.ok(job.id, "done")], "w1")
+        assert q.get(job.id, MODEL).status is JobStatus.SUCCEEDED
+    finally:
+        q.redis.close()
+
+
+class Load:
+    """A client submitting with idempotency keys and a worker claiming and
+    completing, each retrying what Redis refused, as gateways and workers do."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.accepted: dict[str, str] = {}
+        self.ran: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._submit, self._work)]
+
+    def start(self) -> Load:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def join(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(HUNG_S)
+
+    def _retry(self, what: str, fn: object) -> object:
+        while True:
+            try:
+                return fn()  # type: ignore[operator]
+            except (RedisUnavailable, RedisError) as e:
+                self.refused[f"{what}: {type(e).__name__}"] += 1
+                time.sleep(0.01)
+
+    def _submit(self) -> None:
+        q = QueueClient(connect(self.url), MODELS)
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            job = NewJob(f"t{i}", "32", 2, idempotency_key=f"k{i}")
+            [s] = self._retry("submit", lambda job=job: q.submit(MODEL, [job]))  # type: ignore[misc]
+            self.accepted[f"t{i}"] = s.id
+        q.redis.close()
+
+    def _work(self) -> None:
+        q = QueueClient(connect(self.url), MODELS)
+        while True:
+            batch = self._retry("claim", lambda: q.claim(MODEL, "w1", max_batch=8))
+            if not batch.jobs:  # type: ignore[attr-defined]
+                if self.stop.is_set():
+                    break
+                time.sleep(0.005)
+                continue
+            done = [Outcome.ok(j.id, j.input) for j in batch.jobs]  # type: ignore[attr-defined]
+            self._retry("complete", lambda done=done: q.complete(MODEL, done, "w1"))
+            for j in batch.jobs:  # type: ignore[attr-defined]
+                self.ran[j.id] += 1
+        q.redis.close()
+
+
+def test_a_reshard_under_load_loses_and_repeats_nothing(cluster: LocalCluster) -> None:
+    slot = key_slot(MODEL.encode())
+    load = Load(cluster.url).start()
+    try:
+        wait_until(lambda: len(load.accepted) >= 300, HUNG_S, "300 accepted jobs")
+        src = cluster.owner(slot)
+        dst = next(n for n in cluster.nodes if n.port != src.port)
+        # 10 keys a MIGRATE (redis-cli's default), slowed so the load meets the split.
+        moved = cluster.migrate_slot(slot, dst, batch=10, pause_s=0.005)
+        assert moved > 100 and cluster.owner(slot).port == dst.port
+        base = len(load.accepted)
+        wait_until(lambda: len(load.accepted) >= base + 200, HUNG_S, "submits after the move")
+    finally:
+        load.join()
+    q = QueueClient(connect(cluster.url), MODELS)
+    try:
+        for text, job_id in load.accepted.items():
+            rec = q.get(job_id, MODEL)
+            assert rec.status is JobStatus.SUCCEEDED and rec.result == text, (job_id, rec)
+        assert all(n == 1 for n in load.ran.values())
+        assert set(load.ran) == set(load.accepted.values())
+        stats = q.stats(MODEL)
+        assert stats.in_flight == 0 and sum(b.queued for b in stats.buckets) == 0
+    finally:
+        q.redis.close()
