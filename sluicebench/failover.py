@@ -70,6 +70,7 @@ class Outcome:
     first_done_after_s: float | None = None
     failover_s: float | None = None  # until the sentinels named a new primary
     crashed: list[str] = field(default_factory=list)  # processes that exited
+    long_polls: Counter[int] = field(default_factory=Counter)  # answers to ?wait=5
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -83,6 +84,7 @@ class Outcome:
             "kill_to_first_202_s": _r(self.first_202_after_s),
             "kill_to_first_completed_s": _r(self.first_done_after_s),
             "crashed": self.crashed,
+            "long_poll_answers": dict(sorted(self.long_polls.items())),
         }
 
 
@@ -128,6 +130,32 @@ class Client(threading.Thread):
                 return
             self.out.statuses[resp.status_code] += 1
             time.sleep(min(1.0, float(resp.headers.get("Retry-After", "0.2"))))
+
+
+class Poller(threading.Thread):
+    """Long-polls accepted jobs (``?wait=5``) through the failover, as clients that
+    wait for their results do: every answer is 200 (ended), or 503 to retry."""
+
+    def __init__(self, url: str, out: Outcome) -> None:
+        super().__init__(daemon=True, name="failover-poller")
+        self.url, self.out = url, out
+        self.stop = threading.Event()
+        self.answers: Counter[int] = Counter()
+
+    def run(self) -> None:
+        seen = 0
+        with httpx.Client(timeout=15) as c:
+            while not self.stop.is_set():
+                ids = list(self.out.accepted.values())
+                if len(ids) <= seen:
+                    time.sleep(0.02)
+                    continue
+                job_id, seen = ids[-1], len(ids)
+                try:
+                    resp = c.get(f"{self.url}/v1/jobs/{job_id}", params={"wait": 5})
+                    self.answers[resp.status_code] += 1
+                except httpx.HTTPError:
+                    self.answers[0] += 1
 
 
 class Procs:
@@ -208,6 +236,8 @@ def run_failover(
         _until(lambda: _ready(gw, workers) or procs.dead(), timeout_s, "the stack")
         client = Client(gw, out, every_s)
         client.start()
+        poller = Poller(gw, out)
+        poller.start()
         time.sleep(before_s)  # steady load: submits, claims and completions in flight
         old = group.primary()
         assert old.proc is not None
@@ -222,6 +252,9 @@ def run_failover(
         _until(lambda: len(out.accepted) >= base + after_jobs, timeout_s, "submits after it")
         client.stop.set()
         client.join(10)
+        poller.stop.set()
+        poller.join(20)
+        out.long_polls = poller.answers
         out.first_202_after_s = _first_after(client.accepted_at, out.killed_at)
         _settle(out, group.url, timeout_s)
         out.crashed = procs.dead()

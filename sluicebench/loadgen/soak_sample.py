@@ -38,7 +38,6 @@ FAMILIES = (
     "owners",
     "rate_limit",
     "scale",
-    "models",
     "other",
 )
 

@@ -71,7 +71,12 @@ def test_bad_settings_stop_at_start_with_exit_2(group: tuple[subprocess.Popen[st
     commands = (["status"], ["worker", "-m", "minilm"], ["gateway"], ["autoscaler"], ["notifier"])
     for bad, says in cases:
         for command in commands:  # in process: the same code path, without 15 interpreters
-            done = CliRunner().invoke(app, [*command, "-c", cfg, "--redis-url", bad])
+            saved = dict(os.environ)  # the gateway command exports its URL and config
+            try:
+                done = CliRunner().invoke(app, [*command, "-c", cfg, "--redis-url", bad])
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
             assert done.exit_code == 2, (command, bad, done.output)
             lines = done.stderr.strip().splitlines()
             assert len(lines) == 1 and says in lines[0], (command, done.stderr)

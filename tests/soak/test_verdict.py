@@ -219,7 +219,6 @@ def test_classify_sorts_every_family_of_sluice_keys() -> None:
             "control",
             "owners",
             "rate_limit",
-            "models",
         )
     )
 
