@@ -212,6 +212,22 @@ class SentinelGroup:
             return True
 
         _wait("sentinel group", settled, timeout_s)
+        self._wait_replicas_ack(live, timeout_s)
+
+    def _wait_replicas_ack(self, n: int, timeout_s: float) -> None:
+        """Until ``n`` replicas have loaded the primary's data and ack writes (online
+        is the RDB sent, not loaded): WAIT on a write of a key Sluice never reads."""
+        c = redis.Redis(
+            port=self.primary_port(), password=self.password, socket_timeout=timeout_s + 1
+        )
+        try:
+            c.set("sluice-topology:probe", 1)
+            c.delete("sluice-topology:probe")
+            acked = int(c.execute_command("WAIT", n, int(timeout_s * 1000)))
+        finally:
+            c.close()
+        if acked < n:
+            raise SluiceError(f"sentinel group: {acked} of {n} replicas acked within {timeout_s}s")
 
     def stop(self) -> None:
         for s in self.sentinels:

@@ -99,7 +99,7 @@ class Client(threading.Thread):
         super().__init__(daemon=True, name="failover-client")
         self.url, self.out, self.every_s = url, out, every_s
         self.stop = threading.Event()
-        self.accepted_at: list[float] = []
+        self.accepted_at: list[tuple[float, float]] = []  # (sent, answered) of each 202
 
     def run(self) -> None:
         with httpx.Client(timeout=5) as c:
@@ -111,6 +111,7 @@ class Client(threading.Thread):
 
     def _one(self, c: httpx.Client, key: str, text: str) -> None:
         while not self.stop.is_set():
+            sent_at = time.monotonic()
             try:
                 resp = c.post(
                     f"{self.url}/v1/models/{MODEL}/jobs",
@@ -126,7 +127,7 @@ class Client(threading.Thread):
                 if self.out.accepted.get(key, job_id) != job_id:
                     self.out.id_changed.append(key)
                 self.out.accepted[key] = job_id
-                self.accepted_at.append(time.monotonic())
+                self.accepted_at.append((sent_at, time.monotonic()))
                 return
             self.out.statuses[resp.status_code] += 1
             time.sleep(min(1.0, float(resp.headers.get("Retry-After", "0.2"))))
@@ -285,8 +286,9 @@ def _revive_as_replica(group: SentinelGroup, old: RedisServer) -> RedisServer:
     return revived
 
 
-def _first_after(times: list[float], t0: float) -> float | None:
-    later = [t - t0 for t in times if t > t0]
+def _first_after(times: list[tuple[float, float]], t0: float) -> float | None:
+    """Seconds from ``t0`` to the first 202 of a submit sent after it."""
+    later = [answered - t0 for sent, answered in times if sent > t0]
     return min(later) if later else None
 
 
