@@ -48,8 +48,11 @@ def failover_config(durability: str) -> dict[str, Any]:
                 "buckets": [32, 128],
                 "batching": {"max_batch": 8, "lease_s": 3},
                 "queue": {"durability": durability, "replica_ack_timeout_ms": 500},
+                "autoscaling": {"period_s": 0.5, "min_replicas": 0},
             }
         },
+        # Observes and decides through the failover; dry-run: the workers are ours.
+        "autoscaler": {"backend": "dry-run", "metrics_port": 0},
         "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3, "metrics_port": 0},
         "gateway": {"redis_timeout_s": 1.0, "stats_refresh_s": 0.3},
     }
@@ -71,6 +74,7 @@ class Outcome:
     failover_s: float | None = None  # until the sentinels named a new primary
     crashed: list[str] = field(default_factory=list)  # processes that exited
     long_polls: Counter[int] = field(default_factory=Counter)  # answers to ?wait=5
+    decisions_after_kill: int = 0  # the autoscaler's decisions logged after the kill
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -85,6 +89,7 @@ class Outcome:
             "kill_to_first_completed_s": _r(self.first_done_after_s),
             "crashed": self.crashed,
             "long_poll_answers": dict(sorted(self.long_polls.items())),
+            "autoscaler_decisions_after_kill": self.decisions_after_kill,
         }
 
 
@@ -234,6 +239,7 @@ def run_failover(
         procs.spawn("gateway", "gateway", "--port", str(port))
         for i in range(workers):
             procs.spawn(f"worker{i}", "worker", "-m", MODEL, "--metrics-port", "-1")
+        procs.spawn("autoscaler", "autoscaler")
         _until(lambda: _ready(gw, workers) or procs.dead(), timeout_s, "the stack")
         client = Client(gw, out, every_s)
         client.start()
@@ -242,6 +248,7 @@ def run_failover(
         time.sleep(before_s)  # steady load: submits, claims and completions in flight
         old = group.primary()
         assert old.proc is not None
+        decided = procs.log("autoscaler").count("autoscaler_decision")
         old.proc.kill()
         out.killed_at = time.monotonic()
         _until(lambda: _new_primary(group, old.port), timeout_s, "a new primary")
@@ -258,6 +265,7 @@ def run_failover(
         out.long_polls = poller.answers
         out.first_202_after_s = _first_after(client.accepted_at, out.killed_at)
         _settle(out, group.url, timeout_s)
+        out.decisions_after_kill = procs.log("autoscaler").count("autoscaler_decision") - decided
         out.crashed = procs.dead()
     finally:
         if client is not None:

@@ -23,6 +23,7 @@ def test_replica_durability_loses_nothing_across_a_failover(tmp_path: Path) -> N
     assert summary["accepted"] > 40, summary
     assert out.lost == [] and out.wrong == [] and out.id_changed == [], summary
     assert out.crashed == [], summary
+    assert out.decisions_after_kill > 0, summary  # the autoscaler kept its loop
     assert not any(500 <= s < 600 and s != 503 for s in out.statuses), summary
     # Long-polls through the switch: answered (200) or told to retry (503), never a 500.
     assert out.long_polls[200] > 0 and set(out.long_polls) <= {200, 503}, summary
