@@ -90,6 +90,26 @@ def test_replicas_without_sentinels_is_refused() -> None:
     assert done.returncode == 2 and "go together" in done.stderr
 
 
+def test_rq_queues_work_through_a_sentinel_url(group: tuple[subprocess.Popen[str], str]) -> None:
+    """Bulk jobs' RQ may live behind Sentinel (bulk.redis_url or the main URL)."""
+    from rq.job import Job
+
+    from sluice.bulk.rq_jobs import rq_connection, rq_queue
+    from sluice.config import parse_config
+
+    _, url = group
+    cfg = parse_config({"models": {"m": {"handler": "synthetic"}}, "bulk": {"redis_url": url}})
+    conn = rq_connection(cfg, "redis://127.0.0.1:1/0", read_timeout_s=5.0)  # bulk.redis_url wins
+    try:
+        job = rq_queue(cfg, conn).enqueue("builtins.len", "abc")
+        assert Job.fetch(job.id, connection=conn).get_status() == "queued"
+        assert rq_queue(cfg, conn).job_ids == [job.id]
+    finally:
+        rq_queue(cfg, conn).empty()
+        conn.close()
+
+
+# Last: it kills the group's primary and stops the group.
 def test_the_printed_url_follows_a_failover_and_sigterm_stops_every_process(
     group: tuple[subprocess.Popen[str], str],
 ) -> None:
