@@ -83,6 +83,9 @@ class RedisTarget:
     service_name: str = ""
     sentinel_password: str | None = None
     sentinel_tls: bool = False
+    # TLS files from the query (ssl_ca_certs, ssl_certfile, ssl_keyfile), as redis-py
+    # reads them from a rediss:// URL: a private CA for Sentinel and Cluster too.
+    tls_files: tuple[tuple[str, str], ...] = ()
     url: str = field(default="", repr=False)
 
     @property
@@ -105,6 +108,9 @@ _SCHEMES: dict[str, tuple[Kind, bool]] = {
     "redis+cluster": ("cluster", False),
     "rediss+cluster": ("cluster", True),
 }
+
+
+TLS_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 
 
 def _truthy(q: dict[str, list[str]], name: str) -> bool:
@@ -145,6 +151,7 @@ def parse_url(url: str) -> RedisTarget:
         "username": unquote(user) or None,
         "password": unquote(pw) or None,
         "tls": tls,
+        "tls_files": tuple((k, q[k][-1]) for k in TLS_FILES if q.get(k)),
         "url": url,
     }
     if kind == "cluster":
@@ -243,6 +250,10 @@ def _backoff(o: ClientOptions) -> ExponentialBackoff | NoBackoff:
     return ExponentialBackoff(cap=0.2, base=0.02) if o.backoff else NoBackoff()
 
 
+def _tls_kwargs(t: RedisTarget) -> dict[str, Any]:
+    return {"ssl": True, "ssl_cert_reqs": _ssl.CERT_REQUIRED, **dict(t.tls_files)}
+
+
 def _sentinel_kwargs(t: RedisTarget, o: ClientOptions, retry: Any) -> dict[str, Any]:
     # The same bounded retry as every other connection: redis-py's default retries a
     # sentinel that refuses for seconds before asking the next one.
@@ -254,7 +265,7 @@ def _sentinel_kwargs(t: RedisTarget, o: ClientOptions, retry: Any) -> dict[str, 
     if t.sentinel_password:
         kw["password"] = t.sentinel_password
     if t.sentinel_tls:
-        kw["ssl"] = True
+        kw.update(_tls_kwargs(t))
     return kw
 
 
@@ -271,8 +282,7 @@ def sync_client(url: str, opts: ClientOptions | None = None) -> redis.Redis:
     if t.kind == "redis":
         return redis.Redis.from_url(url, retry=retry, **kw)
     if t.tls:
-        kw["ssl"] = True
-        kw["ssl_cert_reqs"] = _ssl.CERT_REQUIRED
+        kw.update(_tls_kwargs(t))
     if t.kind == "sentinel":
         s = Sentinel(list(t.nodes), sentinel_kwargs=_sentinel_kwargs(t, o, retry))
         return s.master_for(t.service_name, db=t.db, retry=retry, **kw)
@@ -297,8 +307,7 @@ def async_client(url: str, opts: ClientOptions | None = None) -> aioredis.Redis:
         client.auto_close_connection_pool = True
         return client
     if t.tls:
-        kw["ssl"] = True
-        kw["ssl_cert_reqs"] = _ssl.CERT_REQUIRED
+        kw.update(_tls_kwargs(t))
     if t.kind == "sentinel":
         if o.max_connections:
             kw["max_connections"] = o.max_connections

@@ -35,6 +35,12 @@ MODELS = {"m": {"handler": "synthetic"}}
             {"username": "u", "password": "p@ss", "tls": True, "sentinel_password": "sp"},
         ),
         ("redis+cluster://a:7000,b:7001", "cluster", (("a", 7000), ("b", 7001)), {}),
+        (
+            "rediss+cluster://a:7000?ssl_ca_certs=/etc/ca.pem",
+            "cluster",
+            (("a", 7000),),
+            {"tls": True, "tls_files": (("ssl_ca_certs", "/etc/ca.pem"),)},
+        ),
         ("rediss+cluster://:pw@[::1]:7000", "cluster", (("::1", 7000),), {"tls": True}),
     ],
 )
