@@ -13,6 +13,7 @@ import os
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -123,6 +124,7 @@ class SentinelGroup:
         down_after_ms: int = 1000,
         password: str | None = None,
         binary: str | None = None,
+        upstream: Callable[[int], int] | None = None,
     ) -> None:
         if replicas < 1 or sentinels < 1:
             raise SluiceError("a Sentinel group needs at least 1 replica and 1 sentinel")
@@ -130,6 +132,9 @@ class SentinelGroup:
         self.service, self.password = service, password
         self.down_after_ms = down_after_ms
         self.n_replicas, self.n_sentinels = replicas, sentinels
+        # The port replicas replicate from, given the primary's (a benchmark's
+        # lagging link); the primary's own by default.
+        self.upstream = upstream or (lambda port: port)
         self.servers: list[RedisServer] = []
         self.sentinels: list[SentinelProcess] = []
 
@@ -144,7 +149,7 @@ class SentinelGroup:
             primary = RedisServer(binary=self.binary, password=self.password).start()
             self.servers.append(primary)
             for _ in range(self.n_replicas):
-                replicaof = ["--replicaof", "127.0.0.1", str(primary.port)]
+                replicaof = ["--replicaof", "127.0.0.1", str(self.upstream(primary.port))]
                 self.servers.append(
                     RedisServer(
                         binary=self.binary, password=self.password, extra_args=replicaof

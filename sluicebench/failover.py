@@ -8,13 +8,19 @@ is killed with SIGKILL; nothing is restarted but the dead Redis, which comes bac
 as a replica once a new primary is up (what a supervisor does). Then every job
 that got a 202 is looked up: finished with its own result, or lost.
 
+The replica replicates through :class:`LagLink`; with ``lag_s`` it stops
+receiving the primary's stream that long before the kill, as over a slow or
+partitioned link (on loopback alone a replica is never behind).
+
 ``tests/ha`` asserts on it (``durability: replica`` loses nothing) and
 ``sluice bench failover`` reports it for both settings.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -63,6 +69,7 @@ class Outcome:
     """One run: what the client saw, and what became of every job it was promised."""
 
     durability: str
+    lag_s: float = 0.0  # how far behind the replica was when the primary died
     accepted: dict[str, str] = field(default_factory=dict)  # Idempotency-Key -> job id
     statuses: Counter[int] = field(default_factory=Counter)  # every non-202 answer (0: no answer)
     id_changed: list[str] = field(default_factory=list)  # a key answered with two ids
@@ -79,6 +86,7 @@ class Outcome:
     def summary(self) -> dict[str, Any]:
         return {
             "durability": self.durability,
+            "replica_lag_s": self.lag_s,
             "accepted": len(self.accepted),
             "lost": len(self.lost),
             "wrong_result": len(self.wrong),
@@ -164,6 +172,80 @@ class Poller(threading.Thread):
                     self.answers[0] += 1
 
 
+class LagLink:
+    """The replication link from the primary to its replica, through us: ``hold``
+    stops forwarding the primary's stream (the replica falls behind, as over a slow
+    or partitioned network), ``drop`` cuts the link and discards what was held
+    (lost with the primary). Loopback alone never lags: the kernel hands every
+    byte to the replica's socket at once, so a killed primary loses nothing there."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.target = 0
+        self.flowing = threading.Event()
+        self.flowing.set()
+        self.dropped = threading.Event()
+        self.lock = threading.Lock()
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True, name="lag-link").start()
+
+    def to(self, primary_port: int) -> int:
+        self.target = primary_port
+        return self.port
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def drop(self) -> None:
+        self.dropped.set()
+        self.flowing.set()
+        with self.lock:
+            socks, self.socks = [*self.socks, self.listener], []
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.close()
+
+    def _accept(self) -> None:
+        while not self.dropped.is_set():
+            try:
+                replica, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                primary = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                replica.close()
+                continue
+            with self.lock:
+                if self.dropped.is_set():
+                    replica.close()
+                    primary.close()
+                    return
+                self.socks += [replica, primary]
+            for src, dst, gated in ((primary, replica, True), (replica, primary, False)):
+                threading.Thread(target=self._pump, args=(src, dst, gated), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, gated: bool) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                if gated:
+                    self.flowing.wait()
+                data = src.recv(65536)
+                if not data or self.dropped.is_set():
+                    break
+                dst.sendall(data)
+        self.drop_pair(src, dst)
+
+    def drop_pair(self, *pair: socket.socket) -> None:
+        """One side closed: close both (the replica reconnects if it wants)."""
+        with self.lock:
+            self.socks = [s for s in self.socks if s not in pair]
+        for s in pair:
+            with contextlib.suppress(OSError):
+                s.close()
+
+
 class Procs:
     def __init__(self, workdir: Path, url: str, cfg: dict[str, Any]) -> None:
         self.workdir, self.url = workdir, url
@@ -225,11 +307,16 @@ def run_failover(
     every_s: float = 0.01,
     workers: int = 2,
     timeout_s: float = 90.0,
+    lag_s: float = 0.0,
 ) -> Outcome:
-    """One failover under load; returns what happened (asserts nothing)."""
+    """One failover under load; returns what happened (asserts nothing). ``lag_s``:
+    the replica stops receiving the primary's writes this long before the kill."""
     workdir.mkdir(parents=True, exist_ok=True)
-    out = Outcome(durability)
-    group = SentinelGroup(replicas=replicas, sentinels=3, down_after_ms=1000).start()
+    out = Outcome(durability, lag_s=lag_s)
+    link = LagLink()
+    group = SentinelGroup(
+        replicas=replicas, sentinels=3, down_after_ms=1000, upstream=link.to
+    ).start()
     procs = Procs(workdir, group.url, failover_config(durability))
     client: Client | None = None
     revived: RedisServer | None = None
@@ -249,8 +336,12 @@ def run_failover(
         old = group.primary()
         assert old.proc is not None
         decided = procs.log("autoscaler").count("autoscaler_decision")
+        if lag_s:
+            link.hold()
+            time.sleep(lag_s)
         old.proc.kill()
         out.killed_at = time.monotonic()
+        link.drop()
         _until(lambda: _new_primary(group, old.port), timeout_s, "a new primary")
         out.failover_s = time.monotonic() - out.killed_at
         # The dead server comes back as a replica of the new primary (a supervisor's
@@ -273,6 +364,7 @@ def run_failover(
         procs.stop()
         if revived is not None:
             revived.stop()
+        link.drop()
         group.stop()
     return out
 

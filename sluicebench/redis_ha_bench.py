@@ -128,13 +128,17 @@ def costs(jobs: int, calls: int, rounds: int) -> list[dict[str, Any]]:
         group.stop()
 
 
-def failovers(runs: int) -> list[dict[str, Any]]:
+def failovers(runs: int, lags: tuple[float, ...] = (0.0, 1.0)) -> list[dict[str, Any]]:
+    """Each durability setting ``runs`` times per replica lag (ABBA)."""
     out = []
     tmp = Path(tempfile.mkdtemp(prefix="sluice-bench-failover-"))
-    for i in range(runs):
-        for d in ("primary", "replica") if i % 2 == 0 else ("replica", "primary"):
-            res = run_failover(d, tmp / f"{d}-{i}", before_s=3.0, after_jobs=100, every_s=0.0)
-            out.append(res.summary())
+    for lag in lags:
+        for i in range(runs):
+            for d in ("primary", "replica") if i % 2 == 0 else ("replica", "primary"):
+                res = run_failover(
+                    d, tmp / f"{d}-{lag}-{i}", before_s=3.0, after_jobs=100, every_s=0.0, lag_s=lag
+                )
+                out.append(res.summary())
     return out
 
 
@@ -198,11 +202,12 @@ def _print(res: dict[str, Any]) -> None:
             f"{statistics.median(row['b_per_s']):>9.0f} {row['ratio_b_over_a']:>6.3f}"
         )
     print()
-    head = f"{'failover':<10} {'accepted':>8} {'lost':>5} {'new primary s':>13}"
+    head = f"{'failover':<10} {'lag s':>5} {'accepted':>8} {'lost':>5} {'new primary s':>13}"
     print(f"{head} {'to 1st 202 s':>12} {'to 1st done s':>13}  non-202")
     for f in res["failover"]:
         print(
-            f"{f['durability']:<10} {f['accepted']:>8} {f['lost']:>5} {f['failover_s']!s:>13} "
+            f"{f['durability']:<10} {f['replica_lag_s']:>5} {f['accepted']:>8} {f['lost']:>5} "
+            f"{f['failover_s']!s:>13} "
             f"{f['kill_to_first_202_s']!s:>12} {f['kill_to_first_completed_s']!s:>13}  "
             f"{f['non_202']}"
         )

@@ -100,7 +100,7 @@ def serve(redis_url: str | None) -> Iterator[str]:
         thread.join(10)
 
 
-EXAMPLES = {"fake": 40, "real": 8}  # per operation and generation mode
+EXAMPLES = {"fake": 30, "real": 8}  # per operation and generation mode
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
