@@ -214,7 +214,7 @@ class Observer:
         n_windows: int,
         wcall: Any,
     ) -> Reading:
-        secs, micros = (int(x) for x in replies[0])
+        secs, micros = replies[0]  # TIME through time.lua: two strings
         server_ms = int(secs) * 1000 + int(micros) // 1000
         at = 1 + len(classes.commands)
         heads = classes.parse(replies[1:at])

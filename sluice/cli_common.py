@@ -66,6 +66,16 @@ def redis_url(cli_value: str | None, cfg: SluiceConfig | None) -> str:
     return resolve_redis_url(cli_value, cfg)
 
 
+def _never_works(url: str, cfg: SluiceConfig | None) -> str:
+    """The URL's kind, or ConfigError for what is wrong without reaching Redis."""
+    from sluice.connection import parse_url
+    from sluice.queue.client import refuse_cluster_durability
+
+    kind = parse_url(url).kind
+    refuse_cluster_durability(kind == "cluster", dict(cfg.models) if cfg else {})
+    return kind
+
+
 def check_setting(url: str, cfg: SluiceConfig | None, timeout_s: float = 2.0) -> None:
     """Exit 2 with one line for a Redis setting that can never work, before anything
     starts: a malformed URL, replica durability on a cluster, and for Sentinel and
@@ -74,19 +84,10 @@ def check_setting(url: str, cfg: SluiceConfig | None, timeout_s: float = 2.0) ->
     waits)."""
     import redis
 
-    from sluice.connection import check, parse_url
+    from sluice.connection import check
 
     try:
-        target = parse_url(url)
-        durable = sorted(
-            m for m, c in (cfg.models.items() if cfg else ()) if c.queue.durability == "replica"
-        )
-        if target.kind == "cluster" and durable:
-            raise ConfigError(
-                f"models {', '.join(durable)}: queue.durability: replica is not supported "
-                "on Redis Cluster (docs/deploy.md)"
-            )
-        if target.kind != "redis":
+        if _never_works(url, cfg) != "redis":
             check(url, timeout_s)
     except ConfigError as e:
         fail(f"redis: {redact(str(e))}", EXIT_CONFIG)
@@ -96,13 +97,13 @@ def check_setting(url: str, cfg: SluiceConfig | None, timeout_s: float = 2.0) ->
 
 def check_redis(url: str, cfg: SluiceConfig | None = None, timeout_s: float = 2.0) -> None:
     """Fail with one line when Redis cannot be used: exit 2 for a setting that can
-    never work (:func:`check_setting`), exit 3 when a server does not answer."""
+    never work (as :func:`check_setting`), exit 3 when a server does not answer."""
     import redis
 
     from sluice.connection import check
 
-    check_setting(url, cfg, timeout_s)
     try:
+        _never_works(url, cfg)
         check(url, timeout_s)
     except ConfigError as e:
         fail(f"redis: {redact(str(e))}", EXIT_CONFIG)

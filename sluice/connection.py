@@ -24,7 +24,7 @@ from __future__ import annotations
 import ssl as _ssl
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 import redis
 import redis.asyncio as aioredis
@@ -48,6 +48,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from sluice.errors import ConfigError
+from sluice.redact import redact_url
 
 Kind = Literal["redis", "sentinel", "cluster"]
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
@@ -96,7 +97,7 @@ class RedisTarget:
             return f"sentinel service {self.service_name!r} at {hosts}"
         if self.kind == "cluster":
             return f"cluster at {hosts}"
-        return f"{'rediss' if self.tls else 'redis'}://{hosts}/{self.db}"
+        return redact_url(self.url)
 
 
 _SCHEMES: dict[str, tuple[Kind, bool]] = {
@@ -188,8 +189,6 @@ def sentinel_url(
     sentinel_tls: bool = False,
 ) -> str:
     """The ``redis+sentinel://`` URL for a config file's ``redis.sentinel`` block."""
-    from urllib.parse import quote, urlencode
-
     auth = ""
     if password or username:
         auth = f"{quote(username or '', safe='')}:{quote(password or '', safe='')}@"

@@ -66,9 +66,10 @@ def _acked(call: Call[Any], acked: Any) -> None:
         )
 
 
-def _refuse_cluster_durability(r: Any, models: dict[str, ModelConfig]) -> None:
+def refuse_cluster_durability(cluster: bool, models: dict[str, ModelConfig]) -> None:
+    """ConfigError when a model asks for replica durability on Redis Cluster."""
     durable = sorted(m for m, c in models.items() if c.queue.durability == "replica")
-    if durable and is_cluster(r):
+    if durable and cluster:
         raise ConfigError(
             f"models {', '.join(durable)}: queue.durability: replica is not supported on "
             "Redis Cluster (use primary, or Sentinel / a managed primary endpoint)"
@@ -79,7 +80,7 @@ class QueueClient:
     """Synchronous protocol client (workers, CLI, benchmarks)."""
 
     def __init__(self, r: redis.Redis, models: dict[str, ModelConfig]) -> None:
-        _refuse_cluster_durability(r, models)
+        refuse_cluster_durability(is_cluster(r), models)
         self.redis = r
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
@@ -172,7 +173,7 @@ class AsyncQueueClient:
     """Asyncio protocol client (the gateway)."""
 
     def __init__(self, r: aioredis.Redis, models: dict[str, ModelConfig]) -> None:
-        _refuse_cluster_durability(r, models)
+        refuse_cluster_durability(is_cluster(r), models)
         self.redis = r
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}

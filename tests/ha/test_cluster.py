@@ -16,7 +16,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from redis.crc import key_slot
 
 from sluice.client import Client
@@ -175,5 +174,3 @@ def test_bulk_without_its_own_redis_is_refused_clearly_on_a_cluster(
         check=False,
     )
     assert done.returncode == 2 and "set bulk.redis_url" in done.stderr, done.stderr
-    r = redis.Redis.from_url(cluster.nodes[0].url)
-    r.close()
