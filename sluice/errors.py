@@ -55,6 +55,12 @@ class WebhookRefused(InvalidInput):
     type = "webhook_refused"
 
 
+class WebhookHostUnresolved(WebhookRefused):
+    """The host's name did not resolve for a reason that passes (a resolver outage,
+    EAI_AGAIN): at a delivery a network error, retried to the horizon; at submit a
+    refusal like any other."""
+
+
 class InputTooLarge(SluiceError):
     type = "input_too_large"
 

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from sluice.config import WebhooksConfig
-from sluice.errors import WebhookRefused
+from sluice.errors import WebhookHostUnresolved, WebhookRefused
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -179,6 +179,11 @@ class Guard:
                 try:
                     raw = await self.resolver(target.host, target.port)
                 except (OSError, UnicodeError, ValueError) as e:  # IDNA: a bad label
+                    if dns_failure_is_temporary(e):
+                        raise WebhookHostUnresolved(
+                            f"webhook.url: {target.host} does not resolve now "
+                            f"(a temporary DNS failure: {type(e).__name__})"
+                        ) from e
                     raise WebhookRefused(f"webhook.url: {target.host} does not resolve") from e
                 found = [ipaddress.ip_address(a.split("%", 1)[0]) for a in raw]
                 if not found:
@@ -205,6 +210,32 @@ class Guard:
         if len(self._admitted) >= CACHE_MAX:
             self._admitted.clear()
         self._admitted[key] = time.monotonic() + CACHE_S
+
+
+# getaddrinfo's answers that say the name (or the request) is wrong, not that the
+# resolver failed: asking again later gives the same answer.
+_PERMANENT_EAI = frozenset(
+    getattr(socket, n)
+    for n in (
+        "EAI_NONAME",  # NXDOMAIN
+        "EAI_NODATA",  # the name exists without an address
+        "EAI_ADDRFAMILY",
+        "EAI_FAMILY",
+        "EAI_SERVICE",
+        "EAI_SOCKTYPE",
+        "EAI_BADFLAGS",
+    )
+    if hasattr(socket, n)
+)
+
+
+def dns_failure_is_temporary(e: BaseException) -> bool:
+    """Whether a resolver error may pass by itself (EAI_AGAIN, EAI_FAIL, a timeout,
+    a reset): a delivery retries it to the horizon instead of counting it as the
+    receiver's fault. A name that does not exist or cannot be encoded is permanent."""
+    if isinstance(e, socket.gaierror):
+        return e.errno not in _PERMANENT_EAI
+    return isinstance(e, OSError)  # UnicodeError, ValueError: a malformed name
 
 
 async def _getaddrinfo(host: str, port: int) -> list[str]:

@@ -28,7 +28,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from sluice.config import WebhooksConfig
-from sluice.errors import ConfigError, WebhookRefused
+from sluice.errors import ConfigError, WebhookHostUnresolved, WebhookRefused
 from sluice.webhooks.guard import Guard, Target, parse_url
 from sluice.webhooks.ops import Claimed
 
@@ -189,6 +189,8 @@ class Sender:
                         status = resp.status_code
                         retry_after = _retry_after(resp.headers.get("retry-after"))
                         await self._drain(resp)
+        except WebhookHostUnresolved as e:  # a resolver outage is not the receiver's fault
+            error, result = str(e), "connect"
         except WebhookRefused as e:
             error, result = str(e), "refused"
         except (httpx.TimeoutException, TimeoutError):

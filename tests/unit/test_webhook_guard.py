@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import socket
 
 import pytest
 from hypothesis import given
@@ -11,9 +12,9 @@ from hypothesis import strategies as st
 
 from sluice.config import WebhooksConfig
 from sluice.errors import WebhookRefused
-from sluice.webhooks.guard import Guard, host_allowed, parse_url
+from sluice.webhooks.guard import Guard, dns_failure_is_temporary, host_allowed, parse_url
 from sluice.webhooks.ops import Claimed
-from sluice.webhooks.sender import Sender
+from sluice.webhooks.sender import Attempt, Sender, signer
 
 
 def guard(resolved: dict[str, list[str]] | None = None, **cfg: object) -> Guard:
@@ -212,3 +213,67 @@ def test_the_default_delivery_ttl_is_the_same_in_python_lua_and_config() -> None
 
     assert WebhooksConfig().record_ttl_s == HOOK_TTL_S
     assert f"local HOOK_TTL_S = {HOOK_TTL_S}" in common_source()
+
+
+def _attempt_with_resolver_error(err: BaseException, client_errors: int) -> Attempt:
+    """One real Sender attempt whose resolver raises ``err`` (no network reached)."""
+
+    async def resolver(host: str, port: int) -> list[str]:
+        raise err
+
+    cfg = WebhooksConfig(max_client_error_attempts=3, retry_schedule_s=[5])
+
+    async def go() -> Attempt:
+        sender = Sender(cfg, Guard(cfg, resolver))
+        try:
+            c = claimed(fails=client_errors, client_errors=client_errors)
+            return await sender.attempt(c, "{}", signer("whsec_" + "A" * 24), 5.0)
+        finally:
+            await sender.aclose()
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"),
+        socket.gaierror(socket.EAI_FAIL, "Non-recoverable failure in name resolution"),
+        TimeoutError("resolver timed out"),
+    ],
+)
+def test_a_temporary_dns_failure_is_a_network_error_retried_not_a_client_error(
+    err: BaseException,
+) -> None:
+    """A resolver outage must not dead-letter deliveries: even at the last client
+    error allowed, a temporary failure retries (the horizon, not the count, ends it)."""
+    a = _attempt_with_resolver_error(err, client_errors=2)
+    assert a.next == "retry" and not a.client_error and a.result == "connect", a
+    assert "temporary" in a.error
+
+
+def test_a_name_that_does_not_exist_stays_a_client_error() -> None:
+    err = socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+    assert _attempt_with_resolver_error(err, client_errors=0).client_error
+    a = _attempt_with_resolver_error(err, client_errors=2)
+    assert a.next == "dead" and a.client_error and a.result == "refused"
+
+
+@pytest.mark.parametrize(
+    ("err", "temporary"),
+    [
+        (socket.gaierror(socket.EAI_AGAIN, ""), True),
+        (socket.gaierror(socket.EAI_FAIL, ""), True),
+        (socket.gaierror(socket.EAI_MEMORY, ""), True),
+        (socket.gaierror(socket.EAI_SYSTEM, ""), True),
+        (TimeoutError(), True),
+        (ConnectionResetError(), True),
+        (socket.gaierror(socket.EAI_NONAME, ""), False),
+        (socket.gaierror(socket.EAI_NODATA, ""), False),
+        (socket.gaierror(socket.EAI_ADDRFAMILY, ""), False),
+        (UnicodeError("label empty or too long"), False),
+        (ValueError("bad"), False),
+    ],
+)
+def test_which_resolver_errors_are_temporary(err: BaseException, temporary: bool) -> None:
+    assert dns_failure_is_temporary(err) is temporary
