@@ -120,6 +120,13 @@ def workers_key(model: str) -> str:
     return f"{_tag(model)}workers"
 
 
+def parked_workers_key(model: str) -> str:
+    """Zset of the live workers that are parked (warm pool, ADR 0128), scored like
+    :func:`workers_key`: the claim script subtracts them to count the workers that
+    serve, for ``bulk.reserve_workers`` (a parked worker claims nothing)."""
+    return f"{_tag(model)}workers:parked"
+
+
 def workers_info_key(model: str) -> str:
     """Hash of worker id -> last heartbeat JSON."""
     return f"{_tag(model)}workers:info"

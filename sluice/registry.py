@@ -81,9 +81,10 @@ def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
     ttl_ms = max(1, int(ttl_s * 1000))
     raw = info.to_json()
     zset, hash_ = keys.workers_key(info.model), keys.workers_info_key(info.model)
+    parked_zset, parked = keys.parked_workers_key(info.model), "1" if info.parked else "0"
     return [
         ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
-        ("EVAL", lua("heartbeat"), 2, zset, hash_, info.id, raw, ttl_ms),
+        ("EVAL", lua("heartbeat"), 3, zset, hash_, parked_zset, info.id, raw, ttl_ms, parked),
     ]
 
 
@@ -92,6 +93,7 @@ def deregister(model: str, worker_id: str) -> list[tuple[Any, ...]]:
         ("DEL", keys.worker_key(model, worker_id)),
         ("HDEL", keys.workers_info_key(model), worker_id),
         ("ZREM", keys.workers_key(model), worker_id),
+        ("ZREM", keys.parked_workers_key(model), worker_id),
     ]
 
 
@@ -149,7 +151,8 @@ def prune(model: str, stale_ids: list[str]) -> list[tuple[Any, ...]]:
     if not stale_ids:
         return []
     zset, hash_ = keys.workers_key(model), keys.workers_info_key(model)
-    return [("EVAL", lua("prune_workers"), 2, zset, hash_, *stale_ids)]
+    parked = keys.parked_workers_key(model)
+    return [("EVAL", lua("prune_workers"), 3, zset, hash_, parked, *stale_ids)]
 
 
 def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:

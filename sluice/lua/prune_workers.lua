@@ -3,6 +3,7 @@
 -- it lapsed (the read and the prune are separate round trips) is kept.
 -- KEYS[1] the model's live workers (zset: id -> heartbeat expiry, epoch s, server clock)
 -- KEYS[2] the model's worker info (hash: id -> WorkerInfo JSON)
+-- KEYS[3] the model's parked workers (zset, scored as KEYS[1])
 -- ARGV[1..] ids a reader saw lapsed
 -- Returns how many were forgotten.
 local t = redis.call('TIME')
@@ -12,6 +13,7 @@ for i = 1, #ARGV do
   local expiry = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[i]))
   if expiry == nil or expiry <= now_s then
     redis.call('ZREM', KEYS[1], ARGV[i])
+    redis.call('ZREM', KEYS[3], ARGV[i])
     redis.call('HDEL', KEYS[2], ARGV[i])
     forgotten = forgotten + 1
   end

@@ -108,7 +108,7 @@ def test_a_prefetch_claim_takes_no_bulk_batch(r: redis.Redis) -> None:
     assert len(batch) == 3 and batch.bulk
 
 
-def register(r: redis.Redis, *worker_ids: str) -> None:
+def register(r: redis.Redis, *worker_ids: str, parked: bool = False) -> None:
     from sluice import registry
 
     now = time.time()
@@ -120,8 +120,9 @@ def register(r: redis.Redis, *worker_ids: str) -> None:
             pid=1,
             device="cpu",
             buckets=[],
-            state="ready",
+            state="standby" if parked else "ready",
             started_at=now,
+            parked=parked,
         )
         for cmd in registry.heartbeat(info, 30):
             r.execute_command(*cmd)
@@ -141,6 +142,24 @@ def test_reserve_workers_keeps_a_worker_free_of_bulk(r: redis.Redis) -> None:
     # w2 finishes its batch: w3 may now take bulk items.
     q.complete("m", [], "w2")
     assert len(q.claim("m", "w3")) == 2
+
+
+def test_a_parked_worker_is_not_counted_free_for_the_reserve(r: redis.Redis) -> None:
+    # One serving worker and one parked (warm-pool) worker: the parked one serves
+    # nothing until promoted, so it cannot be the worker kept free for interactive
+    # jobs (issue 28, item 4).
+    q = client(r, bulk={"reserve_workers": 1, "max_batch": 8})
+    register(r, "w1")
+    register(r, "p1", parked=True)
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(8)])
+    assert len(q.claim("m", "w1")) == 0
+    # Promoted: its next heartbeat says it serves, and it now counts as free.
+    register(r, "p1")
+    assert len(q.claim("m", "w1")) == 8
+    # Parked again (a scale-down): it stops counting at its next heartbeat.
+    q.complete("m", [], "w1")
+    register(r, "p1", parked=True)
+    assert len(q.claim("m", "w1")) == 0
 
 
 def test_a_dead_holder_stops_counting_when_its_lease_lapses(r: redis.Redis) -> None:

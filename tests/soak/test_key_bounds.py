@@ -113,13 +113,16 @@ def test_worker_keys_expire_and_lapsed_workers_are_pruned(queue_factory, r: redi
     pipe.execute()
     assert 0 < r.pttl(keys.worker_key("m", "w1")) <= 2000
     assert 0 < ttl(r, keys.worker_control_key("m", "w1")) <= registry.CONTROL_TTL_S
-    for cmd in registry.heartbeat(info, 0.001):  # its last heartbeat: lapses in 1 ms
+    # Its last heartbeat, parked (warm pool): lapses in 1 ms.
+    for cmd in registry.heartbeat(replace(info, state="standby", parked=True), 0.001):
         r.execute_command(*cmd)
+    assert r.zcard(keys.parked_workers_key("m")) == 1
     stale = _lapsed(q, "w1")
     assert q.run(registry.list_workers_call("m"))[0] == []
     for cmd in registry.prune("m", stale):
         r.execute_command(*cmd)
     assert r.hlen(keys.workers_info_key("m")) == 0 and r.zcard(keys.workers_key("m")) == 0
+    assert r.zcard(keys.parked_workers_key("m")) == 0
 
 
 async def test_the_gateway_prunes_lapsed_workers_without_an_autoscaler(redis_url: str) -> None:

@@ -3,11 +3,12 @@
 -- KEYS[3] dead-letter list                            KEYS[4] per-owner unfinished-job counts
 -- KEYS[5] workers running a bulk batch (zset, lease expiry ms)
 -- KEYS[6] live workers (zset, heartbeat expiry s)
--- KEYS[7..] queue keys served
+-- KEYS[7] parked live workers (zset, heartbeat expiry s; warm pool, ADR 0128)
+-- KEYS[8..] queue keys served
 -- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
 -- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
---   the same order as KEYS[7..]). The reply is declared there too (reply, REPLY,
+--   the same order as KEYS[8..]). The reply is declared there too (reply, REPLY,
 --   reply_group).
 -- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
@@ -46,8 +47,8 @@ local function malformed(f)
 end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holders, live_workers = KEYS[5], KEYS[6]
-local Q1 = 7  -- KEYS index of the first queue
+local holders, live_workers, parked_workers = KEYS[5], KEYS[6], KEYS[7]
+local Q1 = 8  -- KEYS index of the first queue
 local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
 local ended = {}
@@ -153,8 +154,9 @@ local function pick_bucket()
 end
 
 local best, bulk_best = pick_bucket()
--- Bulk only while enough live workers hold no bulk batch (counting this one as a
--- holder): an interactive job that arrives then finds one about to be free.
+-- Bulk only while enough serving workers hold no bulk batch (counting this one as a
+-- holder): an interactive job that arrives then finds one about to be free. Parked
+-- (warm-pool) workers are live but claim nothing until promoted: never free.
 -- Reads only: a write before the first memory-taking one would let the whole
 -- script run past maxmemory (Redis checks OOM until a script has written).
 local function bulk_room()
@@ -164,6 +166,7 @@ local function bulk_room()
   local mine = tonumber(redis.call('ZSCORE', holders, worker) or '0')
   if mine > now then held = held - 1 end
   local live = redis.call('ZCOUNT', live_workers, now / 1000, '+inf')
+  live = live - redis.call('ZCOUNT', parked_workers, now / 1000, '+inf')
   return live - held - 1 >= reserve
 end
 local bulk_batch = best == 0 and bulk_best > 0 and bulk_max_batch > 0 and bulk_room()
