@@ -80,3 +80,58 @@ def test_loader_errors_name_the_setting(tmp_path: Path) -> None:
     )
     h = make_handler(HandlerContext("e", cfg_obj.model("e")))
     assert isinstance(h, EmbeddingHandler) and h.loader == "transformers"
+
+
+def tiny_masked_lm(model_dir: Path) -> None:
+    """A random two-layer BERT saved as ``BertForMaskedLM``: its weights are named
+    ``bert.embeddings...`` / ``bert.encoder...`` (plus the ``cls.`` head), as many
+    fine-tuned checkpoints are, with the bundled tokenizer beside them."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    cfg = BertConfig(
+        vocab_size=30522,  # the bundled tokenizer's
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertForMaskedLM(cfg).save_pretrained(model_dir, safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(bundled_model_dir() / name, model_dir / name)
+
+
+def test_a_bert_prefixed_checkpoint_loads_and_matches_transformers(tmp_path: Path) -> None:
+    from safetensors import safe_open
+
+    tiny_masked_lm(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), framework="pt") as f:
+        assert "bert.embeddings.word_embeddings.weight" in set(f.keys())
+    auto, hf = (
+        handler({"model_dir": str(tmp_path)}),
+        handler({"model_dir": str(tmp_path), "loader": "transformers"}),
+    )
+    assert auto.native and not hf.native  # auto takes the native path, which loads it
+    texts = TEXTS[:4] + ["word " * 200]  # over 128 positions: truncated by both
+    a, b = auto.collate(texts, [1] * len(texts)), hf.collate(texts, [1] * len(texts))
+    assert torch.equal(a.data["input_ids"], b.data["input_ids"])
+    va, vb = auto.infer(a), hf.infer(b)
+    assert va.shape == (len(texts), 32)
+    assert float((va - vb).abs().max()) < 1e-5
+
+
+def test_auto_falls_back_for_weights_the_native_path_lacks(tmp_path: Path) -> None:
+    """Names under any other prefix: auto picks transformers, native names the gap."""
+    from safetensors.torch import load_file, save_file
+
+    tiny_masked_lm(tmp_path)
+    weights = tmp_path / "model.safetensors"
+    save_file({"encoder." + k: v for k, v in load_file(str(weights)).items()}, str(weights))
+    cfg = parse_config(
+        {"models": {"e": {"handler": "embedding", "params": {"model_dir": str(tmp_path)}}}}
+    )
+    h = make_handler(HandlerContext("e", cfg.model("e")))
+    assert isinstance(h, EmbeddingHandler) and h.loader == "transformers"
+    with pytest.raises(ConfigError, match="native.*lacks encoder weights"):
+        handler({"loader": "native", "model_dir": str(tmp_path)})

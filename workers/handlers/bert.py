@@ -15,6 +15,7 @@ through ``transformers`` (the handler decides, :func:`supported`).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,9 @@ from torch.nn import functional as F  # noqa: N812 - torch's own convention
 
 WEIGHTS = "model.safetensors"
 TOKENIZER = "tokenizer.json"
+# Where the encoder's weights may sit: BertModel's own names, or under "bert." as a
+# BertFor* model (BertForMaskedLM, ...) saves them; transformers strips that too.
+PREFIXES = ("", "bert.")
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,41 @@ def supported(model_dir: Path) -> str | None:
         if not (model_dir / name).is_file():
             return f"no {name}"
     missing = [k for k in BertConfig.__dataclass_fields__ if k not in raw]
-    return f"config.json lacks {missing}" if missing else None
+    if missing:
+        return f"config.json lacks {missing}"
+    return _weights_why_not(model_dir)
+
+
+def _weights_why_not(model_dir: Path) -> str | None:
+    """Reads only the safetensors header: None if the file holds every weight the
+    encoder needs under one of PREFIXES, else why not (auto then uses transformers)."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(model_dir / WEIGHTS), framework="pt") as f:
+            names = set(f.keys())
+    except Exception as e:  # noqa: BLE001 - any unreadable file: let transformers try
+        return f"{WEIGHTS} unreadable ({e})"
+    expected = encoder_names(BertConfig.read(model_dir))
+    if weights_prefix(names, expected) is None:
+        example = sorted(expected - names)[:3]
+        return f"{WEIGHTS} lacks encoder weights such as {example} (with or without 'bert.')"
+    return None
+
+
+def encoder_names(c: BertConfig) -> set[str]:
+    """The parameter names :class:`BertEncoder` loads (built on meta: no memory)."""
+    with torch.device("meta"):
+        return set(BertEncoder(c).state_dict())
+
+
+def weights_prefix(names: Iterable[str], expected: set[str]) -> str | None:
+    """The first of PREFIXES under which ``names`` hold all of ``expected``, or None."""
+    have = set(names)
+    for prefix in PREFIXES:
+        if all(prefix + k in have for k in expected):
+            return prefix
+    return None
 
 
 class _SelfAttention(nn.Module):
@@ -191,10 +229,13 @@ def load(model_dir: Path, device: str, dtype: torch.dtype | None) -> tuple[BertE
     state: dict[str, Any] = load_file(str(model_dir / WEIGHTS), device=device)
     read_s = time.perf_counter() - t0
     keep = set(model.state_dict())
-    state = {k: v for k, v in state.items() if k in keep}  # the pooler, position_ids
-    missing = keep - set(state)
-    if missing:
+    prefix = weights_prefix(state, keep)
+    if prefix is None:
+        missing = keep - set(state)
         raise ValueError(f"{model_dir / WEIGHTS} lacks {sorted(missing)[:5]}")
+    # Dropped: the pooler, position_ids, a BertFor* model's head (e.g. "cls.").
+    named = {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+    state = {k: v for k, v in named.items() if k in keep}
     model.load_state_dict(state, assign=True)
     if dtype is not None:
         model.to(dtype=dtype)
