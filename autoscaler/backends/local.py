@@ -15,69 +15,37 @@ nothing. A scale-up promotes them first (a Redis command, like drain) and starts
 replacements behind them; a scale-down parks a serving worker instead of stopping
 it when the pool is short (at max_replicas it is not refilled), or while a
 replacement is still loading (that one is stopped: the pool gets a warm worker at
-once). A parked worker that exits is replaced, not restarted as capacity.
-The pool is never refilled past what ``max_replicas`` could still promote. A parked
-GPU worker holds its device share (its weights stay there); a parked CPU worker is
-started with its threads but takes its cores from the pool only when promoted
-(serving workers never outnumber the cores, as without a pool).
+once). A parked worker that exits is replaced (after a backoff that grows while
+replacements exit before parking), not restarted as capacity. The pool is never
+refilled past what ``max_replicas`` could still promote, nor past what the free cores
+could: a parked GPU worker holds its device share (its weights stay there); a parked
+CPU worker is started with its threads but takes its cores only when promoted
+(serving workers never outnumber the cores, as without a pool), so it is started only
+where cores no one else counts on are free (docs/adr/0135).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from autoscaler.backends.base import Control, idlest_first
+from autoscaler.backends.local_workers import EXITS_KEPT, LocalWorker, ModelState, sluice_command
 from autoscaler.devices import CorePool, DevicePool
+from sluice.backoff import Backoff
 from sluice.config import REDIS_URL_ENV, SluiceConfig, WarmPoolConfig
 from sluice.cores import THREADS_ENV, cores_per_worker, total_cores
 from sluice.registry import PARK, PROMOTE, WorkerInfo
 
+__all__ = ["EXITS_KEPT", "LocalBackend", "LocalWorker", "sluice_command"]
+
 log = logging.getLogger("sluice.autoscaler")
-EXITS_KEPT = 100  # recent worker exits remembered per model (an autoscaler runs for months)
-
-
-@dataclass
-class LocalWorker:
-    id: str
-    model: str
-    proc: subprocess.Popen[bytes]
-    device: str | None
-    spawned_at: float
-    spawned_wall_s: float = 0.0  # to compare with the heartbeat's ready_at (wall clock)
-    log_file: IO[bytes] | None = None
-    draining_since: float | None = None
-    cores: int = 0  # CPU cores held (given back when it exits)
-    parked: bool = False  # in the warm pool: started --parked, or parked on a scale-down
-    threads: int = 0  # its torch threads (the cores it takes while serving)
-
-
-@dataclass
-class _ModelState:
-    workers: list[LocalWorker] = field(default_factory=list)
-    restarts_due: list[float] = field(default_factory=list)  # monotonic times
-    crashes: int = 0
-    exits: deque[tuple[str, int, bool]] = field(  # (id, code, drained), the newest last
-        default_factory=lambda: deque(maxlen=EXITS_KEPT)
-    )
-    info: dict[str, WorkerInfo] = field(default_factory=dict)  # latest heartbeats by id
-    cold_starts: dict[str, float] = field(default_factory=dict)  # id -> spawn-to-ready s
-
-
-def sluice_command() -> list[str]:
-    exe = shutil.which("sluice", path=str(Path(sys.executable).parent)) or shutil.which("sluice")
-    return [exe] if exe else [sys.executable, "-m", "sluice"]
 
 
 class LocalBackend:
@@ -104,8 +72,12 @@ class LocalBackend:
         self.clock = clock
         self.pool = DevicePool(list(cfg.autoscaler.devices))
         self.cores = CorePool(total_cores(cfg))
-        self.models = {m: _ModelState() for m in cfg.models}
+        self.models = {m: self._model_state() for m in cfg.models}
         self._seq = 0
+
+    def _model_state(self) -> ModelState:
+        a = self.cfg.autoscaler
+        return ModelState(pool_backoff=Backoff(a.restart_backoff_s, a.restart_backoff_max_s))
 
     # -- what the loop asks ---------------------------------------------------
     def observe(self, model: str, workers: list[WorkerInfo]) -> None:
@@ -113,6 +85,8 @@ class LocalBackend:
         st.info = {w.id: w for w in workers}
         if any(w.state == "ready" for w in workers):
             st.crashes = 0  # a worker got to ready: the backoff starts over
+        if any(w.state == "standby" for w in workers):
+            st.pool_backoff.reset()  # a parked worker got to standby: so does the pool's
         ours = {w.id: w for w in st.workers}
         for info in workers:
             mine = ours.get(info.id)
@@ -173,7 +147,7 @@ class LocalBackend:
         return self.control is not None and self.pools[model].size > 0
 
     @staticmethod
-    def _standby(st: _ModelState, w: LocalWorker) -> bool:
+    def _standby(st: ModelState, w: LocalWorker) -> bool:
         info = st.info.get(w.id)
         return info is not None and info.state == "standby"
 
@@ -183,27 +157,58 @@ class LocalBackend:
             return 0
         done = 0
         for w in self.parked(model)[:n]:
-            if w.device is None:
-                try:
-                    self.cores.take(w.threads)
-                except LookupError as e:
-                    log.warning("local: not promoting %s worker %s: %s", model, w.id, e)
-                    break
-                w.cores = w.threads
-            self.control(model, w.id, PROMOTE)
-            w.parked = False
+            # Taken before the command (so a promotion never oversubscribes), given
+            # back when it fails: a failed command promoted nothing (issue 28).
+            try:
+                self.cores.take(w.threads)
+            except LookupError as e:
+                log.warning("local: not promoting %s worker %s: %s", model, w.id, e)
+                break
+            try:
+                self.control(model, w.id, PROMOTE)
+            except Exception:
+                self.cores.give(w.threads)
+                raise
+            w.cores, w.parked = w.threads, False
             done += 1
             log.info("local: promoted %s worker %s", model, w.id)
         return done
 
-    def _pool_target(self, model: str) -> int:
-        """The pool's size, but no more than max_replicas could still promote."""
+    def _pool_target(self, model: str, leaving: LocalWorker | None = None) -> int:
+        """The pool's size, but no more than max_replicas could still promote, nor
+        than the free cores could take in (``leaving``: a serving worker on its way
+        out, its place and cores counted as free)."""
         if not self._pool_on(model):
             return 0
-        room = self.cfg.models[model].autoscaling.max_replicas - self.current(model)
-        return max(0, min(self.pools[model].size, room))
+        serving = self.current(model) - (leaving is not None)
+        room = self.cfg.models[model].autoscaling.max_replicas - serving
+        fits = self._promotable(model, leaving.cores if leaving is not None else 0)
+        return max(0, min(self.pools[model].size, room, fits))
+
+    def _promotable(self, model: str, freed: int) -> int:
+        """How many parked workers of ``model`` the free cores could promote: cores not
+        held, not due to a pending restart and not counted on by another model's pool
+        (a parked GPU worker holds its device share already; a synthetic one no cores)."""
+        per = self._threads(model)
+        if per == 0:
+            return self.pools[model].size
+        spoken = sum(
+            len(st.restarts_due) * self._threads(m)
+            + (sum(w.threads for w in self.parked(m)) if m != model else 0)
+            for m, st in self.models.items()
+        )
+        return max(0, self.cores.total - self.cores.used + freed - spoken) // per
+
+    def _threads(self, model: str) -> int:
+        """Threads (and so cores, once serving) of one worker of ``model``."""
+        if self.cfg.autoscaler.devices:
+            return 0
+        return cores_per_worker(self.cfg.models[model], self.cores.total)
 
     def _refill(self, model: str) -> None:
+        st = self.models[model]
+        if self.clock() < st.pool_refill_at:
+            return  # a parked worker crashed: the pool backs off (issue 28)
         for _ in range(self._pool_target(model) - len(self.parked(model))):
             if not self._spawn(model, parked=True):
                 break
@@ -226,8 +231,7 @@ class LocalBackend:
         st = self.models[model]
         pool = self.parked(model)
         loading = [p for p in pool if not self._standby(st, p)]
-        room = self.cfg.models[model].autoscaling.max_replicas - (self.current(model) - 1)
-        short = len(pool) < min(self.pools[model].size, room)
+        short = len(pool) < self._pool_target(model, leaving=w)
         if not short and not loading:
             return False
         if not short:
@@ -344,7 +348,7 @@ class LocalBackend:
             log.info("local: draining %s worker %s (SIGTERM)", w.model, w.id)
             w.proc.send_signal(signal.SIGTERM)
 
-    def _reap(self, model: str, st: _ModelState, now: float) -> None:
+    def _reap(self, model: str, st: ModelState, now: float) -> None:
         keep = []
         for w in st.workers:
             code = w.proc.poll()
@@ -358,7 +362,7 @@ class LocalBackend:
                 log.info("local: %s worker %s drained (exit %d)", model, w.id, code)
                 continue
             if w.parked:  # the pool's refill replaces it; it was never serving capacity
-                log.warning("local: parked %s worker %s exited with %d", model, w.id, code)
+                self._parked_exit(st, w, code, now)
                 continue
             st.crashes += 1
             backoff = min(
@@ -375,7 +379,21 @@ class LocalBackend:
             )
         st.workers = keep
 
-    def _maybe_kill(self, st: _ModelState, w: LocalWorker, now: float) -> None:
+    def _parked_exit(self, st: ModelState, w: LocalWorker, code: int, now: float) -> None:
+        """A parked worker that exits is replaced after a backoff, which grows while
+        replacements exit before they reach standby: a crash loop must not cost a
+        model load every period."""
+        delay = st.pool_backoff.next_s()
+        st.pool_refill_at = max(st.pool_refill_at, now + delay)
+        log.warning(
+            "local: parked %s worker %s exited with %d; refilling the pool in %.1f s",
+            w.model,
+            w.id,
+            code,
+            delay,
+        )
+
+    def _maybe_kill(self, st: ModelState, w: LocalWorker, now: float) -> None:
         """A drain that outlived its timeout is killed only if the worker is not busy."""
         if w.draining_since is None:
             return

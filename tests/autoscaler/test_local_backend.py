@@ -7,11 +7,17 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from autoscaler.backends.base import Control
 from autoscaler.backends.local import LocalBackend
-from sluice.config import parse_config
-from sluice.registry import WorkerInfo
+from sluice.config import WarmPoolConfig, parse_config
+from sluice.errors import RedisUnavailable
+from sluice.registry import PROMOTE, WorkerInfo
+from tests.waits import wait_until
 
 # Writes its arguments and CUDA_VISIBLE_DEVICES to <dir>/<worker id>.json, then waits
 # for SIGTERM and exits 0 (the drain), or exits 3 at once if told to crash.
@@ -33,20 +39,30 @@ while True:
 
 
 def _backend(  # type: ignore[no-untyped-def]
-    tmp_path: Path, monkeypatch, model: dict[str, object] | None = None, **autoscaler: object
+    tmp_path: Path,
+    monkeypatch,
+    model: dict[str, object] | None = None,
+    *,
+    control: Control | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    models: int = 1,
+    **autoscaler: object,
 ) -> LocalBackend:
     script = tmp_path / "fake_worker.py"
     script.write_text(FAKE)
     monkeypatch.setenv("FAKE_DIR", str(tmp_path))
     monkeypatch.delenv("SLUICE_NUM_THREADS", raising=False)
     m = model or {"handler": "synthetic", "autoscaling": {"max_replicas": 8, "gpu_memory_gb": 6}}
-    cfg = parse_config({"models": {"m": m}, "autoscaler": autoscaler})
+    names = ["m", "n"][:models]
+    cfg = parse_config({"models": dict.fromkeys(names, m), "autoscaler": autoscaler})
     return LocalBackend(
         cfg,
         tmp_path / "sluice.yaml",
         "redis://127.0.0.1:1/0",
         command=[sys.executable, str(script)],
         log_dir=tmp_path / "logs",
+        clock=clock,
+        control=control,
     )
 
 
@@ -163,5 +179,114 @@ def test_a_crash_is_restarted_with_backoff(tmp_path: Path, monkeypatch) -> None:
         exits = be.models["m"].exits
         assert len(exits) >= 3 and all(code == 3 and not drained for _, code, drained in exits)
         assert len({wid for wid, _, _ in exits}) == len(exits)  # each restart is a new worker
+    finally:
+        be.close(timeout_s=5)
+
+
+# -- the warm pool's failure paths (issue 28), with a stand-in control channel ---------
+POOL = WarmPoolConfig(size=1)
+EMBED_2 = {"handler": "embedding", "autoscaling": {"min_replicas": 0, "max_replicas": 2}}
+
+
+class FlakyControl:
+    """Records each command; raises RedisUnavailable for the first ``fail`` of them
+    (one period of a Sentinel failover)."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.fail = fail
+        self.sent: list[tuple[str, str, str]] = []
+
+    def __call__(self, model: str, worker_id: str, command: str) -> None:
+        if self.fail > 0:
+            self.fail -= 1
+            raise RedisUnavailable("stand-in: failing over")
+        self.sent.append((model, worker_id, command))
+
+
+def test_a_failed_promotion_gives_its_cores_back(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    control = FlakyControl(fail=1)
+    # The example's shape: 2 cores, max_replicas 2, a pool of 1 (1 core per worker).
+    be = _backend(tmp_path, monkeypatch, EMBED_2, cpu_cores=2, control=control)
+    try:
+        be.scale("m", 1, [])
+        be.keep_pool("m", POOL)
+        assert (be.current("m"), len(be.parked("m")), be.cores.used) == (1, 1, 1)
+        with pytest.raises(RedisUnavailable):  # the loop logs it and tries next period
+            be.scale("m", 2, [])
+        assert be.cores.used == 1 and be.current("m") == 1  # the take was given back
+        be.scale("m", 2, [])  # Redis is back: the same parked worker is promoted
+        assert [c[2] for c in control.sent] == [PROMOTE]
+        assert be.current("m") == 2 and be.cores.used == 2
+        be.scale("m", 1, [_info(w.id) for w in be.models["m"].workers])
+        assert be.current("m") == 1 and be.cores.used == 1  # the core came back: no leak
+    finally:
+        be.close(timeout_s=5)
+    assert be.cores.used == 0
+
+
+def test_no_parked_worker_that_could_never_be_promoted(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # 2 threads per worker on 2 cores, max_replicas 2: with one serving, a parked
+    # worker would never find its cores, so none is started (nor counted).
+    model = {
+        "handler": "embedding",
+        "params": {"num_threads": 2},
+        "autoscaling": {"min_replicas": 0, "max_replicas": 2},
+    }
+    be = _backend(tmp_path, monkeypatch, model, cpu_cores=2, control=FlakyControl())
+    try:
+        be.scale("m", 1, [])
+        be.keep_pool("m", POOL)
+        assert be.parked("m") == [] and len(be.models["m"].workers) == 1
+        # With none serving, the cores are free: a parked worker can be promoted.
+        # With none serving its cores are free: the scale-down parks it (holding none).
+        be.scale("m", 0, [_info(w.id) for w in be.models["m"].workers])
+        assert len(be.parked("m")) == 1 and be.cores.used == 0 and be.current("m") == 0
+    finally:
+        be.close(timeout_s=5)
+
+
+def test_parked_workers_do_not_count_on_the_same_cores(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # Two models share 3 cores (1 per worker); one serving each leaves one free core:
+    # the first pool to refill parks a worker on it, the second gets none.
+    be = _backend(tmp_path, monkeypatch, EMBED_2, cpu_cores=3, control=FlakyControl(), models=2)
+    try:
+        for m in ("m", "n"):
+            be.scale(m, 1, [])
+        for m in ("m", "n"):
+            be.keep_pool(m, POOL)
+        assert (len(be.parked("m")), len(be.parked("n"))) == (1, 0)
+        be.scale("n", 2, [])  # serving wins the core; the pool that counted on it trims
+        assert be.current("n") == 2 and be.cores.used == 3
+        be.keep_pool("m", POOL)
+        assert be.parked("m") == []
+    finally:
+        be.close(timeout_s=5)
+
+
+def test_a_parked_worker_in_a_crash_loop_backs_off(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "crash").write_text("")
+    now = [0.0]
+    be = _backend(
+        tmp_path,
+        monkeypatch,
+        control=FlakyControl(),
+        clock=lambda: now[0],
+        restart_backoff_s=1.0,
+        restart_backoff_max_s=30.0,
+    )
+    try:
+        for _ in range(30):  # 30 periods of 1 s, each parked worker exiting at once
+            be.keep_pool("m", POOL)
+            wait_until(
+                lambda: all(w.proc.poll() is not None for w in be.models["m"].workers),
+                what="the parked worker's exit",
+            )
+            now[0] += 1.0
+            be.tick(now[0])
+        # Delays of at least 0.5, 1, 2, 4, 8 s (half of 1, 2, 4 .. s): at most 6 starts
+        # in 30 s, where respawning every period starts 30.
+        starts = len(be.models["m"].exits)
+        assert 2 <= starts <= 6
+        assert be.current("m") == 0 and not be.models["m"].restarts_due
     finally:
         be.close(timeout_s=5)
