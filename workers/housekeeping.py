@@ -103,10 +103,10 @@ class Housekeeper:
         held = self.status.held()
         if held:
             missing = self.client.renew(info.model, info.id, held)
-            # A job completed while the renewal was on its way is not lost: what the
-            # worker still holds is read after the reply, not before the call.
-            still = set(self.status.held())
-            lost = [j for j in missing if j in still]
+            # A job this worker completed while the renewal was on its way is not lost:
+            # its completion was marked before it was sent (or it was released since),
+            # and both are read after the reply, not before the call.
+            lost = self.status.lost_of(missing)
             if lost:
                 self.lost.extend(lost)
                 log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))

@@ -16,6 +16,10 @@ from sluice.registry import WorkerInfo
 class WorkerStatus:
     info: WorkerInfo
     _held: set[str] = field(default_factory=set)
+    # Held jobs whose outcomes are on their way to Redis: the completion may have
+    # ended them there already (its WAIT for a replica still out), so a renewal that
+    # finds them gone has not lost them; the completion's reply says what became of them.
+    _ending: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def update(self, **changes: object) -> WorkerInfo:
@@ -40,7 +44,20 @@ class WorkerStatus:
     def release(self, job_ids: list[str]) -> None:
         with self._lock:
             self._held.difference_update(job_ids)
+            self._ending.difference_update(job_ids)
             self._derive()
+
+    def ending(self, job_ids: list[str]) -> None:
+        """Their outcomes are about to be sent: still held until ``release``."""
+        with self._lock:
+            self._ending.update(j for j in job_ids if j in self._held)
+
+    def lost_of(self, missing: list[str]) -> list[str]:
+        """Of the ids a renewal found without this worker's lease, those truly lost:
+        still held and not being completed by this worker. Called after the renewal's
+        reply, so a completion that ended them first is seen (ending, or released)."""
+        with self._lock:
+            return [j for j in missing if j in self._held and j not in self._ending]
 
     def held(self) -> list[str]:
         with self._lock:

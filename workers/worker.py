@@ -467,6 +467,9 @@ class Worker:
 
     def _complete(self, outcomes: list[Outcome]) -> bool:
         """Send one batch's outcomes as their holder (retried ~10 s); False if it gave up."""
+        # Before the send: a renewal answered while it is out (a replica-durable
+        # completion waits for its WAIT) must not read these ended jobs as lost.
+        self.status.ending([o.id for o in outcomes])
         return send_outcomes(self.client, self.model, self.id, outcomes, self.complete_backoff_s)
 
     def _account(self, batch: Batch, result: BatchResult) -> None:
