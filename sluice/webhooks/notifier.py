@@ -277,7 +277,6 @@ class Notifier:
                     error=a.error,
                     latency_ms=a.latency_ms,
                     client_error=a.client_error,
-                    body="" if c.body else body,
                 )
             )
         except RedisUnavailable as e:

@@ -58,8 +58,10 @@ class Claimed:
     kind: str  # 'job' | 'bulk'
     first_ms: int  # when this round of attempts began (the horizon counts from it)
     ended_ms: int  # when the job ended
-    body: str  # '' until an attempt is recorded (then every attempt sends it)
-    record: dict[str, str] = field(default_factory=dict)  # to render the body from
+    # A body stored by a notifier before the delivery kept none ('' now): every
+    # attempt renders the body from ``record``, the ended (unchanging) job's hash.
+    body: str
+    record: dict[str, str] = field(default_factory=dict)  # empty once it has expired
 
     @property
     def webhook_id(self) -> str:
@@ -157,17 +159,19 @@ class WebhookOps:
         error: str = "",
         latency_ms: float = 0.0,
         client_error: bool = False,
-        body: str = "",
     ) -> Call[bool]:
-        """Record the attempt; False when the lease was no longer this attempt's."""
+        """Record the attempt; False when the lease was no longer this attempt's. A
+        delivery that ends lets its job's record go back to its own TTL."""
+        record = keys.bulk_key if c.kind == "bulk" else keys.job_key
         ks = [
             keys.deliveries_due_key(c.model),
             keys.delivery_key(c.model, c.id),
             keys.deliveries_dead_key(c.model),
+            record(c.model, c.id),
         ]
         args = [
             c.id, c.token, nxt, retry_ms, status, error[:300], round(latency_ms, 1),
-            1 if client_error else 0, DELIVERED_TTL_S, DEAD_TTL_S, LOG_KEEP, body,
+            1 if client_error else 0, DELIVERED_TTL_S, DEAD_TTL_S, LOG_KEEP,
         ]  # fmt: skip
         return Call(lambda r: r[0] == "ok", "webhook_done", ks, args)
 
@@ -179,6 +183,8 @@ class WebhookOps:
             keys.delivery_key(model, delivery_id),
             keys.deliveries_dead_key(model),
             keys.deliveries_wake_key(model),
+            keys.job_key(model, delivery_id),
+            keys.bulk_key(model, delivery_id),
         ]
 
         def parse(r: list[str]) -> str:

@@ -9,7 +9,8 @@ local function end_bulk(ks, state, id, ttl_s)
   local now = now_ms()
   redis.call('HSET', ks[1], 'state', state, 'finished', int(now), 'token', '')
   local wh = redis.call('HMGET', ks[1], 'whu', 'whe', 'owner', 'wht')
-  if ks[7] and wh[1] and wants(wh[2] or '', state) then
+  local hook = ks[7] and wh[1] and wants(wh[2] or '', state)
+  if hook then
     enqueue_delivery(string.sub(ks[7], 1, #ks[7] - #id), id, 'bulk', state, wh[1], wh[3],
                      now, wh[4])
   end
@@ -18,4 +19,5 @@ local function end_bulk(ks, state, id, ttl_s)
   for _, k in ipairs({ks[1], ks[4], ks[5], ks[6]}) do
     redis.call('EXPIRE', k, tonumber(ttl_s))
   end
+  if hook then hold_record(ks[1], ks[7], tonumber(wh[4]) or HOOK_TTL_S) end
 end

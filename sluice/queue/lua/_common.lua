@@ -163,6 +163,17 @@ local function new_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   redis.call('EXPIRE', dk, tonumber(ttl_s) or HOOK_TTL_S)
 end
 
+-- While its delivery is pending, a job's (or bulk job's) record outlives its own
+-- TTL: the notifier renders every attempt's body from it (the delivery keeps no
+-- copy). Its own TTL is kept on the delivery ('jttl', the first one: a redelivery
+-- keeps it) and applied again, counted from then, when the delivery ends (done.lua).
+local function hold_record(rk, dk, ttl_s)
+  local own = redis.call('TTL', rk)
+  if own < 0 then return end  -- gone, or kept without an expiry
+  redis.call('HSETNX', dk, 'jttl', own)
+  if own < ttl_s then redis.call('EXPIRE', rk, ttl_s) end
+end
+
 local function enqueue_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   new_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   redis.call('ZADD', nprefix .. 'due', now, id)
@@ -192,8 +203,7 @@ local function publish_ended(channel, ended, jprefix, nprefix)
       new_delivery(nprefix, id, 'job', status, f[2], f[4], now, ttl)
       table.insert(due, now)
       table.insert(due, id)
-      -- The job stays readable (GET, the body's result link) while its delivery is.
-      if redis.call('TTL', jprefix .. id) < ttl then redis.call('EXPIRE', jprefix .. id, ttl) end
+      hold_record(jprefix .. id, nprefix .. id, ttl)
     end
   end
   if #due > 0 then
