@@ -85,6 +85,13 @@ def simulate_cmd(
         float | None,
         typer.Option(help="Simulated cold start (default: the policy's cold_start_s)."),
     ] = None,
+    capacity_cost_per_s: Annotated[
+        float | None,
+        typer.Option(
+            help="Cost units/s all replicas share (cores, one GPU): more replicas add no "
+            "drain rate past it, and the saturation guard can cap them. Default: no limit."
+        ),
+    ] = None,
     json_path: JsonOpt = None,
     plot: Annotated[Path | None, typer.Option(help="Draw replicas, queue, p99 to a PNG.")] = None,
     dispatch: Annotated[
@@ -111,6 +118,8 @@ def simulate_cmd(
         if dispatch is not None:
             if plot is not None:
                 raise ConfigError("--plot draws policy replays; --dispatch prints a table only")
+            if capacity_cost_per_s is not None:
+                raise ConfigError("--capacity-cost-per-s is for policy replays, not --dispatch")
             setup = dispatch_report.Setup(
                 trace or "mixed",
                 dispatch_report.parse_strategies(dispatch),
@@ -130,6 +139,7 @@ def simulate_cmd(
                 service_rate,
                 cold_start_s,
                 plot,
+                capacity_cost_per_s,
             )
     except ConfigError as e:
         fail(str(e), EXIT_CONFIG)

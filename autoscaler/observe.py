@@ -27,7 +27,8 @@ from typing import Any
 
 import redis
 
-from autoscaler.policy import BURST_RATE_S, MIN_RATE_COVERAGE, RECENT_RATE_S, Observation
+from autoscaler.policy import BURST_RATE_S, RECENT_RATE_S, Observation
+from autoscaler.rates import Sample, window_rates
 from sluice import keys, registry, waits
 from sluice.backoff import Reconnect
 from sluice.bulk.ops import parse_report
@@ -42,13 +43,6 @@ from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
 # A coordinator reports every poll; one silent this long is dead (the reaper resumes it).
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    t_s: float
-    arrived_cost: int
-    completed_cost: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,17 +94,6 @@ def _bulk_split(
     reported_queued = sum(q for q, _ in live)
     backlog = sum(bl for _, bl in live) + max(0.0, cost - reported_queued)
     return BulkSignals(queued, cost, backlog)
-
-
-def _rate(samples: deque[Sample], now: Sample, span_s: float) -> tuple[float, float] | None:
-    """(arrival, completion) cost rates over the last span_s, from the oldest sample
-    inside it; None until the samples cover MIN_RATE_COVERAGE of the span."""
-    base = next((s for s in samples if s.t_s >= now.t_s - span_s - 1e-6), None)
-    if base is None or now.t_s - base.t_s < max(1.0, MIN_RATE_COVERAGE * span_s):
-        return None
-    dt = now.t_s - base.t_s
-    arrived = (now.arrived_cost - base.arrived_cost) / dt
-    return arrived, (now.completed_cost - base.completed_cost) / dt
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +231,9 @@ class Observer:
         ):
             samples.clear()  # counters went back (Redis flushed): rates start over
         span = self.models[model].autoscaling.metrics_window_s
-        long, short = _rate(samples, now, span), _rate(samples, now, min(span, RECENT_RATE_S))
-        burst = _rate(samples, now, min(span, BURST_RATE_S))
+        long = window_rates(samples, now, span)
+        short = window_rates(samples, now, min(span, RECENT_RATE_S))
+        burst = window_rates(samples, now, min(span, BURST_RATE_S))
         policy = self.models[model].autoscaling
         slope = _slope(samples, now, policy.predict.window_s)
         samples.append(now)

@@ -37,8 +37,11 @@ def run_trace(
     policies: list[str],
     service_rate: float | None = None,
     cold_start_s: float | None = None,
+    capacity_cost_per_s: float | None = None,
 ) -> list[SimResult]:
-    """The oracle first, then each policy, all from the same warm start."""
+    """The oracle first, then each policy, all from the same warm start; with
+    ``capacity_cost_per_s``, the replicas share that much drain rate (the oracle
+    does not: it is the yardstick of what the load needs)."""
     p = model.autoscaling
     mu = service_rate or default_service_rate(model)
     cold = p.cold_start_s if cold_start_s is None else cold_start_s
@@ -53,7 +56,7 @@ def run_trace(
         ctl = controllers.parse_policy(spec, p)
         start = int(spec.split(":")[1]) if spec.startswith("fixed:") else init
         sim_p = p if spec.partition(":")[0] == "sluice" else bare
-        results.append(simulator.simulate(trace, ctl, sim_p, mu, cold, start))
+        results.append(simulator.simulate(trace, ctl, sim_p, mu, cold, start, capacity_cost_per_s))
     return results
 
 
@@ -115,10 +118,11 @@ def simulate_cmd(
     service_rate: float | None,
     cold_start_s: float | None,
     plot_path: Path | None,
+    capacity_cost_per_s: float | None = None,
 ) -> dict[str, Any]:
     t0 = time.perf_counter()
     trace = traces.resolve(trace_spec)
-    results = run_trace(trace, model, policies, service_rate, cold_start_s)
+    results = run_trace(trace, model, policies, service_rate, cold_start_s, capacity_cost_per_s)
     table = rows(results)
     print_table(table)
     if plot_path is not None:
@@ -129,6 +133,7 @@ def simulate_cmd(
         "trace": trace.name,
         "results": table,
         "oracle_replica_seconds": results[0].replica_seconds,
+        "capacity_cost_per_s": capacity_cost_per_s,
     }
 
 

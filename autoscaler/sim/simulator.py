@@ -8,6 +8,13 @@ workers first, then stops idle ones, and lets busy ones finish (drain). The
 controller sees the same observation the real observer builds, every
 ``period_s``. Pure Python, an event loop: a 30-minute trace runs in about a
 second.
+
+Replicas may share what limits them (``capacity_cost_per_s``: cores, one GPU): then
+a job served starts at ``min(service_rate, capacity / jobs in service)``, its rate
+fixed when it starts, so adding replicas adds no drain rate past the capacity. The
+completion rates the saturation guard reads (docs/adr/0126) come from the simulated
+completions through the observer's own arithmetic (:mod:`autoscaler.rates`), so a
+replay caps a scale-up where the live autoscaler would.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from typing import Any
 
 from autoscaler.observation import Observation
 from autoscaler.policy import BURST_RATE_S, MIN_RATE_COVERAGE, RECENT_RATE_S
+from autoscaler.rates import Sample, window_rates
 from autoscaler.sim.controllers import Controller, Oracle
+from autoscaler.sim.fleet import Fleet
 from autoscaler.sim.traces import Trace
 from sluice import waits
 from sluice.config import AutoscalingConfig
@@ -49,112 +58,6 @@ class SimResult:
         return d
 
 
-@dataclass
-class _Fleet:
-    """Workers by state; ids only matter to pair drains with completions.
-
-    With a warm pool (``pool_size`` > 0), parked workers wait started but serve
-    nothing: a scale-up promotes them first (serving ``promote_s`` later) and starts
-    a replacement behind each one (parked after a cold start), so the pool holds
-    ``pool_size`` parked or refilling workers. A scale-down parks instead of stopping
-    while a refill is still starting (that refill is cancelled: the pool gets a warm
-    worker at once), and a cancelled promotion goes back to the pool.
-    """
-
-    idle: list[int] = field(default_factory=list)
-    busy: list[tuple[float, int]] = field(default_factory=list)  # heap (finish_s, id)
-    starting: list[tuple[float, int]] = field(default_factory=list)  # heap (ready_s, id)
-    draining: set[int] = field(default_factory=set)
-    next_id: int = 0
-    pool_size: int = 0
-    promote_s: float = 0.0
-    park_on_scale_down: bool = True
-    parked: list[int] = field(default_factory=list)
-    refilling: list[tuple[float, int]] = field(default_factory=list)  # heap (parked_s, id)
-    promoting: set[int] = field(default_factory=set)  # starting ids that were parked
-    promotions: int = 0
-
-    @property
-    def current(self) -> int:
-        return len(self.idle) + len(self.busy) + len(self.starting) - len(self.draining)
-
-    @property
-    def alive(self) -> int:
-        return len(self.idle) + len(self.busy) + len(self.starting)
-
-    @property
-    def pool(self) -> int:
-        return len(self.parked) + len(self.refilling)
-
-    def _new_id(self) -> int:
-        self.next_id += 1
-        return self.next_id - 1
-
-    def add(self, n: int, now_s: float, cold_s: float) -> None:
-        while n > 0 and self.parked:
-            wid = self.parked.pop()
-            self.promoting.add(wid)
-            heapq.heappush(self.starting, (now_s + self.promote_s, wid))
-            self.promotions += 1
-            n -= 1
-        for _ in range(n):
-            heapq.heappush(self.starting, (now_s + cold_s, self._new_id()))
-        self.refill(now_s, cold_s)
-
-    def refill(self, now_s: float, cold_s: float) -> None:
-        while self.pool < self.pool_size:
-            heapq.heappush(self.refilling, (now_s + cold_s, self._new_id()))
-
-    def _park(self, wid: int) -> bool:
-        """Park a serving worker instead of stopping it, if the pool wants it."""
-        if not (self.park_on_scale_down and self.refilling):
-            return False
-        self.refilling.sort()
-        self.refilling.pop()  # the refill that would be warm last
-        self.parked.append(wid)
-        return True
-
-    def ready(self) -> None:
-        """The earliest starting worker is ready to serve."""
-        _, wid = heapq.heappop(self.starting)
-        self.promoting.discard(wid)
-        self.idle.append(wid)
-
-    def finished(self, wid: int) -> None:
-        """A busy worker finished its job."""
-        if wid in self.draining:
-            self.draining.discard(wid)
-            self._park(wid)
-        else:
-            self.idle.append(wid)
-
-    def remove(self, n: int) -> None:
-        # Cheapest first: starting workers (latest ready first; a promoted one goes
-        # back to the pool), then idle (parked while a refill starts), then drain busy.
-        if n > 0 and self.starting:
-            self.starting.sort()
-            k = min(n, len(self.starting))
-            for _, wid in self.starting[len(self.starting) - k :]:
-                if wid in self.promoting:
-                    self.promoting.discard(wid)
-                    self.parked.append(wid)
-            del self.starting[len(self.starting) - k :]
-            n -= k
-        while n > 0 and self.idle:
-            self._park(self.idle.pop())
-            n -= 1
-        for _, wid in sorted(self.busy):
-            if n <= 0:
-                break
-            if wid not in self.draining:
-                self.draining.add(wid)
-                n -= 1
-        while self.pool > self.pool_size and self.refilling:
-            self.refilling.sort()
-            self.refilling.pop()
-        del self.parked[self.pool_size :]
-
-
 class _Sim:
     def __init__(
         self,
@@ -164,11 +67,13 @@ class _Sim:
         service_rate: float,
         cold_start_s: float,
         initial: int,
+        capacity_cost_per_s: float | None = None,
     ) -> None:
         self.trace, self.ctl, self.p = trace, ctl, policy
         self.mu, self.cold_s = service_rate, cold_start_s
+        self.capacity = capacity_cost_per_s
         wp = policy.warm_pool
-        self.fleet = _Fleet(
+        self.fleet = Fleet(
             idle=list(range(initial)),
             next_id=initial + wp.size,
             pool_size=wp.size,
@@ -189,6 +94,11 @@ class _Sim:
         self.trend_new: deque[tuple[float, float]] = deque()
         self.trend_old: deque[tuple[float, float]] = deque()
         self.trend_sums = [0.0, 0.0]  # old, new
+        # Cumulative arrived and completed cost, sampled once per decision as the
+        # observer samples the queue's counters; serving[wid]: the cost in service.
+        self.arrived_cost = self.completed_cost = 0.0
+        self.samples: deque[Sample] = deque()
+        self.serving: dict[int, float] = {}
         self.hists: dict[int, list[int]] = {}
         self.waits = [math.inf] * len(trace.times_s)
         self.replica_s = 0.0  # serving and refilling workers in full, parked at their share
@@ -205,7 +115,16 @@ class _Sim:
             self.waits[j] = wait
             h = self.hists.setdefault(waits.window_start(t), [0] * len(waits.LABELS))
             h[waits.slot(wait * 1000.0)] += 1
-            heapq.heappush(f.busy, (t + costs[j] / self.mu, f.idle.pop()))
+            wid = f.idle.pop()
+            self.serving[wid] = costs[j]
+            heapq.heappush(f.busy, (t + costs[j] / self.job_rate(len(f.busy) + 1), wid))
+
+    def job_rate(self, in_service: int) -> float:
+        """Cost units/s a job is served at with ``in_service`` jobs running (this one
+        included): the replicas' own rate, or their share of a shared capacity."""
+        if self.capacity is None:
+            return self.mu
+        return min(self.mu, self.capacity / max(1, in_service))
 
     def observe(self, t: float) -> Observation:
         f, span = self.fleet, self.p.metrics_window_s
@@ -218,6 +137,7 @@ class _Sim:
         while self.burst and self.burst[0][0] <= t - burst:
             self.burst_cost -= self.burst.popleft()[1]
         slope = self._slope(t)
+        done_long, done_recent = self._completion_rates(t)
         recent = [self.hists[w] for w in waits.recent_windows(t) if w in self.hists]
         counts = [sum(col) for col in zip(*recent, strict=True)] if recent else []
         ready = len(f.idle) + len(f.busy) - len(f.draining)
@@ -235,12 +155,27 @@ class _Sim:
             arrival_rate_cost_recent=_rate(self.recent_cost, short, t),
             arrival_rate_cost_burst=_rate(self.burst_cost, burst, t),
             arrival_rate_slope=slope,
-            service_rate=self.mu if ready > 0 else None,
+            completion_rate_cost=done_long,
+            completion_rate_cost_recent=done_recent,
+            # What the workers' heartbeats would measure: per busy worker, its share.
+            service_rate=self.job_rate(len(f.busy)) if ready > 0 else None,
             p99_wait_ms=waits.quantile_ms(counts) if counts else None,
             oldest_wait_ms=oldest,
             cold_start_s=self.cold_s if f.next_id > 0 else None,
             promote_s=f.promote_s if f.promotions else None,
         )
+
+    def _completion_rates(self, t: float) -> tuple[float | None, float | None]:
+        """The completion rates over the metrics window and the recent one, from the
+        samples taken at each decision, exactly as the observer computes them."""
+        span = self.p.metrics_window_s
+        now = Sample(t, self.arrived_cost, self.completed_cost)
+        long = window_rates(self.samples, now, span)
+        recent = window_rates(self.samples, now, min(span, RECENT_RATE_S))
+        self.samples.append(now)
+        while self.samples and self.samples[0].t_s < t - span - 60:
+            self.samples.popleft()
+        return (long[1] if long else None), (recent[1] if recent else None)
 
     def _slope(self, t: float) -> float | None:
         """As the observer computes it: the newer half-window's rate minus the older
@@ -271,12 +206,14 @@ class _Sim:
 
     def complete(self, t: float) -> None:
         _, wid = heapq.heappop(self.fleet.busy)
+        self.completed_cost += self.serving.pop(wid)
         self.fleet.finished(wid)
 
     def arrive(self, j: int) -> None:
         t, c = self.trace.times_s[j], self.trace.costs[j]
         self.queue.append(j)
         self.queued_cost += c
+        self.arrived_cost += c
         self.window.append((t, c))
         self.window_cost += c
         self.recent.append((t, c))
@@ -345,9 +282,11 @@ def simulate(
     service_rate: float,
     cold_start_s: float,
     initial: int,
+    capacity_cost_per_s: float | None = None,
 ) -> SimResult:
-    """Run one controller over one trace; waits are judged against the policy's SLO."""
-    sim = _Sim(trace, ctl, policy, service_rate, cold_start_s, initial)
+    """Run one controller over one trace; waits are judged against the policy's SLO.
+    ``capacity_cost_per_s``: what all replicas together can serve (None: no limit)."""
+    sim = _Sim(trace, ctl, policy, service_rate, cold_start_s, initial, capacity_cost_per_s)
     sim.run()
     ws = sorted(sim.waits)
     slo_s = policy.p99_wait_slo_ms / 1000.0

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision
 from autoscaler.sim import simulator, traces
 from autoscaler.sim.controllers import Fixed, Ongoing, QueueLength, SluicePolicy, parse_policy
 from sluice import waits
@@ -100,6 +103,8 @@ def test_simulate_cli_writes_json_and_plot(tmp_path: Path) -> None:
             "spike:1.5",
             "--policy",
             "sluice,fixed:9",
+            "--capacity-cost-per-s",
+            "100000",
             "--json",
             str(out),
             "--plot",
@@ -111,5 +116,60 @@ def test_simulate_cli_writes_json_and_plot(tmp_path: Path) -> None:
     names = [r["policy"] for r in data["results"]]
     assert names == ["oracle", "sluice", "fixed:9"]
     assert data["oracle_replica_seconds"] == data["results"][0]["replica_seconds"]
+    assert data["capacity_cost_per_s"] == 100000
     assert png.stat().st_size > 10_000
     assert "SLO met" in res.output
+
+
+@dataclass
+class _Recording:
+    """Sluice's policy, keeping what it saw and decided."""
+
+    inner: SluicePolicy
+    name: str = "sluice"
+    seen: list[tuple[float, Observation, Decision]] = field(default_factory=list)
+
+    def decide(self, obs: Observation, now_s: float) -> Decision:
+        d = self.inner.decide(obs, now_s)
+        self.seen.append((now_s, obs, d))
+        return d
+
+
+def _overload(duration_s: float = 300.0) -> traces.Trace:
+    # 1600 cost units/s: 160-unit jobs every 0.1 s.
+    n = int(duration_s * 10)
+    return _trace([(i * 0.1, 160.0) for i in range(n)], duration_s)
+
+
+def test_the_completion_rate_is_derived_as_the_observer_derives_it() -> None:
+    # One worker at 1000 units/s under a 1600 units/s load: with a backlog it completes
+    # 1000 units/s, and the recent (15 s) and long (60 s) completion rates say so once
+    # the samples (one per decision, from 5 s) cover half their window, as the
+    # observer's do (None before).
+    p = P.model_copy(update={"max_replicas": 1})
+    rec = _Recording(SluicePolicy(p))
+    simulator.simulate(_overload(120.0), rec, p, 1000.0, 30.0, initial=1)
+    by_t = {round(t): o for t, o, _ in rec.seen}  # a decision every period_s (5 s)
+    assert by_t[10].completion_rate_cost_recent is None  # 10 - 5 s < half of 15 s
+    assert by_t[15].completion_rate_cost_recent == pytest.approx(1000.0, rel=0.05)
+    assert by_t[30].completion_rate_cost is None  # 30 - 5 s < half of 60 s
+    assert by_t[60].completion_rate_cost == pytest.approx(1000.0, rel=0.05)
+
+
+def test_a_replay_shows_the_saturation_guard_capping_a_scale_up() -> None:
+    # The replicas share 1000 units/s (one replica's worth of cores): more replicas add
+    # no drain rate. The guard's probe (1 -> 4 at 30 s, ready at 60 s, settled 15 s)
+    # reads no gain and caps the model, as it would live: no scale-up after that. With
+    # the guard off the same replay keeps adding replicas for nothing.
+    tr, cold = _overload(), 30.0
+    guarded = _Recording(SluicePolicy(P))
+    r = simulator.simulate(tr, guarded, P, 1000.0, cold, 1, capacity_cost_per_s=1000.0)
+    capped = [(t, d) for t, _, d in guarded.seen if d.reason == "saturated"]
+    assert capped and all(d.desired <= d.current for _, d in capped)
+    first_cap = min(t for t, _, d in guarded.seen if d.state.saturation.cap is not None)
+    assert all(d.desired <= d.current for t, _, d in guarded.seen if t >= first_cap)
+    off = P.model_copy(update={"saturation_hold_s": 0})
+    r_off = simulator.simulate(
+        tr, SluicePolicy(off), off, 1000.0, cold, 1, capacity_cost_per_s=1000.0
+    )
+    assert r.max_replicas < r_off.max_replicas
