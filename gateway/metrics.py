@@ -95,6 +95,17 @@ class GatewayMetrics:
         self.waiters = Gauge(
             "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r
         )
+        self.event_viewers = Gauge(
+            "sluice_gateway_model_event_streams",
+            "Open GET /v1/models/{m}/events streams",
+            ["model"],
+            registry=r,
+        )
+        self.event_streams_refused = Counter(
+            "sluice_gateway_model_event_streams_refused_total",
+            "Model event streams refused at gateway.model_events_max_viewers (429)",
+            registry=r,
+        )
 
     def count_submitted(self, model: str, bucket: str, priority: str) -> None:
         key = (model, bucket, priority)

@@ -19,6 +19,7 @@ import redis.asyncio as aioredis
 import uvicorn
 
 from gateway.completions import Completions
+from gateway.event_hub import EventHub
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
@@ -74,6 +75,21 @@ class GatewayState:
             [keys.done_channel(m) for m in models],
             reads=self.redis,
             timeout_s=self.timeout_s,
+        )
+        # Model event streams: their blocking reads on a client of their own, at most
+        # one connection per watched model (two while a stopped reader lets go).
+        self.events_redis = (
+            redis
+            if redis is not None
+            else connect(url, self.timeout_s, max_connections=2 * len(models))
+        )
+        self.events = EventHub(
+            self.events_redis,
+            reads=self.redis,
+            call=self.call,
+            max_viewers=cfg.gateway.model_events_max_viewers,
+            timeout_s=self.timeout_s,
+            metrics=self.metrics,
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self.queue.register(bulk_scripts())
@@ -139,18 +155,22 @@ class GatewayState:
 
     def _closing(self, signum: int) -> None:
         n = self.completions.close()
+        streams = self.events.close()
         log.info(
-            "%s: ended %d long-poll(s) (503, retry) before shutting down",
+            "%s: ended %d long-poll(s) (503, retry) and %d model event stream(s) "
+            "before shutting down",
             signal.Signals(signum).name,
             n,
+            streams,
         )
 
     async def stop(self) -> None:
+        await self.events.stop()
         for t in self._tasks:
             t.cancel()
         if self._tasks:  # bounded: a shutdown never hangs on a stuck connection
             await asyncio.wait(self._tasks, timeout=self.timeout_s)
-        clients = {id(c): c for c in (self.redis, self.pubsub_redis)}
+        clients = {id(c): c for c in (self.redis, self.pubsub_redis, self.events_redis)}
         for client in clients.values():
             with contextlib.suppress(Exception):
                 await client.aclose()

@@ -262,6 +262,10 @@ class GatewayConfig(_Strict):
     # Retry-After, workers-ready check); scrapes never cost a Redis round trip.
     stats_refresh_s: float = Field(1.0, gt=0, le=60)
     max_wait_s: float = Field(60.0, gt=0, le=60)
+    # Open GET /v1/models/{m}/events streams per gateway process, all models
+    # together; past it a new one is refused (429, Retry-After). They share one
+    # Redis reader per model, so this bounds memory and fan-out work, not connections.
+    model_events_max_viewers: int = Field(100, gt=0)
     # Admin routes (/metrics, /dashboard, /v1/admin) on their own listener: when
     # set, they are served there only (absent from `port`).
     admin_port: int | None = Field(None, gt=0, lt=65536)

@@ -110,6 +110,14 @@ class RateLimited(SluiceError):
         self.retry_after_s = retry_after_s
 
 
+class TooManyStreams(SluiceError):
+    """This gateway already serves ``gateway.model_events_max_viewers`` model event
+    streams (HTTP 429): retry later, or on another replica."""
+
+    type = "too_many_streams"
+    retry_after_s = 5.0
+
+
 class JobConflict(SluiceError):
     """The job is in a state that does not allow the request (e.g. cancel a finished job)."""
 

@@ -11,7 +11,9 @@ with ``Last-Event-ID`` (which EventSource sends on its own when it reconnects):
   and a reconnect after the result gets 204 (EventSource stops reconnecting).
 - ``GET /v1/models/{m}/events`` (admin key): one ``ended`` event per entry of the
   model's event stream (the jobs one script call ended, with their statuses); its
-  id is the Redis stream id. Without Last-Event-ID it starts from now.
+  id is the Redis stream id. Without Last-Event-ID it starts from now. Every
+  stream of a model is fed by one shared reader (gateway.event_hub); past
+  ``gateway.model_events_max_viewers`` open streams a new one is a 429.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Response
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from gateway import service
 from gateway.deps import Caller, State
+from gateway.event_hub import Viewer
 from gateway.schemas import errors
 from gateway.state import GatewayState
-from sluice import fastjson, keys
+from sluice import fastjson
 from sluice.errors import Forbidden, InvalidInput, JobNotFound, RedisUnavailable, ShuttingDown
 from sluice.jobs import JobRecord, JobStatus
 
@@ -42,7 +46,7 @@ LastEventId = Annotated[
 END_STATUS = 1_000_000  # the id of a job's terminal status event
 END_RESULT = END_STATUS + 1
 POLL_S = 0.5  # a job's queued -> running change is read this often (its end wakes at once)
-KEEPALIVE_S = 15.0
+KEEPALIVE_S = 15.0  # a job stream's; a model stream's is the hub's
 RETRY_MS = 1000  # what EventSource waits before it reconnects
 STREAM_ID_RE = re.compile(r"^\d{1,20}-\d{1,20}$")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -138,42 +142,44 @@ async def job_events(
     )
 
 
-async def _model_events(st: GatewayState, model: str, start: str) -> AsyncIterator[bytes]:
-    yield f"retry: {RETRY_MS}\n\n".encode()
-    stream = keys.events_key(model)
-    block_ms = int(min(1.0, st.timeout_s / 2) * 1000)
-    last, quiet = start, 0.0
-    while not st.completions.closing:
+class ViewerResponse(StreamingResponse):
+    """A model event stream that leaves the hub however it ends: finished, client
+    gone, or cut before its body started (when its generator never runs)."""
+
+    def __init__(self, st: GatewayState, viewer: Viewer, last: str | None) -> None:
+        super().__init__(
+            _model_events(st, viewer, last), media_type="text/event-stream", headers=SSE_HEADERS
+        )
+        self.hub, self.viewer = st.events, viewer
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            if last == "$":  # from now: the newest id, so nothing in between is missed
-                newest: Any = await st.call(st.redis.xrevrange(stream, count=1))
-                last = newest[0][0] if newest else "0-0"
-            # Blocks under half the socket timeout: a quiet stream is not a dead link.
-            reply: Any = await st.call(st.redis.xread({stream: last}, count=100, block=block_ms))
-        except RedisUnavailable:
-            return
-        entries = reply[0][1] if reply else []
-        if not entries:
-            quiet += block_ms / 1000
-            if quiet >= KEEPALIVE_S:
-                quiet = 0.0
+            await super().__call__(scope, receive, send)
+        finally:
+            self.hub.leave(self.viewer)
+
+
+async def _model_events(st: GatewayState, viewer: Viewer, last: str | None) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MS}\n\n".encode()
+    try:
+        async for batch in st.events.follow(viewer, last):
+            if not batch:
                 yield b": keep-alive\n\n"
-            continue
-        quiet = 0.0
-        for entry_id, fields in entries:
-            jobs = [{"id": k, "status": v} for k, v in fields.items()]
-            yield sse("ended", {"model": model, "jobs": jobs}, entry_id)
-            last = entry_id
+            for entry_id, fields in batch:
+                jobs = [{"id": k, "status": v} for k, v in fields.items()]
+                yield sse("ended", {"model": viewer.model, "jobs": jobs}, entry_id)
+    except RedisUnavailable:
+        return  # the catch-up failed: the client reconnects and resumes
 
 
 @router.get(
     "/models/{model}/events",
     response_class=StreamingResponse,
-    responses={**SSE_DOC, **errors(401, 403, 404, 422, 503)},
+    responses={**SSE_DOC, **errors(401, 403, 404, 422, 429, 503)},
 )
 async def model_events(
     model: ModelName, st: State, key: Caller, last_event_id: LastEventId = None
-) -> StreamingResponse:
+) -> Response:
     """Every job of the model as it ends (an admin key on a gateway with keys);
     resumable for as long as the stream holds the entry (about 10,000 back)."""
     st.model(model)
@@ -181,8 +187,5 @@ async def model_events(
         raise Forbidden("the model's event stream needs an admin API key")
     if last_event_id and not _stream_id(last_event_id):
         raise InvalidInput("Last-Event-ID: not an event id of this stream (<ms>-<seq>)")
-    return StreamingResponse(
-        _model_events(st, model, last_event_id or "$"),
-        media_type="text/event-stream",
-        headers=SSE_HEADERS,
-    )
+    # Joined before the stream starts: past the viewer cap this is a 429, not a 200.
+    return ViewerResponse(st, st.events.join(model), last_event_id or None)
