@@ -158,7 +158,13 @@ class BucketInfo(BaseModel):
 
 
 class ModelInfo(BaseModel):
-    name: str
+    """OpenAI's model object (``id``, ``object``, ``created``, ``owned_by``), then Sluice's."""
+
+    id: str = Field(description="The model's name in the config.")
+    object: Literal["model"] = "model"
+    created: int = Field(description="Unix seconds: when this gateway process loaded its config.")
+    owned_by: Literal["sluice"] = "sluice"
+    name: str = Field(description="The same as id.")
     handler: str
     buckets: list[BucketInfo]
     queued: int
@@ -169,7 +175,10 @@ class ModelInfo(BaseModel):
 
 
 class ModelList(BaseModel):
-    models: list[ModelInfo]
+    """OpenAI's list shape, so ``client.models.list()`` of OpenAI's SDKs reads it."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelInfo]
 
 
 class EmbeddingsRequest(_Body):

@@ -191,6 +191,7 @@ class Client:
         return self._request("DELETE", f"/v1/jobs/{job_id}").json()
 
     def models(self) -> dict[str, Any]:
+        """``GET /v1/models``: OpenAI's list shape, one entry per model under ``data``."""
         return self._request("GET", "/v1/models").json()
 
     # -- bulk jobs --------------------------------------------------------------

@@ -273,7 +273,7 @@ def _wait_http(url: str, ok: Callable[[httpx.Response], bool], timeout_s: float,
 
 
 def _workers(resp: httpx.Response) -> dict[str, int]:
-    for m in resp.json().get("models", []):
+    for m in resp.json().get("data", []):
         if m["name"] == MODEL:
             return {k: int(v) for k, v in m["workers"].items()}
     return {}

@@ -291,7 +291,7 @@ def _until(cond: Any, timeout_s: float, what: str, every_s: float = 0.05) -> Non
 
 def _ready(url: str, workers: int) -> bool:
     try:
-        models = httpx.get(f"{url}/v1/models", timeout=2).json()["models"]
+        models = httpx.get(f"{url}/v1/models", timeout=2).json()["data"]
         return sum(m["workers"]["ready"] for m in models if m["name"] == MODEL) >= workers
     except (httpx.HTTPError, ValueError, KeyError):
         return False

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
@@ -19,9 +20,18 @@ router = APIRouter(prefix="/v1", tags=["models"], route_class=StrictJsonRoute)
 ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
 
 
+# OpenAI's model objects carry a creation time; a configured model has none of its
+# own, so it is when this process loaded the config (imported its routes).
+LOADED_AT_S = int(time.time())
+
+
 def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]) -> dict[str, Any]:
     cfg = st.cfg.models[name]
     return {
+        "id": name,
+        "object": "model",
+        "created": LOADED_AT_S,
+        "owned_by": "sluice",
         "name": name,
         "handler": cfg.handler,
         "buckets": [
@@ -45,7 +55,8 @@ def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]
     "/models", response_model=None, responses={200: {"model": ModelList}, **errors(401, 503)}
 )
 async def list_models(st: State) -> dict[str, Any]:
-    """Every model with its buckets, queue depth and cost per bucket, and workers by state."""
+    """Every model in OpenAI's list shape, each with its buckets, queue depth and cost
+    per bucket, and workers by state."""
     calls: list[Any] = []
     for name in st.cfg.models:
         calls += [st.queue.ops.stats(name), list_workers_call(name)]
@@ -54,7 +65,7 @@ async def list_models(st: State) -> dict[str, Any]:
         _model_info(st, name, replies[2 * i], replies[2 * i + 1][0])
         for i, name in enumerate(st.cfg.models)
     ]
-    return {"models": models}
+    return {"object": "list", "data": models}
 
 
 @router.post(

@@ -63,7 +63,7 @@ CONFIG = {
 
 
 def gateway_sees_ready(gateway: str) -> bool:
-    models = httpx.get(f"{gateway}/v1/models", timeout=5).json()["models"]
+    models = httpx.get(f"{gateway}/v1/models", timeout=5).json()["data"]
     return all(m["workers"]["ready"] >= 1 for m in models)
 
 

@@ -291,7 +291,7 @@ def submit(url: str, text: str, timeout_s: float = 5.0) -> httpx.Response:
 def ready_workers(url: str) -> int:
     """Ready workers of ``m`` as the gateway's snapshot sees them (0 if it cannot say)."""
     try:
-        models = httpx.get(f"{url}/v1/models", timeout=2).json()["models"]
+        models = httpx.get(f"{url}/v1/models", timeout=2).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError):
         return 0
     return sum(m["workers"]["ready"] for m in models if m["name"] == MODEL)

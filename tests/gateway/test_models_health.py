@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import httpx
+import openai
 import pytest
 
 from gateway.app import create_app
@@ -21,8 +22,10 @@ async def test_models_lists_buckets_depth_cost_and_workers(gw: Harness) -> None:
     await gw.heartbeat("m", "starting")
     resp = await gw.client.get("/v1/models")
     assert resp.status_code == 200
-    models = {m["name"]: m for m in resp.json()["models"]}
+    assert resp.json()["object"] == "list"
+    models = {m["id"]: m for m in resp.json()["data"]}
     assert set(models) == {"m", "pinned"}
+    assert all(m["name"] == m["id"] and m["object"] == "model" for m in models.values())
     m = models["m"]
     assert [(b["bucket"], b["queued"], b["queued_cost"]) for b in m["buckets"]] == [
         ("32", 1, 2),
@@ -38,6 +41,24 @@ async def test_models_lists_buckets_depth_cost_and_workers(gw: Harness) -> None:
         "quarantined": 0,
     }
     assert models["pinned"]["workers"]["ready"] == 0
+
+
+async def test_the_openai_client_lists_the_models(gw: Harness) -> None:
+    """OpenAI's list shape, which ``client.models.list()`` parses; Sluice's fields
+    ride along in each entry (the client keeps unknown fields as extras)."""
+    await gw.heartbeat("m", "ready")
+    async with httpx.AsyncClient(transport=gw.client._transport, base_url="http://gw") as http:
+        client = openai.AsyncOpenAI(
+            base_url="http://gw/v1", api_key="unused", http_client=http, max_retries=0
+        )
+        page = await client.models.list()
+        listed = [m async for m in page]
+    assert [m.id for m in listed] == ["m", "pinned"]
+    for m in listed:
+        assert m.object == "model" and m.owned_by == "sluice"
+        assert isinstance(m.created, int) and 0 < m.created <= time.time()
+    extra = listed[0].model_extra or {}
+    assert extra["workers"]["ready"] == 1 and extra["handler"] == "synthetic"
 
 
 async def test_health_ready_and_metrics_from_the_snapshot(gw: Harness) -> None:

@@ -77,7 +77,7 @@ async def test_a_worker_with_a_skewed_clock_lists_while_it_heartbeats(
     async with make_gateway(gateway_config(QUIET)) as h:
         _worker(r, ttl_s=30, skew_s=skew_s).beat()
         assert await _listed(h.state.snapshots) == ["w1"]
-        assert (await h.client.get("/v1/models")).json()["models"][0]["workers"]["ready"] == 1
+        assert (await h.client.get("/v1/models")).json()["data"][0]["workers"]["ready"] == 1
 
 
 @SKEWS
