@@ -27,6 +27,21 @@ from sluice.redis_server import RedisServer, die_with_parent, find_redis_server,
 
 SERVICE_NAME = "sluice"
 SLOTS = 16384
+# The sentinels' settings (docs/reliability.md, "The Redis primary lost"). With
+# down-after-milliseconds 1000 a sentinel called the just-promoted primary down
+# 1.0 s after the switch (one slow PING on a busy host) and failed over again, to
+# the old primary restarted empty: 648 of 1,035 acknowledged jobs lost. A primary
+# must be silent this long before it is called down; Redis's default is 30000.
+DOWN_AFTER_MS = 5000
+# Sentinel resets a primary's failover state once a failover ends, so this does not
+# stop a second failover; it bounds how long one may take to reconfigure replicas
+# and how soon a failed attempt is retried (twice this). Redis's default is 180000.
+FAILOVER_TIMEOUT_MS = 60000
+
+
+def failover_timeout_ms(down_after_ms: int) -> int:
+    """The failover-timeout for a down-after-milliseconds: well above it."""
+    return max(FAILOVER_TIMEOUT_MS, 12 * down_after_ms)
 
 
 def _wait(what: str, ok: object, timeout_s: float) -> None:
@@ -69,7 +84,7 @@ class SentinelProcess:
             f"logfile {self._tmp.name}/sentinel.log",
             f"sentinel monitor {self.service} {host} {port} {self.quorum}",
             f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}",
-            f"sentinel failover-timeout {self.service} {max(3000, 4 * self.down_after_ms)}",
+            f"sentinel failover-timeout {self.service} {failover_timeout_ms(self.down_after_ms)}",
             f"sentinel parallel-syncs {self.service} 1",
         ]
         if self.password:
@@ -112,7 +127,9 @@ class SentinelGroup:
 
     ``url`` is the ``redis+sentinel://`` URL that every Sluice process takes.
     ``down_after_ms`` is how long the primary must be silent before the sentinels
-    call it down (Redis's default is 30 s; a short one makes failover quick to try).
+    call it down (DOWN_AFTER_MS: a shorter one fails over faster, and also away
+    from a new primary that was merely slow). A killed server comes back with
+    :meth:`rejoin`, as a replica of the current primary.
     """
 
     def __init__(
@@ -121,7 +138,7 @@ class SentinelGroup:
         sentinels: int = 3,
         *,
         service: str = SERVICE_NAME,
-        down_after_ms: int = 1000,
+        down_after_ms: int = DOWN_AFTER_MS,
         password: str | None = None,
         binary: str | None = None,
         upstream: Callable[[int], int] | None = None,
@@ -233,6 +250,20 @@ class SentinelGroup:
             c.close()
         if acked < n:
             raise SluiceError(f"sentinel group: {acked} of {n} replicas acked within {timeout_s}s")
+
+    def rejoin(self, server: RedisServer) -> RedisServer:
+        """Restart a stopped or killed ``server`` on its port as a replica of the
+        current primary. Restarted as a primary it would hold nothing, and until the
+        sentinels demote it (seconds) a second failover could pick it."""
+        if server.proc is not None and server.proc.poll() is None:
+            raise SluiceError(f"redis-server on port {server.port} is still running")
+        server.stop()  # reaps it, removes its temporary directory
+        replicaof = ["--replicaof", "127.0.0.1", str(self.upstream(self.primary_port()))]
+        fresh = RedisServer(
+            port=server.port, binary=self.binary, password=self.password, extra_args=replicaof
+        ).start()
+        self.servers[self.servers.index(server)] = fresh
+        return fresh
 
     def stop(self) -> None:
         for s in self.sentinels:

@@ -8,11 +8,18 @@ The harness is the benchmark's (sluicebench/failover.py), which also reports the
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
+import redis
 
+from sluice.connection import sync_client
+from sluice.redis_topology import SentinelGroup
 from sluicebench.failover import run_failover
+from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -35,3 +42,47 @@ def test_replica_durability_loses_nothing_across_a_failover(tmp_path: Path) -> N
     for log in tmp_path.glob("*.log"):
         text = log.read_text(errors="replace")
         assert "Traceback" not in text, f"{log.name}:\n{text[-3000:]}"
+
+
+def _writes(r: redis.Redis) -> bool:
+    try:
+        return bool(r.set("after", "1"))
+    except redis.exceptions.RedisError:  # the switch: errors until a replica is promoted
+        return False
+
+
+def test_a_dead_primary_restarted_as_a_replica_rejoins_without_a_second_failover() -> None:
+    # The settings of `sluice redis --sentinels` (SentinelGroup's defaults) and the
+    # restart docs/reliability.md asks for: the old primary as a replica of the new.
+    with SentinelGroup(replicas=1, sentinels=3) as group:
+        r = sync_client(group.url)
+        try:
+            r.set("k", "v")
+            assert r.execute_command("WAIT", 1, int(HUNG_S * 1000)) == 1
+            old = group.primary()
+            assert old.proc is not None
+            os.kill(old.proc.pid, signal.SIGKILL)
+            wait_until(lambda: _writes(r), HUNG_S * 2, "a write after the failover")
+            new_port = group.primary_port()
+            assert new_port != old.port
+            back = group.rejoin(old)
+            group.wait_settled(HUNG_S)  # every sentinel sees it as a replica, none down
+            rb = redis.Redis(port=back.port, decode_responses=True, socket_timeout=HUNG_S)
+            try:
+                wait_until(lambda: rb.get("after") == "1", HUNG_S, "the rejoined replica synced")
+                info: Any = rb.info("replication")
+            finally:
+                rb.close()
+            assert info["role"] == "slave" and int(info["master_port"]) == new_port
+            for s in group.sentinels:
+                c = redis.Redis(port=s.port, decode_responses=True, socket_timeout=HUNG_S)
+                try:
+                    m: Any = c.sentinel_master(group.service)
+                finally:
+                    c.close()
+                # One failover (epoch 1), still to the same primary, its replica known.
+                assert int(m["config-epoch"]) == 1 and int(m["port"]) == new_port, m
+                assert int(m["num-slaves"]) == 1 and m["flags"] == "master", m
+            assert r.get("k") == "v" and r.get("after") == "1"
+        finally:
+            r.close()

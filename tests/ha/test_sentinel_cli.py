@@ -9,9 +9,11 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 import pytest
+import redis
 from typer.testing import CliRunner
 
 from sluice.cli import app
@@ -107,6 +109,23 @@ def test_rq_queues_work_through_a_sentinel_url(group: tuple[subprocess.Popen[str
     finally:
         rq_queue(cfg, conn).empty()
         conn.close()
+
+
+def test_the_sentinels_run_the_advised_settings(group: tuple[subprocess.Popen[str], str]) -> None:
+    # docs/reliability.md advises these: with down-after-milliseconds 1000 a
+    # sentinel called a just-promoted primary down and failed over again, to the
+    # old primary restarted empty. Read back from every sentinel, as in force.
+    _, url = group
+    t = parse_url(url)
+    for host, port in t.nodes:
+        s = redis.Redis(host, port, socket_timeout=HUNG_S, decode_responses=True)
+        try:
+            m: Any = s.sentinel_master(t.service_name)
+        finally:
+            s.close()
+        assert int(m["down-after-milliseconds"]) == 5000
+        assert int(m["failover-timeout"]) == 60000
+        assert int(m["quorum"]) == 2  # a majority of the 3 sentinels
 
 
 # Last: it kills the group's primary and stops the group.
