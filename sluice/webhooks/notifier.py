@@ -12,6 +12,7 @@ dead-letter list) is decided by :meth:`Sender._classify`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import secrets
@@ -41,6 +42,9 @@ log = logging.getLogger("sluice.notifier")
 IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
 METRICS_EVERY_S = 5.0
 LEASE_MARGIN_S = 5.0  # an attempt ends this long before its lease would lapse
+# Due entries one claim looks at, at most: its Redis time stays bounded (about a
+# millisecond) however long a full host's backlog; the next claim looks further on.
+CLAIM_SCAN = 256
 
 
 def config_secret(cfg: WebhooksConfig, environ: dict[str, str] | None = None) -> str | None:
@@ -158,21 +162,24 @@ class Notifier:
         self.sender = Sender(self.wcfg, self.guard)
         self.metrics = self.metrics or NotifierMetrics()
         # A lease: twice an attempt's connect + read timeouts, and 5 s. The attempt as a
-        # whole (per-host wait included) ends LEASE_MARGIN_S before the lease would.
+        # whole ends LEASE_MARGIN_S before the lease would. It never waits for a
+        # per-host slot: the claim leases none for a host that has no free one.
         timeouts = self.wcfg.connect_timeout_s + self.wcfg.timeout_s
         self.lease_ms = int((timeouts * 2 + LEASE_MARGIN_S) * 1000)
         self.inflight: set[asyncio.Task[None]] = set()
+        self.busy: dict[str, int] = {}  # attempts in flight by host, for the claim
+        self.offsets: dict[str, int] = {}  # by model: where its next claim looks
         self.sent = 0  # attempts made (logged when it stops)
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         next_metrics = 0.0
         try:
             while not stopping():
-                claimed = await self._claim_round()
+                go_on = await self._claim_round()
                 if time.monotonic() >= next_metrics:
                     next_metrics = time.monotonic() + METRICS_EVERY_S
                     await self._refresh_metrics()
-                if claimed:
+                if go_on:
                     continue
                 if len(self.inflight) >= self.wcfg.max_concurrency:
                     await asyncio.wait(
@@ -202,23 +209,48 @@ class Notifier:
             log.warning("notifier: Redis unavailable (%s); retrying", e)
             await asyncio.sleep(IDLE_WAIT_S)
 
-    async def _claim_round(self) -> int:
-        n = 0
+    async def _claim_round(self) -> bool:
+        """Claim for each model, per host (docs/adr/0139); True when anything was
+        leased or a look has more of the due range to walk: claim again at once."""
+        go_on = False
         for model in self.cfg.models:
             free = self.wcfg.max_concurrency - len(self.inflight)
             if free <= 0:
                 break
+            call = self.ops.claim_batch(
+                model,
+                self.name,
+                self.lease_ms,
+                free,
+                per_host=self.wcfg.per_host_connections,
+                busy=self.busy,
+                scan=CLAIM_SCAN,
+                offset=self.offsets.get(model, 0),
+            )
             try:
-                batch = await self.client.run(self.ops.claim(model, self.name, self.lease_ms, free))
+                batch = await self.client.run(call)
             except RedisUnavailable as e:
                 log.warning("notifier: cannot claim deliveries of %s: %s", model, e)
                 continue
-            for c in batch:
-                task = asyncio.create_task(self._deliver(c, time.monotonic()))
-                self.inflight.add(task)
-                task.add_done_callback(self.inflight.discard)
-            n += len(batch)
-        return n
+            self.offsets[model] = batch.next_offset
+            for c in batch.claimed:
+                self._start(c)
+            go_on = go_on or bool(batch.claimed) or batch.next_offset > 0
+        return go_on
+
+    def _start(self, c: Claimed) -> None:
+        self.busy[c.host] = self.busy.get(c.host, 0) + 1
+        task = asyncio.create_task(self._deliver(c, time.monotonic()))
+        self.inflight.add(task)
+        task.add_done_callback(functools.partial(self._ended, c.host))
+
+    def _ended(self, host: str, task: asyncio.Task[None]) -> None:
+        self.inflight.discard(task)
+        left = self.busy.get(host, 0) - 1
+        if left > 0:
+            self.busy[host] = left
+        else:
+            self.busy.pop(host, None)
 
     async def _finish(self) -> None:
         """Let attempts in flight end (their leases bring back any cut short)."""

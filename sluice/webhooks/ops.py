@@ -11,7 +11,7 @@ Like :class:`sluice.queue.scripts.QueueOps`, every operation is a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -21,6 +21,7 @@ from sluice import fastjson, keys
 from sluice.errors import JobNotFound
 from sluice.jobs import DELIVERY_FIELDS, delivery_view, model_of
 from sluice.queue.scripts import Call, common_source
+from sluice.queue.signatures import Signature
 
 SCRIPT_NAMES = ("claim", "done", "redeliver")
 LOG_KEEP = 20  # attempts kept in a delivery's log
@@ -28,11 +29,50 @@ DELIVERED_TTL_S = 86400  # a delivered record is kept this long (GET /v1/jobs/{i
 DEAD_TTL_S = 7 * 86400  # a given-up one this long (the delivery dead-letter list)
 
 
+# claim.lua's arguments and reply by name (sluice/queue/signatures.py).
+CLAIM = Signature(
+    "claim",
+    (
+        ("nprefix", "str"),  # delivery hash prefix
+        ("lease_ms", "num"),
+        ("limit", "num"),  # at most this many leased
+        ("who", "str"),  # the notifier's id
+        ("jprefix", "str"),  # job hash prefix
+        ("bprefix", "str"),  # bulk hash prefix
+        ("per_host", "num"),  # attempts in flight per host, at most (0: no cap)
+        ("scan", "num"),  # due entries looked at, at most
+        ("offset", "num"),  # where in the due range the look starts
+    ),
+    group=(("host", "str"), ("busy", "num")),  # the notifier's attempts in flight by host
+    reply=("now", "next_offset"),
+    reply_group=(
+        "id",
+        "token",
+        "att",
+        "fails",
+        "cerr",
+        "url",
+        "event",
+        "owner",
+        "kind",
+        "first",
+        "ended",
+        "body",
+        "host",
+        "record",
+    ),  # fmt: skip
+)
+PROLOGUES = {"claim": CLAIM.lua_prologue()}
+
+
 @cache
 def _sources() -> dict[str, str]:
     lua = resources.files("sluice.webhooks") / "lua"
     return {
-        f"webhook_{n}": common_source() + "\n" + (lua / f"{n}.lua").read_text()
+        f"webhook_{n}": common_source()
+        + "\n"
+        + PROLOGUES.get(n, "")
+        + (lua / f"{n}.lua").read_text()
         for n in SCRIPT_NAMES
     }
 
@@ -62,10 +102,19 @@ class Claimed:
     # attempt renders the body from ``record``, the ended (unchanging) job's hash.
     body: str
     record: dict[str, str] = field(default_factory=dict)  # empty once it has expired
+    host: str = ""  # the URL's host, as the claim counted it against per_host
 
     @property
     def webhook_id(self) -> str:
         return f"msg_{self.id}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimBatch:
+    """What one claim leased, and where in the due range the next should look."""
+
+    claimed: list[Claimed]
+    next_offset: int  # 0: from the head; more: the look skipped a whole window
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,33 +170,49 @@ class WebhookOps:
         self.models = list(models)
 
     def claim(self, model: str, who: str, lease_ms: int, limit: int) -> Call[list[Claimed]]:
-        def parse(r: list[Any]) -> list[Claimed]:
-            out, rest = [], r[1:]
-            for i in range(0, len(rest), 13):
-                g = rest[i : i + 13]
-                flat = g[12] or []
-                out.append(
-                    Claimed(
-                        model, str(g[0]), str(g[1]), int(g[2]), int(g[3]), int(g[4]),
-                        str(g[5]), str(g[6]), str(g[7]), str(g[8]), int(g[9]), int(g[10]),
-                        str(g[11]), dict(zip(flat[::2], flat[1::2], strict=True)),
-                    )
-                )  # fmt: skip
-            return out
+        """Lease up to ``limit`` due deliveries, whatever their host."""
+        batch = self.claim_batch(model, who, lease_ms, limit, scan=limit)
+        return Call(lambda r: batch.parse(r).claimed, batch.script, batch.keys, batch.args)
 
-        return Call(
-            parse,
-            "webhook_claim",
-            [keys.deliveries_due_key(model)],
-            [
-                keys.notify_prefix(model),
-                lease_ms,
-                limit,
-                who,
-                keys.job_prefix(model),
-                keys.bulk_key(model, ""),
-            ],  # fmt: skip
-        )
+    def claim_batch(
+        self,
+        model: str,
+        who: str,
+        lease_ms: int,
+        limit: int,
+        *,
+        per_host: int = 0,
+        busy: Mapping[str, int] | None = None,
+        scan: int = 256,
+        offset: int = 0,
+    ) -> Call[ClaimBatch]:
+        """Lease up to ``limit`` due deliveries, in due order, skipping those whose
+        host already has ``per_host`` attempts in flight (``busy``, this notifier's, by
+        host, plus what this call leases); at most ``scan`` entries are looked at,
+        from ``offset`` in the due range (the previous batch's ``next_offset``)."""
+
+        def parse(r: list[Any]) -> ClaimBatch:
+            head, groups = CLAIM.unpack(r)
+            out = [
+                Claimed(
+                    model, str(g["id"]), str(g["token"]), int(g["att"]), int(g["fails"]),
+                    int(g["cerr"]), str(g["url"]), str(g["event"]), str(g["owner"]),
+                    str(g["kind"]), int(g["first"]), int(g["ended"]), str(g["body"]),
+                    dict(zip(g["record"][::2], g["record"][1::2], strict=True)),
+                    str(g["host"]),
+                )
+                for g in groups
+            ]  # fmt: skip
+            return ClaimBatch(out, int(head["next_offset"]))
+
+        values = {
+            "nprefix": keys.notify_prefix(model), "lease_ms": lease_ms, "limit": limit,
+            "who": who, "jprefix": keys.job_prefix(model), "bprefix": keys.bulk_key(model, ""),
+            "per_host": per_host, "scan": max(1, scan), "offset": max(0, offset),
+        }  # fmt: skip
+        hosts = [{"host": h, "busy": n} for h, n in (busy or {}).items() if n > 0]
+        args = CLAIM.pack(values, hosts)
+        return Call(parse, "webhook_claim", [keys.deliveries_due_key(model)], args)
 
     def done(
         self,

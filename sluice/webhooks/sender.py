@@ -134,7 +134,7 @@ def sign_headers(wh: Webhook, msg_id: str, body: str, now: float) -> dict[str, s
 
 
 class Sender:
-    """Sends attempts with bounded concurrency per host; one per notifier."""
+    """Sends attempts (the notifier's claim bounds them per host); one per notifier."""
 
     def __init__(self, cfg: WebhooksConfig, guard: Guard) -> None:
         self.cfg = cfg
@@ -157,38 +157,29 @@ class Sender:
             follow_redirects=False,
             trust_env=False,
         )
-        self._hosts: dict[str, asyncio.Semaphore] = {}
 
     async def aclose(self) -> None:
         await self.client.aclose()
 
-    def _host_slot(self, host: str) -> asyncio.Semaphore:
-        sem = self._hosts.get(host)
-        if sem is None:
-            if len(self._hosts) > 10_000:  # idle hosts' slots: drop the free ones
-                self._hosts = {h: s for h, s in self._hosts.items() if s.locked()}
-            sem = self._hosts[host] = asyncio.Semaphore(self.cfg.per_host_connections)
-        return sem
-
     async def attempt(self, c: Claimed, body: str, wh: Webhook, budget_s: float) -> Attempt:
-        """One attempt, all of it (the wait for a per-host slot, connecting, sending,
-        reading the answer) within ``budget_s``: what is left of the lease, so a slow
-        receiver is never sent the same delivery again by another notifier while
-        this attempt still runs."""
+        """One attempt, all of it (connecting, sending, reading the answer) within
+        ``budget_s``: what is left of the lease, so a slow receiver is never sent the
+        same delivery again by another notifier while this attempt still runs. It
+        never waits for a per-host slot: the notifier's claim keeps
+        ``per_host_connections`` by leasing no delivery for a host that has none free."""
         started = time.monotonic()
         status, error, result = 0, "", ""
         retry_after: float | None = None
         try:
             async with asyncio.timeout(max(budget_s, 0.001)):
-                target = parse_url(c.url, self.cfg.allow_http)  # the config may have changed
-                async with self._host_slot(target.host):
-                    headers = sign_headers(wh, c.webhook_id, body, time.time())
-                    async with self.client.stream(
-                        "POST", c.url, content=body.encode(), headers=headers
-                    ) as resp:
-                        status = resp.status_code
-                        retry_after = _retry_after(resp.headers.get("retry-after"))
-                        await self._drain(resp)
+                parse_url(c.url, self.cfg.allow_http)  # the config may have changed
+                headers = sign_headers(wh, c.webhook_id, body, time.time())
+                async with self.client.stream(
+                    "POST", c.url, content=body.encode(), headers=headers
+                ) as resp:
+                    status = resp.status_code
+                    retry_after = _retry_after(resp.headers.get("retry-after"))
+                    await self._drain(resp)
         except WebhookHostUnresolved as e:  # a resolver outage is not the receiver's fault
             error, result = str(e), "connect"
         except WebhookRefused as e:
