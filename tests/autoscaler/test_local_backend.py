@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,7 @@ while True:
 def _backend(  # type: ignore[no-untyped-def]
     tmp_path: Path,
     monkeypatch,
-    model: dict[str, object] | None = None,
+    model: Mapping[str, object] | None = None,
     *,
     control: Control | None = None,
     clock: Callable[[], float] = time.monotonic,
