@@ -22,6 +22,7 @@ from sluice.cli_common import (
     EXIT_UNAVAILABLE,
     ApiKeyOpt,
     ConfigOpt,
+    MetricsPortOpt,
     RedisUrlOpt,
     check_redis,
     fail,
@@ -115,7 +116,11 @@ def redis_cmd(
 
 
 @app.command("notifier")
-def notifier_cmd(config: ConfigOpt = None, redis_url_opt: RedisUrlOpt = None) -> None:
+def notifier_cmd(
+    config: ConfigOpt = None,
+    redis_url_opt: RedisUrlOpt = None,
+    metrics_port: MetricsPortOpt = None,
+) -> None:
     """Deliver completion webhooks: claim due deliveries, sign, send, retry (run any number)."""
     import logging
 
@@ -124,6 +129,9 @@ def notifier_cmd(config: ConfigOpt = None, redis_url_opt: RedisUrlOpt = None) ->
 
     stop = stop_event_on_signals()
     cfg = load_required(config)
+    if metrics_port is not None:  # the option wins over webhooks.metrics_port
+        hooks = cfg.webhooks.model_copy(update={"metrics_port": metrics_port})
+        cfg = cfg.model_copy(update={"webhooks": hooks})
     url = redis_url(redis_url_opt, cfg)
     check_redis(url, cfg)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")

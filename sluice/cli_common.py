@@ -23,6 +23,11 @@ RedisUrlOpt = Annotated[
     str | None,
     typer.Option("--redis-url", envvar=REDIS_URL_ENV, help="Redis URL (overrides the file)."),
 ]
+# The notifier's and the bulk worker's (the autoscaler and workers have their own).
+MetricsPortOpt = Annotated[
+    int | None,
+    typer.Option(min=0, max=65535, help="Prometheus port (0 = none; default: the file's)."),
+]
 JsonOpt = Annotated[
     Path | None, typer.Option("--json", help="Write machine-readable results to this file.")
 ]

@@ -341,6 +341,9 @@ class BulkConfig(_Strict):
     feed_chunk: int = Field(256, gt=0, le=10_000)
     # RQ worker processes `sluice up` starts (each coordinates one bulk job at a time).
     rq_workers: int = Field(1, ge=0, le=64)
+    # Prometheus port of a `sluice bulk worker` (all interfaces); 0 serves none.
+    # `sluice up` gives each of its RQ workers a free one and names it in its banner.
+    metrics_port: int = Field(0, ge=0, lt=65536)
     # Where RQ keeps its queues, when not on Sluice's Redis: RQ needs one server (or a
     # Sentinel service), so a deployment on Redis Cluster points this elsewhere.
     redis_url: str | None = None

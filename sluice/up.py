@@ -25,7 +25,7 @@ from sluice.config import REDIS_URL_ENV, SluiceConfig
 from sluice.errors import RedisUnavailable, SluiceError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, start_redis
+from sluice.redis_server import RedisServer, free_port, start_redis
 from sluice.registry import list_workers_call
 
 
@@ -36,6 +36,8 @@ class StackUrls:
     logs: Path
     admin: str = ""  # the admin listener (/metrics, /dashboard) when gateway.admin_port is set
     webhook_secret: str = ""  # where the secret webhooks are signed with is, when generated
+    # /metrics of the processes the gateway's page does not cover: (name, URL) each
+    metrics: tuple[tuple[str, str], ...] = ()
 
 
 class Stack:
@@ -64,16 +66,32 @@ class Stack:
         secret_file = self._webhook_secret()
         common = ["--config", str(self.config_path)]
         self.children.spawn("gateway", ["gateway", *common, "--host", host, "--port", str(port)])
-        self.children.spawn("notifier", ["notifier", *common])
+        metrics = self._metrics_ports()
+        port_of = dict(metrics)
+        self.children.spawn(
+            "notifier", ["notifier", *common, "--metrics-port", str(port_of["notifier"])]
+        )
         self.children.spawn("autoscaler", ["autoscaler", *common, "--backend", "local"])
         for i in range(self.cfg.bulk.rq_workers):  # RQ workers for bulk coordinators
-            self.children.spawn(f"bulk-worker-{i}", ["bulk", "worker", *common])
+            name = f"bulk-worker-{i}"
+            port_arg = ["--metrics-port", str(port_of[name])]
+            self.children.spawn(name, ["bulk", "worker", *common, *port_arg])
         gateway = f"http://{host}:{port}"
         gw = self.cfg.gateway
         admin = f"http://{gw.admin_host}:{gw.admin_port}" if gw.admin_port else ""
         self._wait_ready(gateway)
         self._wait_workers()
-        return StackUrls(gateway, self.redis_url, self.log_dir, admin, secret_file)
+        urls = tuple((n, f"http://127.0.0.1:{p}/metrics") for n, p in metrics)
+        return StackUrls(gateway, self.redis_url, self.log_dir, admin, secret_file, urls)
+
+    def _metrics_ports(self) -> list[tuple[str, int]]:
+        """A /metrics port for the notifier and each RQ bulk worker: the configured one
+        (the first bulk worker's), else a free one, so a stack is observable unasked."""
+        ports = [("notifier", self.cfg.webhooks.metrics_port or free_port())]
+        for i in range(self.cfg.bulk.rq_workers):
+            configured = self.cfg.bulk.metrics_port if i == 0 else 0
+            ports.append((f"bulk-worker-{i}", configured or free_port()))
+        return ports
 
     def _webhook_secret(self) -> str:
         """With no webhook secret configured, one made for this stack (in its children's

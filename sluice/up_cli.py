@@ -43,6 +43,7 @@ def banner(urls: StackUrls, cfg: SluiceConfig) -> str:
             f"  redis    {redact_url(urls.redis)}",
             f"  models   {', '.join(cfg.models)}",
             f"  logs     {urls.logs}",
+            *(f"  {name} metrics {url}" for name, url in urls.metrics),
             *(
                 [f"  webhooks signed with the secret in {urls.webhook_secret}"]
                 if urls.webhook_secret

@@ -13,6 +13,7 @@ from sluice.cli_common import (
     EXIT_CONFIG,
     ApiKeyOpt,
     ConfigOpt,
+    MetricsPortOpt,
     RedisUrlOpt,
     check_redis,
     fail,
@@ -132,12 +133,13 @@ def worker_cmd(
     config: ConfigOpt = None,
     redis_url_opt: RedisUrlOpt = None,
     burst: Annotated[bool, typer.Option(help="Exit once RQ's bulk queue is empty.")] = False,
+    metrics_port: MetricsPortOpt = None,
 ) -> None:
     """An RQ worker for bulk coordinators (and the reaper that resumes lapsed ones)."""
     import logging
 
     from sluice.bulk.rq_jobs import rq_url
-    from sluice.bulk.worker import run_worker
+    from sluice.bulk.worker import BulkWorkerMetrics, run_worker
 
     cfg = load_required(config)
     url = resolve_url(redis_url_opt, cfg)
@@ -149,4 +151,12 @@ def worker_cmd(
     if queues_url != url:
         check_redis(queues_url)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    run_worker(cfg, url, burst=burst)
+    metrics = BulkWorkerMetrics()
+    port = cfg.bulk.metrics_port if metrics_port is None else metrics_port
+    if port:
+        try:
+            bound = metrics.serve(port)
+        except OSError as e:  # the port is taken
+            fail(f"bulk worker: metrics port {port}: {e.strerror or e}")
+        logging.getLogger("sluice.bulk").info("bulk worker: metrics on :%d/metrics", bound)
+    run_worker(cfg, url, burst=burst, metrics=metrics)

@@ -3,14 +3,20 @@
 RQ's own Worker runs the slices (a forked work horse each, RQ's warm shutdown on
 SIGTERM: the slice in hand finishes, at most ``bulk.slice_s``). A daemon thread
 resumes bulk jobs whose coordinator lease lapsed, every third of a lease.
+
+Metrics (``bulk.metrics_port``) are counted in this process, never in a work
+horse: a forked horse's counters would die with it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Any
 
 import redis
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from rq import Worker
 
 from sluice.backoff import Reconnect
@@ -18,42 +24,118 @@ from sluice.bulk.ops import scripts
 from sluice.bulk.rq_jobs import bind, reap, rq_connection, rq_queue
 from sluice.config import SluiceConfig
 from sluice.errors import RedisUnavailable
+from sluice.jobs import model_of
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS, connect
 
 log = logging.getLogger("sluice.bulk")
 
 
-def reaper_loop(cfg: SluiceConfig, url: str, stop: threading.Event) -> None:
+class BulkWorkerMetrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.slices = Counter(
+            "sluice_bulk_slices_total",
+            "Coordinator slices this worker ran, by RQ's status after them "
+            "(finished, failed, stopped, ...; 'unknown' when it could not be read).",
+            ["outcome"],
+            registry=r,
+        )
+        self.slice_seconds = Histogram(
+            "sluice_bulk_slice_seconds",
+            "One coordinator slice, fork to the work horse's exit.",
+            buckets=(0.1, 0.5, 1, 5, 15, 30, 60, 120, 300, 600),
+            registry=r,
+        )
+        self.rq_queued = Gauge(
+            "sluice_bulk_rq_queued",
+            "Coordinator slices waiting in RQ's bulk queue (read by the reaper).",
+            registry=r,
+        )
+        self.resumed = Counter(
+            "sluice_bulk_resumed_total",
+            "Bulk jobs whose lapsed coordinator the reaper resumed.",
+            ["model"],
+            registry=r,
+        )
+        self.reaper_failures = Counter(
+            "sluice_bulk_reaper_failures_total",
+            "Reaper passes that could not reach Redis.",
+            registry=r,
+        )
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        server, _ = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_port)
+
+
+class MeteredWorker(Worker):
+    """RQ's Worker, counting each slice in the parent once its work horse exits."""
+
+    metrics: BulkWorkerMetrics
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        started = time.monotonic()
+        try:
+            super().execute_job(job, queue)
+        finally:
+            self.metrics.slice_seconds.observe(time.monotonic() - started)
+            self.metrics.slices.labels(_status(job)).inc()
+
+
+def _status(job: Any) -> str:
+    try:
+        status = job.get_status(refresh=True)
+    except Exception:  # noqa: BLE001 - gone, or Redis unreachable: counted, not raised
+        return "unknown"
+    return str(getattr(status, "value", status) or "unknown")
+
+
+def reaper_loop(
+    cfg: SluiceConfig, url: str, stop: threading.Event, metrics: BulkWorkerMetrics
+) -> None:
     """Resume lapsed bulk jobs until ``stop``; an outage is logged once (ADR 0065)."""
     client = QueueClient(connect(url), dict(cfg.models))
     conn = rq_connection(cfg, url, read_timeout_s=5.0)
     client.register(scripts())
     outage = Reconnect(log, "bulk reaper")
     period_s = max(0.2, cfg.bulk.lease_s / 3)
+    queue = rq_queue(cfg, conn)
     while not stop.wait(period_s):
         try:
             resumed = reap(cfg, client, conn)
+            metrics.rq_queued.set(queue.count)
         except (RedisUnavailable, redis.RedisError, *REDIS_ERRORS) as e:
+            metrics.reaper_failures.inc()
             outage.failed(str(e))
             continue
         outage.ok()
+        for bulk_id in resumed:
+            metrics.resumed.labels(model_of(bulk_id) or "").inc()
         if resumed:
             log.info("reaper: resumed %s", ", ".join(resumed))
 
 
-def run_worker(cfg: SluiceConfig, url: str, *, burst: bool = False) -> bool:
+def run_worker(
+    cfg: SluiceConfig,
+    url: str,
+    *,
+    burst: bool = False,
+    metrics: BulkWorkerMetrics | None = None,
+) -> bool:
     """Work RQ's bulk queue until SIGTERM (or, with ``burst``, until it is empty)."""
+    metrics = metrics or BulkWorkerMetrics()
     client = QueueClient(connect(url), dict(cfg.models))
     bind(cfg, client)
     # No read timeout: RQ blocks on its queue for minutes between jobs (BLPOP).
     conn = rq_connection(cfg, url, read_timeout_s=None)
     stop = threading.Event()
     reaper = threading.Thread(
-        target=reaper_loop, args=(cfg, url, stop), name="bulk-reaper", daemon=True
+        target=reaper_loop, args=(cfg, url, stop, metrics), name="bulk-reaper", daemon=True
     )
     reaper.start()
-    worker = Worker([rq_queue(cfg, conn)], connection=conn)
+    worker = MeteredWorker([rq_queue(cfg, conn)], connection=conn)
+    worker.metrics = metrics
     try:
         return bool(worker.work(burst=burst, logging_level="INFO", with_scheduler=False))
     finally:

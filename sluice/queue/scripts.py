@@ -7,7 +7,7 @@ raises. The clients only execute calls, so both speak exactly the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
@@ -80,6 +80,11 @@ class Call(Generic[T]):
     # writes, or raise NotReplicated after replica_timeout_ms (docs/adr/0133).
     replicas: int = 0
     replica_timeout_ms: int = 0
+    # A write acknowledged as this model's queue.durability says, resolved by the
+    # client that runs it (calls built without the model configs: sluice.bulk's).
+    durability_of: str = ""
+    # What a caller may do when no replica confirmed (the NotReplicated message).
+    unacked_hint: str = "retry with the same Idempotency-Key"
 
 
 def _dumps(value: Any) -> str:
@@ -94,6 +99,12 @@ def _durable(call: Call[T], cfg: ModelConfig) -> Call[T]:
     if cfg.queue.durability != "replica":
         return call
     return replace(call, replicas=1, replica_timeout_ms=cfg.queue.replica_ack_timeout_ms)
+
+
+def with_durability(call: Call[T], models: Mapping[str, ModelConfig]) -> Call[T]:
+    """``call`` with the durability of the model it names in ``durability_of``."""
+    cfg = models.get(call.durability_of) if call.durability_of and not call.replicas else None
+    return _durable(call, cfg) if cfg is not None else call
 
 
 def _ms(seconds: float) -> int:

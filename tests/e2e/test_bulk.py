@@ -16,12 +16,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from sluice import keys
 from sluice.client import Client
 from tests.e2e.upstack import Up, launch, shut_down, wait_for
+from tests.webhooks.receiver import receiving
 
 pytestmark = [pytest.mark.slow]
 MODEL = "syn"
@@ -40,6 +43,8 @@ CONFIG = {
     # run of thousands of lines goes through several RQ slices.
     "bulk": {"lease_s": 2, "poll_s": 0.05, "slice_s": 4},
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
+    # the receiver of the metrics test listens on loopback
+    "webhooks": {"allow_networks": ["127.0.0.1/32"], "allow_http": True},
 }
 BAD = {
     13: "{not json",
@@ -173,3 +178,43 @@ def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
     statuses = {o["status"] for o in lines}
     assert statuses <= {"succeeded", "failed", "cancelled"} and "cancelled" in statuses
     assert sum(o["status"] == "succeeded" for o in lines) == later["counts"]["succeeded"]
+
+
+def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """A /metrics page as {(sample name, labels): value}."""
+    text = httpx.get(url, timeout=10).text
+    return {
+        (smp.name, tuple(sorted(smp.labels.items()))): smp.value
+        for fam in text_string_to_metric_families(text)
+        for smp in fam.samples
+    }
+
+
+def test_the_notifier_and_the_bulk_worker_serve_metrics_named_in_the_banner(up: Up) -> None:
+    """`sluice up` gives the notifier and each RQ bulk worker a metrics port and names
+    it in its banner; what they count shows there after a bulk job with a webhook."""
+    named = {x.split()[0]: x.split()[2] for x in up.printed if x.split()[1:2] == ["metrics"]}
+    assert set(named) >= {"notifier", "bulk-worker-0"}, up.printed
+    with receiving() as rx, Client(up.gateway) as c:
+        lines = "\n".join(json.dumps({"input": f"line {i}"}) for i in range(3)).encode()
+        r = httpx.post(
+            f"{up.gateway}/v1/models/{MODEL}/bulk",
+            params={"webhook_url": rx.url, "webhook_events": "completed"},
+            content=lines,
+            headers={"Content-Type": "application/x-ndjson"},
+            timeout=30,
+        )
+        assert r.status_code == 202, r.text
+        wait_for(lambda: c.bulk_get(r.json()["id"])["state"] == "completed", 120, "completed")
+        wait_for(lambda: len(rx.calls) >= 1, 60, "the bulk job's webhook")
+    delivered = (("model", MODEL), ("outcome", "delivered"))
+    wait_for(
+        lambda: (
+            scrape(named["notifier"]).get(("sluice_webhook_deliveries_total", delivered), 0) >= 1
+        ),
+        30,
+        "the delivery counted on the notifier's /metrics",
+    )
+    bulk = scrape(named["bulk-worker-0"])
+    assert bulk[("sluice_bulk_slices_total", (("outcome", "finished"),))] >= 1, bulk
+    assert ("sluice_bulk_rq_queued", ()) in bulk
