@@ -30,6 +30,9 @@ BULK_REPORT_MAX_AGE_MS = 60_000
 ENDED = frozenset({"completed", "cancelled", "failed"})
 PUSH_CHUNK = 1000  # lines per RPUSH
 BULK_TOKEN_RE = re.compile(r"bulk[0-9a-f]{1,64}")  # what follows "<model>." in a bulk id
+# Under queue.durability: replica, what a client may do when no replica confirmed.
+UPLOAD_HINT = "the bulk job may still run; uploading again makes a second one"
+CANCEL_HINT = "cancel again (a cancelled bulk job answers 409)"
 
 
 @cache
@@ -229,7 +232,7 @@ class BulkOps:
         cmds.append(("HSET", bk, *[x for kv in fields.items() for x in kv]))
         cmds.append(("EXPIRE", bk, self.ttl_s))
         cmds.append(("ZADD", keys.bulk_active_key(model), now_ms + grace_ms, bulk_id))
-        return Call(lambda _: None, commands=cmds)
+        return Call(lambda _: None, commands=cmds, durability_of=model, unacked_hint=UPLOAD_HINT)
 
     def get(self, bulk_id: str, owner: str | None = None) -> Call[BulkState]:
         """With ``owner``, another API key's bulk job is not found (404, as for jobs)."""
@@ -273,7 +276,8 @@ class BulkOps:
             return r[1]
 
         args = [owner, self.ttl_s, bulk_id]
-        return Call(parse, "bulk_cancel", self._all_keys(model, bulk_id), args)
+        ks = self._all_keys(model, bulk_id)
+        return Call(parse, "bulk_cancel", ks, args, durability_of=model, unacked_hint=CANCEL_HINT)
 
     def finish(
         self, bulk_id: str, token: str, state: str, error: dict[str, Any] | None = None

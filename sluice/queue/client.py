@@ -25,7 +25,7 @@ from sluice.connection import (
 )
 from sluice.errors import ConfigError, NotReplicated, RedisUnavailable
 from sluice.jobs import Batch, JobRecord, NewJob, Outcome, QueueStats, Submitted
-from sluice.queue.scripts import SCRIPT_NAMES, Call, QueueOps, script_source
+from sluice.queue.scripts import SCRIPT_NAMES, Call, QueueOps, script_source, with_durability
 
 T = TypeVar("T")
 REDIS_ERRORS = UNAVAILABLE_ERRORS
@@ -51,19 +51,21 @@ def _unavailable(e: Exception) -> RedisUnavailable:
 
 def _durable_commands(sha: str, call: Call[Any]) -> list[tuple[Any, ...]]:
     # One pipeline is one connection: WAIT counts the writes of the connection it is
-    # sent on, so the script and its WAIT must share one (and one round trip).
-    return [
-        ("EVALSHA", sha, len(call.keys), *call.keys, *call.args),
-        ("WAIT", call.replicas, call.replica_timeout_ms),
-    ]
+    # sent on, so the writes and their WAIT must share one (and one round trip).
+    wait = ("WAIT", call.replicas, call.replica_timeout_ms)
+    if not call.script:
+        return [*call.commands, wait]
+    return [("EVALSHA", sha, len(call.keys), *call.keys, *call.args), wait]
 
 
-def _acked(call: Call[Any], acked: Any) -> None:
-    if int(acked) < call.replicas:
+def _acked(call: Call[Any], replies: list[Any]) -> Any:
+    """The call's own reply, once WAIT (the last reply) counted enough replicas."""
+    if int(replies[-1]) < call.replicas:
         raise NotReplicated(
             f"no replica confirmed the write within {call.replica_timeout_ms} ms "
-            "(queue.durability: replica); retry with the same Idempotency-Key"
+            f"(queue.durability: replica); it may be on the primary alone: {call.unacked_hint}"
         )
+    return replies[0] if call.script else replies[:-1]
 
 
 def refuse_cluster_durability(cluster: bool, models: dict[str, ModelConfig]) -> None:
@@ -92,23 +94,23 @@ class QueueClient:
                 self._scripts[name] = self.redis.register_script(source)
 
     def _run_durable(self, call: Call[Any]) -> Any:
-        script = self._scripts[call.script]
+        script = self._scripts[call.script] if call.script else None
         for first in (True, False):
             pipe = self.redis.pipeline(transaction=False)
-            for cmd in _durable_commands(script.sha, call):
+            for cmd in _durable_commands(script.sha if script else "", call):
                 pipe.execute_command(*cmd)
             try:
-                reply, acked = pipe.execute()
+                replies = pipe.execute()
             except NoScriptError:
-                if not first:
+                if not first or script is None:
                     raise
                 self.redis.script_load(script.script)  # nothing ran: safe to resend
                 continue
-            _acked(call, acked)
-            return reply
+            return _acked(call, replies)
         raise AssertionError("unreachable")
 
     def run(self, call: Call[T]) -> T:
+        call = with_durability(call, self.ops.models)
         try:
             if call.replicas:
                 reply: Any = self._run_durable(call)
@@ -185,23 +187,23 @@ class AsyncQueueClient:
                 self._scripts[name] = self.redis.register_script(source)
 
     async def _run_durable(self, call: Call[Any]) -> Any:
-        script = self._scripts[call.script]
+        script = self._scripts[call.script] if call.script else None
         for first in (True, False):
             pipe = self.redis.pipeline(transaction=False)
-            for cmd in _durable_commands(script.sha, call):
+            for cmd in _durable_commands(script.sha if script else "", call):
                 pipe.execute_command(*cmd)
             try:
-                reply, acked = await pipe.execute()
+                replies = await pipe.execute()
             except NoScriptError:
-                if not first:
+                if not first or script is None:
                     raise
                 await self.redis.script_load(script.script)  # nothing ran: safe to resend
                 continue
-            _acked(call, acked)
-            return reply
+            return _acked(call, replies)
         raise AssertionError("unreachable")
 
     async def run(self, call: Call[T]) -> T:
+        call = with_durability(call, self.ops.models)
         try:
             if call.replicas:
                 reply: Any = await self._run_durable(call)

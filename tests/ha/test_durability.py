@@ -1,6 +1,7 @@
-"""``queue.durability``: with "replica" a submit or a completion is acknowledged
-only once a replica holds it (WAIT), else NotReplicated (503) and a retry with the
-same Idempotency-Key is safe; with "primary" the primary alone acknowledges."""
+"""``queue.durability``: with "replica" a submit, a completion, a bulk upload or a
+bulk cancel is acknowledged only once a replica holds it (WAIT), else NotReplicated
+(503) and a retry with the same Idempotency-Key is safe; with "primary" the primary
+alone acknowledges."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from sluice import keys
+from sluice.bulk.ops import BulkOps, new_bulk_id
+from sluice.bulk.ops import scripts as bulk_scripts
 from sluice.errors import NotReplicated
 from sluice.jobs import JobStatus, NewJob, Outcome
 from sluice.queue import QueueClient
@@ -114,4 +118,64 @@ def test_a_completion_retried_after_no_replica_acked_keeps_the_first_result(
         assert rec.status is JobStatus.SUCCEEDED and rec.result == {"v": 1}
     finally:
         replica.stop()
+        q.redis.close()
+
+
+# -- bulk uploads and cancels: the same WAIT, from the model's queue.durability -----
+
+
+def _bulk_client(url: str, durability: str) -> QueueClient:
+    q = _client(url, durability)
+    q.register(bulk_scripts())
+    return q
+
+
+def _upload(q: QueueClient) -> str:
+    bulk_id = new_bulk_id("m")
+    q.run(BulkOps(["m"], 3600).create("m", bulk_id, ['{"input": "a b"}'], None, 0, 60_000))
+    return bulk_id
+
+
+def _state(r: redis.Redis, bulk_id: str) -> str | None:
+    return r.hget(keys.bulk_key("m", bulk_id), "state")  # type: ignore[return-value]
+
+
+def test_a_replica_acked_bulk_upload_and_cancel_are_on_the_replica_when_they_return(
+    primary: RedisServer,
+) -> None:
+    q = _bulk_client(primary.url, "replica")
+    replica = _replica_of(primary)
+    on_replica = connect(replica.url)
+    try:
+        _linked(q.redis, 1)
+        bulk_id = _upload(q)
+        assert _state(on_replica, bulk_id) == "queued"  # no wait, no retry
+        assert on_replica.llen(keys.bulk_input_key("m", bulk_id)) == 1
+        assert q.run(BulkOps(["m"], 3600).cancel(bulk_id)) == "queued"
+        assert _state(on_replica, bulk_id) == "cancelled"
+    finally:
+        on_replica.close()
+        replica.stop()
+        q.redis.close()
+
+
+def test_without_a_replica_a_bulk_upload_and_cancel_are_refused(primary: RedisServer) -> None:
+    q = _bulk_client(primary.url, "replica")
+    try:
+        with pytest.raises(NotReplicated, match="primary alone"):
+            _upload(q)
+        [bulk_id] = q.redis.zrange(keys.bulk_active_key("m"), 0, -1)
+        assert _state(q.redis, bulk_id) == "queued"  # written, not acknowledged
+        with pytest.raises(NotReplicated):
+            q.run(BulkOps(["m"], 3600).cancel(bulk_id))
+        assert _state(q.redis, bulk_id) == "cancelled"
+    finally:
+        q.redis.close()
+
+
+def test_primary_durability_acks_a_bulk_upload_without_a_replica(primary: RedisServer) -> None:
+    q = _bulk_client(primary.url, "primary")
+    try:
+        assert _state(q.redis, _upload(q)) == "queued"
+    finally:
         q.redis.close()
