@@ -7,9 +7,13 @@ goes through the state's :class:`gateway.redis_io.RedisGate` (``st.call``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
+
+from pydantic import BaseModel
 
 from gateway.admission import (
     Load,
@@ -23,6 +27,7 @@ from gateway.state import GatewayState
 from sluice.config import ModelConfig
 from sluice.cost import CostEstimator, Estimate
 from sluice.errors import (
+    IdempotencyKeyReused,
     InputTooLarge,
     InvalidInput,
     JobNotFound,
@@ -46,6 +51,16 @@ class Spec:
     idempotency_key: str | None = None
     owner: Owner | None = None  # the caller's API key (None on an open gateway)
     webhook: Webhook | None = None  # checked by gateway.webhooks at submit
+    request_hash: str = ""  # request_hash(body) when an Idempotency-Key came with it
+
+
+def request_hash(body: BaseModel) -> str:
+    """A hash of the request as parsed: its type and every field, defaults included,
+    keys sorted, so key order, spacing or a default spelt out are the same request."""
+    canonical = json.dumps(
+        [type(body).__name__, body.model_dump(mode="json")], sort_keys=True, separators=(",", ":")
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
 
 
 def _check_spec(cfg: ModelConfig, spec: Spec) -> None:
@@ -156,6 +171,7 @@ def _build_jobs(
             metadata=spec.metadata,
             idempotency_key=(f"{key}:{i}" if batch else key) if key else None,
             webhook=spec.webhook,
+            request_hash=spec.request_hash if key else "",
         )
         for i, (value, e) in enumerate(zip(inputs, estimates, strict=True))
     ]
@@ -216,6 +232,12 @@ async def _enqueue(
     except RateLimited as e:
         st.metrics.rejected.labels(model, e.type).inc(len(jobs))
         raise
+    except IdempotencyKeyReused as e:
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {spec.idempotency_key!r} was first used with a different body; "
+            "send the same body to replay its job, or a new key for a new request",
+            e.index,
+        ) from e
 
 
 async def _read_replays(

@@ -118,6 +118,17 @@ class TooManyStreams(SluiceError):
     retry_after_s = 5.0
 
 
+class IdempotencyKeyReused(SluiceError):
+    """An Idempotency-Key replayed with another request body than the one that made
+    its job (HTTP 422): the first job is not what this request asks for."""
+
+    type = "idempotency_key_reused"
+
+    def __init__(self, message: str, index: int = 0) -> None:
+        super().__init__(message)
+        self.index = index  # 0-based: the job of the submit whose key was reused
+
+
 class JobConflict(SluiceError):
     """The job is in a state that does not allow the request (e.g. cancel a finished job)."""
 

@@ -110,6 +110,9 @@ class NewJob:
     idempotency_key: str | None = None
     id: str = ""
     webhook: Webhook | None = None
+    # A hash of the request that made the job: a replay of its idempotency key with
+    # another request is refused (IdempotencyKeyReused); '' = not compared.
+    request_hash: str = ""
 
 
 @dataclass(frozen=True, slots=True)

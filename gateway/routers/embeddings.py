@@ -145,7 +145,10 @@ async def create_embeddings(
     check_model(body.model, cfg)
     texts = texts_of(body.input, st.gw.max_batch_inputs)
     owner = key.owner if key else None
-    spec = service.Spec(body.priority, body.deadline_ms, None, idempotency_key, owner)
+    digest = service.request_hash(body) if idempotency_key is not None else ""
+    spec = service.Spec(
+        body.priority, body.deadline_ms, None, idempotency_key, owner, request_hash=digest
+    )
     views, _ = await service.submit(st, body.model, texts, spec, batch=True)
     ids = [v["id"] for v in views]
     recs = await _wait_all(st, ids, owner.name if owner else None, idempotency_key is not None)

@@ -47,7 +47,8 @@ async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Js
     hook = None
     if body.webhook is not None or (api_key is not None and api_key.webhook_url):
         hook = await st.webhooks.for_spec(body.webhook, api_key)
-    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, key, owner, hook)
+    digest = service.request_hash(body) if key is not None else ""
+    spec = service.Spec(body.priority, body.deadline_ms, body.metadata, key, owner, hook, digest)
     views, replayed = await service.submit(st, model, [body.input], spec)
     headers = {"Location": f"/v1/jobs/{views[0]['id']}"}
     if replayed:
@@ -76,8 +77,9 @@ async def submit_batch(
         )
     owner = key.owner if key else None
     hook = await st.webhooks.for_spec(body.webhook, key)
+    digest = service.request_hash(body) if idempotency_key is not None else ""
     spec = service.Spec(
-        body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook
+        body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook, digest
     )
     views, replayed = await service.submit(st, model, list(body.inputs), spec, batch=True)
     if replayed:

@@ -91,8 +91,9 @@ async def predict(
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
     owner = key.owner if key else None
     hook = await st.webhooks.for_spec(body.webhook, key)  # for a job that outlasts the wait
+    digest = service.request_hash(body) if idempotency_key is not None else ""
     spec = service.Spec(
-        body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook
+        body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook, digest
     )
     views, _ = await service.submit(st, model, [body.input], spec)
     job_id = views[0]["id"]

@@ -15,7 +15,14 @@ from typing import Any, Generic, TypeVar
 
 from sluice import fastjson, keys
 from sluice.config import PRIORITIES, ModelConfig
-from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLimited
+from sluice.errors import (
+    IdempotencyKeyReused,
+    JobConflict,
+    JobNotFound,
+    LeaseLost,
+    QueueFull,
+    RateLimited,
+)
 from sluice.jobs import (
     BULK_RANK,
     DELIVERY_FIELDS,
@@ -164,6 +171,7 @@ class QueueOps:
                 "idem": _idem(o.name, job.idempotency_key),
                 "whu": job.webhook.url if job.webhook else "",
                 "whe": _events(job.webhook),
+                "rqh": job.request_hash,
             }
             for job in jobs
         ]
@@ -482,6 +490,9 @@ def _parse_submit(reply: list[Any]) -> list[Submitted]:
     state, detail = head["state"], head["detail"]
     if state == "fenced":
         raise LeaseLost("the lease this submit was fenced on is held by another holder")
+    if state == "reused":
+        i = int(detail) - 1
+        raise IdempotencyKeyReused(f"job {i}'s idempotency key made a job from another request", i)
     if state == "limited":
         wait_s = int(detail) / 1000
         raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)

@@ -139,9 +139,11 @@ SUBMIT = Signature(
         ("idem", "str"),  # owner-scoped idempotency key or ''
         ("whu", "str"),  # webhook url ('' = none)
         ("whe", "str"),  # the webhook's events, comma-separated
+        ("rqh", "str"),  # hash of the request body ('' = none): a replay must match it
     ),
     # 'ok' with now | 'full' with the reason and what is queued | 'limited' with ms to
-    # wait | 'fenced' (the fence key holds another token: nothing written)
+    # wait | 'fenced' (the fence key holds another token: nothing written) | 'reused'
+    # with the 1-based job whose idempotency key made a job from another request
     reply=("state", "detail", "queued", "queued_cost"),
     reply_group=("id", "created"),  # 'ok' only: each job, 1 if this call created it
 )

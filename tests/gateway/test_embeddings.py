@@ -112,6 +112,11 @@ async def test_priority_and_idempotency_reach_the_jobs(make_gateway: HarnessFact
         again = await post(h, body, headers={"Idempotency-Key": "k1"})
         assert again.json() == first.json()
         assert (await h.queue.stats(EMB)).queued == 0
+        # Other inputs under the same key: refused in OpenAI's shape, nothing queued.
+        other = await post(h, {**body, "input": ["a", "c"]}, headers={"Idempotency-Key": "k1"})
+        assert other.status_code == 400, other.text
+        assert other.json()["error"]["code"] == "idempotency_key_reused"
+        assert (await h.queue.stats(EMB)).counters["arrived"] == 2
 
 
 @pytest.mark.parametrize(

@@ -104,6 +104,35 @@ async def test_idempotent_replay_returns_the_same_job(gw: Harness) -> None:
     assert again.headers.get("idempotent-replayed") == "true"
 
 
+async def test_a_reused_idempotency_key_with_another_body_is_422(gw: Harness) -> None:
+    """As payment APIs do: the key names one request; another body under it is a
+    client bug to report, not the first job to replay. The same request (keys in
+    another order, a default spelt out) still replays; nothing is queued by a refusal."""
+    headers = {"Idempotency-Key": "order-18"}
+    first = await submit(gw, {"input": "x y"}, headers=headers)
+    for other in (
+        {"input": "x z"},
+        {"input": "x y", "priority": "low"},
+        {"input": "x y", "metadata": {}},
+    ):
+        resp = await submit(gw, other, headers=headers)
+        assert resp.status_code == 422, resp.text
+        error = resp.json()["error"]
+        assert set(error) == {"type", "message"} and error["type"] == "idempotency_key_reused"
+        assert "order-18" in error["message"] and "different body" in error["message"]
+    same = await submit(gw, {"priority": "normal", "input": "x y"}, headers=headers)
+    assert same.status_code == 202 and same.json()["id"] == first.json()["id"]
+    batch = {"inputs": ["a", "b c"]}
+    made = await gw.client.post("/v1/models/m/jobs/batch", json=batch, headers=headers)
+    for other in ({"inputs": ["a", "b d"]}, {"inputs": ["a"]}, {**batch, "metadata": {"k": 1}}):
+        resp = await gw.client.post("/v1/models/m/jobs/batch", json=other, headers=headers)
+        assert resp.status_code == 422, resp.text
+        assert resp.json()["error"]["type"] == "idempotency_key_reused"
+    again = await gw.client.post("/v1/models/m/jobs/batch", json=batch, headers=headers)
+    assert again.json() == made.json() and again.headers["idempotent-replayed"] == "true"
+    assert (await gw.queue.stats("m")).counters["arrived"] == 3
+
+
 async def test_cancel_queued_running_and_finished(gw: Harness) -> None:
     queued = (await submit(gw, {"input": "a"})).json()["id"]
     resp = await gw.client.delete(f"/v1/jobs/{queued}")

@@ -10,7 +10,8 @@
 --   (read into locals by the generated prologue), then one group per job
 --   (arg_group(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input JSON,
 --   meta JSON, deadline ms from now (0 = none), idem key ('' = none), webhook url
---   ('' = none) and its events (comma-separated)). A job with a webhook keeps them
+--   ('' = none) and its events (comma-separated), hash of the request body ('' =
+--   none)). A job with a webhook keeps them
 --   with its delivery TTL (hook_ttl s): the script that ends it enqueues the delivery.
 -- Derived keys: jprefix..id, qprefix..bucket, iprefix..idempotency key,
 --   wprefix..bucket (same hash tag).
@@ -21,9 +22,12 @@
 -- one per new job (a batch larger than the burst leaves a debt that later calls
 -- wait out). Idempotent replays are free. Nothing is taken from a refused call.
 -- A job id whose hash exists already (this call, retried) is returned as not created.
+-- A replayed key whose job holds a request hash ('rqh') other than the job's is
+-- refused before anything is written (a job from before hashes, or one without,
+-- replays as it did).
 -- Replies (declared in SUBMIT): state 'ok' (detail: now) then each job's id and
 -- created flag, or 'full' (detail: the reason; queued, queued_cost), or 'limited'
--- (detail: ms until enough tokens).
+-- (detail: ms until enough tokens), or 'reused' (detail: which job, 1-based).
 local stats, seq = KEYS[1], KEYS[2]
 local owners, rl = KEYS[3], KEYS[4]
 if fence_token ~= '' and redis.call('HGET', KEYS[5], 'token') ~= fence_token then
@@ -44,6 +48,12 @@ for i = 1, n do
     -- A key whose job has expired (result TTL) is free again: a new job, not a 404.
     if existing[i] and redis.call('EXISTS', jprefix .. existing[i]) == 0 then
       existing[i] = false
+    end
+    if existing[i] and job.rqh ~= '' then
+      local made_by = redis.call('HGET', jprefix .. existing[i], 'rqh')
+      if made_by and made_by ~= job.rqh then
+        return reply{state = 'reused', detail = i, queued = 0, queued_cost = 0}
+      end
     end
   end
   -- The same call run again (redis-py retries a script whose reply timed out or
@@ -116,6 +126,7 @@ for i = 1, n do
       'prio', int(prio), 'status', 'queued', 'input', job.input, 'meta', job.meta,
       'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem)
     if owner ~= '' then redis.call('HSET', jprefix .. id, 'owner', owner) end
+    if job.rqh ~= '' then redis.call('HSET', jprefix .. id, 'rqh', job.rqh) end
     if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
       redis.call('HSET', jprefix .. id, 'whu', job.whu)
       if job.whe ~= '' then redis.call('HSET', jprefix .. id, 'whe', job.whe) end
