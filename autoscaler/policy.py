@@ -244,6 +244,22 @@ def down_window_s(p: AutoscalingConfig, cur: int, before_burst: int | None) -> t
     return p.scale_down_window_s, 0
 
 
+def _burst_base(
+    p: AutoscalingConfig, obs: Observation, mu: float, base: int | None, cur: int, desired: int
+) -> int | None:
+    """The count before the burst a scale-up belongs to (the short pool window's floor),
+    or None when it answers no burst. A burst asks for more than the metrics window's
+    arrival rate alone calls for (the short rates, a backlog, an SLO breach, the trend).
+    A scale-up that rate alone asks for is steady load crossing the tolerance band: it
+    keeps the usual window, as without a pool. Given the short one, noise that lifted
+    the 60 s rate past the band's edge promoted a worker and parked it again a minute
+    after the rate eased (a flap: tests/autoscaler/test_policy.py, seed 695)."""
+    if base is not None and cur > base:
+        return base  # a burst under way goes on
+    steady = math.ceil((obs.arrival_rate_cost or 0.0) / (mu * p.target_utilization) - 1e-9)
+    return cur if desired > steady else None
+
+
 def _stabilise_down(
     p: AutoscalingConfig, cur: int, state: PolicyState, now_s: float, reason: str
 ) -> tuple[int, str]:
@@ -345,9 +361,7 @@ def decide(
         desired = _limit_up(p, cur, want, obs.parked)
         if p.saturation_hold_s > 0:
             sat = saturation.start_probe(sat, obs, cur, desired, now_s)
-        base = state.before_burst
-        if base is None or cur <= base:  # a new burst starts from here
-            base = cur
+        base = _burst_base(p, obs, mu, state.before_burst, cur, desired)
         new_state = replace(new_state, saturation=sat, before_burst=base)
         return Decision(cur, desired, reason, needed, new_state)
     if want < cur:

@@ -611,12 +611,25 @@ def test_no_flapping_on_a_noisy_steady_trace(seed: int, noise: float) -> None:
     assert r.slo_attainment >= 0.99
 
 
-# derandomize: CI runs a fixed 25 examples. A random run found the one below (one
-# flap: a promotion, then a scale-down within the window); it is a real defect of
-# the warm-pool policy, left open (issue 17's closing note) and kept here as an
-# expected failure so that the day it is fixed this test says so.
-@settings(max_examples=25, deadline=None, derandomize=True)
-@example(seed=695, noise=0.25).xfail(raises=AssertionError, reason="known flap, see above")
+def test_only_a_burst_gets_the_warm_pool_short_window() -> None:
+    p = pol(warm_pool={"size": 4})
+    st0 = PolicyState(started_s=NOW - 3600)
+    # Steady load past the band: 3450 cost/s at u = 0.5 needs 6.9 -> 7 replicas (6.9 / 6
+    # is 15% over, past the 10% band), which the 60 s rate alone asks for: no burst,
+    # the usual window will hold (seed 695).
+    steady = decide(p, obs(6, 3450.0, parked=4), st0, NOW)
+    assert steady.desired == 7 and steady.state.before_burst is None
+    # A backlog asks for more than that rate does: a burst, from 6.
+    burst = decide(p, obs(6, 3000.0, parked=4, queued=400, queued_cost=40_000.0), st0, NOW)
+    assert burst.desired > 6 and burst.state.before_burst == 6
+
+
+# 0.15-0.4 s per trace here (decisions every 2 s): 40 random examples take 6-15 s.
+# seed 695 / noise 0.25 once flapped: a steady-load scale-up (the 60 s rate just past
+# the tolerance band) got the pool's short scale-down window and went back a minute
+# after the rate eased; only a burst's replicas get that window now (policy._burst_base).
+@settings(max_examples=40, deadline=None)
+@example(seed=695, noise=0.25)
 @given(st.integers(1, 10_000), st.floats(0.05, 0.25))
 def test_no_flapping_on_a_noisy_steady_trace_with_a_warm_pool(seed: int, noise: float) -> None:
     # A pool shortens the scale-down window to 60 s and reads the 5 s rate: neither may
