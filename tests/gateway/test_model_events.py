@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,7 +18,10 @@ import pytest
 import redis
 
 from gateway.app import create_app
-from gateway.event_hub import id_order, next_id
+from gateway.event_hub import EventHub, id_order, next_id
+from gateway.metrics import GatewayMetrics
+from gateway.redis_io import RedisGate
+from gateway.redis_io import connect as connect_gateway
 from gateway.state import GatewayState
 from sluice.jobs import Outcome
 from sluice.queue import QueueClient
@@ -102,24 +106,26 @@ def ended_ids(v: Viewer) -> list[tuple[str, list[str]]]:
 
 
 async def test_streams_past_the_pool_leave_ordinary_requests_alone(redis_url: str) -> None:
-    # 12 streams on a 2-connection gateway: were each to hold a connection in its
-    # blocking read (half the 1 s timeout each), a request would queue behind ~5
-    # rounds of them, past its 1 s deadline, and answer 503.
-    with gateway(redis_url, redis_max_connections=2, redis_timeout_s=1.0) as (base, st, q):
+    # 20 streams on a 2-connection gateway: were each to hold a connection in its
+    # blocking read (half the 2 s timeout each), a request would queue behind ~9
+    # rounds of them, far past its 2 s deadline, and answer 503.
+    with gateway(redis_url, redis_max_connections=2, redis_timeout_s=2.0) as (base, st, q):
         async with httpx.AsyncClient(base_url=base, timeout=HUNG_S) as c:
-            viewers, tasks = await open_viewers(c, 12)
-            ids = []
-            for _ in range(4):
-                resp = await c.post("/v1/models/m/jobs", json={"input": "hi"})
-                assert resp.status_code == 202, resp.text
-                ids.append(resp.json()["id"])
-                assert (await c.get(f"/v1/jobs/{ids[-1]}")).status_code == 200
-            assert not any(t.done() for t in tasks)  # answered while every stream is open
-            assert st.events.viewers == 12 and st.events.readers == 1
-            ended = end_jobs(q)
-            await async_wait_until(lambda: all(v.events for v in viewers), what="fan-out")
-            assert all(sorted(ended_ids(v)[0][1]) == sorted(ended) for v in viewers)
-            await close_all(tasks)
+            viewers, tasks = await open_viewers(c, 20)
+            try:
+                ids = []
+                for _ in range(4):
+                    resp = await c.post("/v1/models/m/jobs", json={"input": "hi"})
+                    assert resp.status_code == 202, resp.text
+                    ids.append(resp.json()["id"])
+                    assert (await c.get(f"/v1/jobs/{ids[-1]}")).status_code == 200
+                assert not any(t.done() for t in tasks)  # answered while every stream is open
+                assert st.events.viewers == 20 and st.events.readers == 1
+                ended = end_jobs(q)
+                await async_wait_until(lambda: all(v.events for v in viewers), what="fan-out")
+                assert all(sorted(ended_ids(v)[0][1]) == sorted(ended) for v in viewers)
+            finally:
+                await close_all(tasks)
 
 
 async def test_two_viewers_get_the_same_events_and_a_resume_catches_up(redis_url: str) -> None:
@@ -211,3 +217,27 @@ async def test_the_reader_survives_a_lost_connection(redis_url: str) -> None:
 def test_the_catch_up_starts_just_after_the_last_id_sent(entry_id: str, after: str) -> None:
     assert next_id(entry_id) == after
     assert id_order(after) > id_order(entry_id)
+
+
+async def test_a_reader_without_redis_backs_off_and_stops_with_its_viewer() -> None:
+    with socket.socket() as s:  # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dead = connect_gateway(f"redis://127.0.0.1:{port}/0", 0.5)
+    hub = EventHub(
+        dead,
+        reads=dead,
+        call=RedisGate(0.5, 4),
+        max_viewers=4,
+        timeout_s=0.5,
+        metrics=GatewayMetrics(),
+    )
+    viewer = hub.join("m")
+    await async_wait_until(lambda: hub.read_failures >= 3, what="failed reads")
+    # every failure was followed by a backoff sleep (half its ceiling at least): no spin
+    assert viewer.reader.retry.backoff.attempt == hub.read_failures
+    assert viewer.reader.retry.down and hub.readers == 1 and not viewer.closed
+    hub.leave(viewer)
+    await async_wait_until(lambda: hub.readers == 0, what="the reader stops")
+    await hub.stop()
+    await dead.aclose()
