@@ -138,8 +138,9 @@ def worker_cmd(
     """An RQ worker for bulk coordinators (and the reaper that resumes lapsed ones)."""
     import logging
 
+    from sluice.bulk.metrics import BulkWorkerMetrics
     from sluice.bulk.rq_jobs import rq_url
-    from sluice.bulk.worker import BulkWorkerMetrics, run_worker
+    from sluice.bulk.worker import run_worker
 
     cfg = load_required(config)
     url = resolve_url(redis_url_opt, cfg)
