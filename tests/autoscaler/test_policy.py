@@ -624,11 +624,13 @@ def test_only_a_burst_gets_the_warm_pool_short_window() -> None:
     assert burst.desired > 6 and burst.state.before_burst == 6
 
 
-# 0.15-0.4 s per trace here (decisions every 2 s): 40 random examples take 6-15 s.
+# 0.15-0.4 s per trace here (decisions every 2 s): 40 examples take 6-15 s, the same
+# 40 every run (derandomize: a rare seed found at random would fail CI by chance;
+# widen max_examples by hand to search, and keep what it finds as an @example).
 # seed 695 / noise 0.25 once flapped: a steady-load scale-up (the 60 s rate just past
 # the tolerance band) got the pool's short scale-down window and went back a minute
 # after the rate eased; only a burst's replicas get that window now (policy._burst_base).
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40, deadline=None, derandomize=True)
 @example(seed=695, noise=0.25)
 @given(st.integers(1, 10_000), st.floats(0.05, 0.25))
 def test_no_flapping_on_a_noisy_steady_trace_with_a_warm_pool(seed: int, noise: float) -> None:
