@@ -111,6 +111,7 @@ local out = reply{state = 'ok', detail = now, queued = 0, queued_cost = 0}
 local base = 0
 if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count end
 local zadds, costs, k = {}, {}, 0
+local function opt(f, name, value) f[#f + 1] = name; f[#f + 1] = value end
 for i = 1, n do
   local job = jobs[i]
   if existing[i] then
@@ -122,16 +123,18 @@ for i = 1, n do
     -- Score: priority class first, then arrival order (a per-model sequence).
     k = k + 1
     local score = int(prio * SCORE_SCALE + base + k)
-    redis.call('HSET', jprefix .. id, 'id', id, 'bucket', bucket, 'cost', int(cost),
+    -- One HSET per job: the optional fields join the fixed ones only when set.
+    local f = {'id', id, 'bucket', bucket, 'cost', int(cost),
       'prio', int(prio), 'status', 'queued', 'input', job.input, 'meta', job.meta,
-      'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem)
-    if owner ~= '' then redis.call('HSET', jprefix .. id, 'owner', owner) end
-    if job.rqh ~= '' then redis.call('HSET', jprefix .. id, 'rqh', job.rqh) end
+      'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem}
+    if owner ~= '' then opt(f, 'owner', owner) end
+    if job.rqh ~= '' then opt(f, 'rqh', job.rqh) end
     if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
-      redis.call('HSET', jprefix .. id, 'whu', job.whu)
-      if job.whe ~= '' then redis.call('HSET', jprefix .. id, 'whe', job.whe) end
-      if hook_ttl ~= HOOK_TTL_S then redis.call('HSET', jprefix .. id, 'wht', hook_ttl) end
+      opt(f, 'whu', job.whu)
+      if job.whe ~= '' then opt(f, 'whe', job.whe) end
+      if hook_ttl ~= HOOK_TTL_S then opt(f, 'wht', hook_ttl) end
     end
+    redis.call('HSET', jprefix .. id, unpack(f))
     if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
     table.insert(zadds[bucket], score); table.insert(zadds[bucket], id)
     costs[bucket] = costs[bucket] + cost
