@@ -21,7 +21,9 @@ refilled past what ``max_replicas`` could still promote, nor past what the free 
 could: a parked GPU worker holds its device share (its weights stay there); a parked
 CPU worker is started with its threads but takes its cores only when promoted
 (serving workers never outnumber the cores, as without a pool), so it is started only
-where cores no one else counts on are free (docs/adr/0135).
+where cores no one else counts on are free (docs/adr/0135). A promote or park
+command that raised may have reached its worker: that worker's heartbeat then
+decides whether it is counted (and holds cores) as serving or parked.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from autoscaler.devices import CorePool, DevicePool
 from sluice.backoff import Backoff
 from sluice.config import REDIS_URL_ENV, SluiceConfig, WarmPoolConfig
 from sluice.cores import THREADS_ENV, cores_per_worker, total_cores
+from sluice.errors import SluiceError
 from sluice.registry import PARK, PROMOTE, WorkerInfo
 
 __all__ = ["EXITS_KEPT", "LocalBackend", "LocalWorker", "sluice_command"]
@@ -85,8 +88,9 @@ class LocalBackend:
         st.info = {w.id: w for w in workers}
         if any(w.state == "ready" for w in workers):
             st.crashes = 0  # a worker got to ready: the backoff starts over
-        if any(w.state == "standby" for w in workers):
-            st.pool_backoff.reset()  # a parked worker got to standby: so does the pool's
+        if any(st.loaded_since_pool_exit(w) for w in workers):
+            st.pool_backoff.reset()  # a replacement loaded: the pool's backoff starts over
+        self._reconcile(model, st)
         ours = {w.id: w for w in st.workers}
         for info in workers:
             mine = ours.get(info.id)
@@ -94,6 +98,41 @@ class LocalBackend:
                 st.cold_starts[info.id] = max(0.0, info.ready_at - mine.spawned_wall_s)
         while len(st.cold_starts) > 20:  # the recent ones are what the next spawn will see
             st.cold_starts.pop(next(iter(st.cold_starts)))
+
+    def _reconcile(self, model: str, st: ModelState) -> None:
+        """A worker whose promote or park command raised serves or parks as its own
+        heartbeat says (the command may have reached it; issue 28): the backend's count
+        and cores follow."""
+        for w in st.workers:
+            info = st.info.get(w.id)
+            if not w.unsure or w.draining_since is not None or info is None:
+                continue
+            if w.parked and not info.parked and info.state in ("starting", "standby", "ready"):
+                self._adopt_promoted(model, w)
+            elif not w.parked and info.parked:
+                self.cores.give(w.cores)
+                w.cores, w.parked = 0, True
+                log.warning("local: %s worker %s parked after all; counted as parked", model, w.id)
+
+    def _adopt_promoted(self, model: str, w: LocalWorker) -> None:
+        """Count a worker promoted after all as serving, with its cores; where they are
+        no longer free, park it back rather than oversubscribe them."""
+        try:
+            self.cores.take(w.threads)
+        except LookupError as e:
+            log.warning(
+                "local: %s worker %s was promoted after all, but %s: parking it back",
+                model,
+                w.id,
+                e,
+            )
+            try:
+                self._command(model, w, PARK)
+            except SluiceError as err:  # still unsure: the next period tries again
+                log.warning("local: parking %s worker %s back failed: %s", model, w.id, err)
+            return
+        w.cores, w.parked = w.threads, False
+        log.warning("local: %s worker %s was promoted after all; counted as serving", model, w.id)
 
     def cold_start_s(self, model: str) -> float | None:
         """Median spawn-to-ready time of this backend's recent workers (process start,
@@ -165,7 +204,7 @@ class LocalBackend:
                 log.warning("local: not promoting %s worker %s: %s", model, w.id, e)
                 break
             try:
-                self.control(model, w.id, PROMOTE)
+                self._command(model, w, PROMOTE)
             except Exception:
                 self.cores.give(w.threads)
                 raise
@@ -173,6 +212,17 @@ class LocalBackend:
             done += 1
             log.info("local: promoted %s worker %s", model, w.id)
         return done
+
+    def _command(self, model: str, w: LocalWorker, command: str) -> None:
+        """Send ``command`` to ``w``; one that raises may still have reached it, so
+        the worker is marked unsure until a later command succeeds (see _reconcile)."""
+        assert self.control is not None
+        try:
+            self.control(model, w.id, command)
+        except Exception:
+            w.unsure = True
+            raise
+        w.unsure = False
 
     def _pool_target(self, model: str, leaving: LocalWorker | None = None) -> int:
         """The pool's size, but no more than max_replicas could still promote, nor
@@ -236,7 +286,7 @@ class LocalBackend:
             return False
         if not short:
             self._drain(loading[-1])
-        self.control(model, w.id, PARK)
+        self._command(model, w, PARK)
         w.parked = True
         self.cores.give(w.cores)  # a parked CPU worker holds no cores (see the module doc)
         w.cores = 0
@@ -384,6 +434,7 @@ class LocalBackend:
         replacements exit before they reach standby: a crash loop must not cost a
         model load every period."""
         delay = st.pool_backoff.next_s()
+        st.pool_exit_at = now
         st.pool_refill_at = max(st.pool_refill_at, now + delay)
         log.warning(
             "local: parked %s worker %s exited with %d; refilling the pool in %.1f s",

@@ -16,7 +16,7 @@ from autoscaler.backends.base import Control
 from autoscaler.backends.local import LocalBackend
 from sluice.config import WarmPoolConfig, parse_config
 from sluice.errors import RedisUnavailable
-from sluice.registry import PROMOTE, WorkerInfo
+from sluice.registry import PARK, PROMOTE, WorkerInfo
 from tests.waits import wait_until
 
 # Writes its arguments and CUDA_VISIBLE_DEVICES to <dir>/<worker id>.json, then waits
@@ -77,7 +77,9 @@ def _wait_files(tmp_path: Path, n: int) -> list[dict[str, object]]:
     raise AssertionError(f"fewer than {n} workers started")
 
 
-def _info(wid: str, busy: bool = False, jobs: int = 0, state: str = "ready") -> WorkerInfo:
+def _info(
+    wid: str, busy: bool = False, jobs: int = 0, state: str = "ready", parked: bool = False
+) -> WorkerInfo:
     return WorkerInfo(
         id=wid,
         model="m",
@@ -89,6 +91,7 @@ def _info(wid: str, busy: bool = False, jobs: int = 0, state: str = "ready") -> 
         started_at=0.0,
         busy=busy,
         jobs=jobs,
+        parked=parked,
     )
 
 
@@ -186,6 +189,21 @@ def test_a_crash_is_restarted_with_backoff(tmp_path: Path, monkeypatch) -> None:
 # -- the warm pool's failure paths (issue 28), with a stand-in control channel ---------
 POOL = WarmPoolConfig(size=1)
 EMBED_2 = {"handler": "embedding", "autoscaling": {"min_replicas": 0, "max_replicas": 2}}
+
+
+class LostReplyControl:
+    """Records each command; the first ``lose`` of them reach the worker but their
+    reply is lost: the caller sees RedisUnavailable (a timeout during a failover)."""
+
+    def __init__(self, lose: int = 0) -> None:
+        self.lose = lose
+        self.sent: list[tuple[str, str, str]] = []
+
+    def __call__(self, model: str, worker_id: str, command: str) -> None:
+        self.sent.append((model, worker_id, command))
+        if self.lose > 0:
+            self.lose -= 1
+            raise RedisUnavailable("stand-in: reply lost in a failover")
 
 
 class FlakyControl:
@@ -288,5 +306,124 @@ def test_a_parked_worker_in_a_crash_loop_backs_off(tmp_path: Path, monkeypatch) 
         starts = len(be.models["m"].exits)
         assert 2 <= starts <= 6
         assert be.current("m") == 0 and not be.models["m"].restarts_due
+    finally:
+        be.close(timeout_s=5)
+
+
+def test_a_healthy_standby_does_not_reset_a_crash_loop(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    now = [0.0]
+    be = _backend(
+        tmp_path,
+        monkeypatch,
+        control=FlakyControl(),
+        clock=lambda: now[0],
+        restart_backoff_s=1.0,
+        restart_backoff_max_s=30.0,
+    )
+    try:
+        be.keep_pool("m", POOL)  # the first slot: a worker that loads and parks
+        healthy = be.models["m"].workers[0]
+        _wait_files(tmp_path, 1)
+        (tmp_path / "crash").write_text("")  # every later worker crashes while loading
+        two = WarmPoolConfig(size=2)
+        for _ in range(30):  # 30 periods of 1 s; the healthy worker is standby in each
+            be.observe("m", [_info(healthy.id, state="standby", parked=True)])
+            be.keep_pool("m", two)
+            wait_until(
+                lambda: all(
+                    w.proc.poll() is not None for w in be.models["m"].workers if w is not healthy
+                ),
+                what="the crashing parked worker's exit",
+            )
+            now[0] += 1.0
+            be.tick(now[0])
+        # The second slot backs off as a pool of 1 would (at most 6 starts in 30 s, see
+        # the test above): the healthy worker's standby says nothing of its replacements.
+        # Reset by it every period, the slot restarts after 0.5-1 s: about 30 starts.
+        starts = len(be.models["m"].exits)
+        assert 2 <= starts <= 6
+        assert healthy.proc.poll() is None and be.parked("m")[0] is healthy
+    finally:
+        be.close(timeout_s=5)
+
+
+def test_a_replacement_that_parks_resets_the_pools_backoff(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "crash").write_text("")
+    now = [0.0]
+    be = _backend(
+        tmp_path,
+        monkeypatch,
+        control=FlakyControl(),
+        clock=lambda: now[0],
+        restart_backoff_s=1.0,
+        restart_backoff_max_s=30.0,
+    )
+    st = be.models["m"]
+    try:
+        for _ in range(3):  # three crashes: the next delay is 4-8 s
+            be.keep_pool("m", POOL)
+            wait_until(lambda: all(w.proc.poll() is not None for w in st.workers), what="exit")
+            now[0] += 1.0
+            be.tick(now[0])
+            now[0] = st.pool_refill_at
+        assert st.pool_backoff.attempt == 3
+        (tmp_path / "crash").unlink()
+        be.keep_pool("m", POOL)
+        (fixed,) = st.workers
+        be.observe("m", [_info(fixed.id, state="starting", parked=True)])
+        assert st.pool_backoff.attempt == 3  # loading is not parked
+        be.observe("m", [_info(fixed.id, state="standby", parked=True)])
+        assert st.pool_backoff.attempt == 0  # spawned after the crash, now parked: reset
+    finally:
+        be.close(timeout_s=5)
+
+
+def test_a_promotion_whose_reply_was_lost_is_counted(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    control = LostReplyControl(lose=1)
+    # 2 cores, max_replicas 2, a pool of 1 (1 core per worker).
+    be = _backend(tmp_path, monkeypatch, EMBED_2, cpu_cores=2, control=control)
+    try:
+        be.scale("m", 1, [])
+        be.keep_pool("m", POOL)
+        (serving,) = [w for w in be.models["m"].workers if not w.parked]
+        (parked,) = be.parked("m")
+        with pytest.raises(RedisUnavailable):  # the worker got PROMOTE; the reply was lost
+            be.scale("m", 2, [])
+        assert control.sent == [("m", parked.id, PROMOTE)]
+        assert be.current("m") == 1 and be.cores.used == 1  # what the backend can know
+        # Its next heartbeat says it serves: it is counted, and holds its core.
+        be.observe("m", [_info(serving.id), _info(parked.id, busy=True, jobs=1)])
+        assert be.current("m") == 2 and be.cores.used == 2 and be.parked("m") == []
+        # At max_replicas nothing more starts: no serving worker, no refill.
+        be.scale("m", 2, [_info(serving.id), _info(parked.id)])
+        be.keep_pool("m", POOL)
+        assert len(be.models["m"].workers) == 2 and be.cores.used == 2
+        be.scale("m", 1, [_info(serving.id, jobs=5), _info(parked.id, jobs=1)])
+        assert be.current("m") == 1 and be.cores.used == 1  # its core comes back on the way down
+    finally:
+        be.close(timeout_s=5)
+    assert be.cores.used == 0
+
+
+def test_a_lost_promotion_without_free_cores_is_parked_back(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    control = LostReplyControl(lose=1)
+    # Two models on 3 cores, one serving each: m's pool counts on the free core.
+    be = _backend(tmp_path, monkeypatch, EMBED_2, cpu_cores=3, control=control, models=2)
+    try:
+        for m in ("m", "n"):
+            be.scale(m, 1, [])
+        be.keep_pool("m", POOL)
+        (parked,) = be.parked("m")
+        with pytest.raises(RedisUnavailable):
+            be.scale("m", 2, [])
+        be.scale("n", 2, [])  # the core was given back: n's scale-up takes it
+        assert be.cores.used == 3
+        be.observe("m", [_info(parked.id)])  # but m's worker was promoted after all
+        # No core for it: it is parked back, not left serving on n's core.
+        assert control.sent[-1] == ("m", parked.id, PARK)
+        assert be.current("m") == 1 and be.cores.used == 3 and be.parked("m") == [parked]
+        be.observe("m", [_info(parked.id)])  # a stale beat before the park: nothing more
+        assert control.sent[-1] == ("m", parked.id, PARK) and len(control.sent) == 2
+        assert be.current("m") == 1 and be.cores.used == 3
     finally:
         be.close(timeout_s=5)
