@@ -116,11 +116,14 @@ class ModelReader:
                     for viewer in list(self.viewers):
                         viewer.offer(batch)
         except Exception:
+            # Logged, not re-raised: nobody awaits this task, so a raise would only
+            # surface as "Task exception was never retrieved".
             log.exception("the %s event stream reader failed; its streams end", self.model)
-            raise
         finally:
             # Whatever stopped it (a bug, cancellation), no viewer waits on a dead reader:
-            # each ends, its client reconnects and a new reader starts.
+            # each ends, its client reconnects and a new reader starts. A resuming viewer
+            # waiting for the cursor is woken too, so it sees it ended at once.
+            self.ready.set()
             for viewer in list(self.viewers):
                 viewer.end()
 

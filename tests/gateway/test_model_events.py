@@ -241,3 +241,30 @@ async def test_a_reader_without_redis_backs_off_and_stops_with_its_viewer() -> N
     await async_wait_until(lambda: hub.readers == 0, what="the reader stops")
     await hub.stop()
     await dead.aclose()
+
+
+class _Broken:
+    """A readers' client with a bug: every read raises something that is not Redis's."""
+
+    async def xrevrange(self, *args: Any, **kwargs: Any) -> Any:
+        raise ValueError("a bug in the reader")
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_reader_that_fails_ends_a_resuming_viewer_at_once() -> None:
+    hub = EventHub(
+        _Broken(),  # type: ignore[arg-type]
+        reads=_Broken(),  # type: ignore[arg-type]
+        call=RedisGate(0.5, 4),
+        max_viewers=4,
+        timeout_s=0.5,
+        metrics=GatewayMetrics(),
+    )
+    hub.keepalive_s = 3600.0  # a viewer left waiting for the cursor would hang the test
+    viewer = hub.join("m")
+    pages = [page async for page in hub.follow(viewer, "1-0")]  # resuming from an id
+    assert pages == [] and viewer.reader.task.done()
+    assert viewer.reader.task.exception() is None  # logged, not left unretrieved
+    await hub.stop()
