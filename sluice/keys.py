@@ -120,11 +120,12 @@ def workers_key(model: str) -> str:
     return f"{_tag(model)}workers"
 
 
-def parked_workers_key(model: str) -> str:
-    """Zset of the live workers that are parked (warm pool, ADR 0128), scored like
-    :func:`workers_key`: the claim script subtracts them to count the workers that
-    serve, for ``bulk.reserve_workers`` (a parked worker claims nothing)."""
-    return f"{_tag(model)}workers:parked"
+def idle_workers_key(model: str) -> str:
+    """Zset of the live workers that claim nothing (parked in the warm pool, still
+    starting, draining or quarantined), scored like :func:`workers_key`: the claim
+    script subtracts them to count the workers that serve, for
+    ``bulk.reserve_workers``."""
+    return f"{_tag(model)}workers:idle"
 
 
 def workers_info_key(model: str) -> str:

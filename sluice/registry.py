@@ -49,6 +49,12 @@ class WorkerInfo:
     parked: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def serving(self) -> bool:
+        """Claims work now: ready and not parked (a worker starting, parked, draining
+        or quarantined takes nothing, so bulk.reserve_workers never counts it free)."""
+        return self.state == "ready" and not self.parked
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
 
@@ -81,10 +87,10 @@ def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
     ttl_ms = max(1, int(ttl_s * 1000))
     raw = info.to_json()
     zset, hash_ = keys.workers_key(info.model), keys.workers_info_key(info.model)
-    parked_zset, parked = keys.parked_workers_key(info.model), "1" if info.parked else "0"
+    idle_zset, idle = keys.idle_workers_key(info.model), "0" if info.serving else "1"
     return [
         ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
-        ("EVAL", lua("heartbeat"), 3, zset, hash_, parked_zset, info.id, raw, ttl_ms, parked),
+        ("EVAL", lua("heartbeat"), 3, zset, hash_, idle_zset, info.id, raw, ttl_ms, idle),
     ]
 
 
@@ -93,7 +99,7 @@ def deregister(model: str, worker_id: str) -> list[tuple[Any, ...]]:
         ("DEL", keys.worker_key(model, worker_id)),
         ("HDEL", keys.workers_info_key(model), worker_id),
         ("ZREM", keys.workers_key(model), worker_id),
-        ("ZREM", keys.parked_workers_key(model), worker_id),
+        ("ZREM", keys.idle_workers_key(model), worker_id),
     ]
 
 
@@ -151,8 +157,8 @@ def prune(model: str, stale_ids: list[str]) -> list[tuple[Any, ...]]:
     if not stale_ids:
         return []
     zset, hash_ = keys.workers_key(model), keys.workers_info_key(model)
-    parked = keys.parked_workers_key(model)
-    return [("EVAL", lua("prune_workers"), 3, zset, hash_, parked, *stale_ids)]
+    idle = keys.idle_workers_key(model)
+    return [("EVAL", lua("prune_workers"), 3, zset, hash_, idle, *stale_ids)]
 
 
 def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:

@@ -3,7 +3,7 @@
 -- it lapsed (the read and the prune are separate round trips) is kept.
 -- KEYS[1] the model's live workers (zset: id -> heartbeat expiry, epoch s, server clock)
 -- KEYS[2] the model's worker info (hash: id -> WorkerInfo JSON)
--- KEYS[3] the model's parked workers (zset, scored as KEYS[1])
+-- KEYS[3] the model's live workers that claim nothing (zset, scored as KEYS[1])
 -- ARGV[1..] ids a reader saw lapsed
 -- Returns how many were forgotten.
 local t = redis.call('TIME')

@@ -238,7 +238,7 @@ class QueueOps:
             groups,
         )
         ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
-        ks += [keys.parked_workers_key(model)]
+        ks += [keys.idle_workers_key(model)]
         ks += [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:

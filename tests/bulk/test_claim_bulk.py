@@ -108,7 +108,9 @@ def test_a_prefetch_claim_takes_no_bulk_batch(r: redis.Redis) -> None:
     assert len(batch) == 3 and batch.bulk
 
 
-def register(r: redis.Redis, *worker_ids: str, parked: bool = False) -> None:
+def register(
+    r: redis.Redis, *worker_ids: str, parked: bool = False, state: str | None = None
+) -> None:
     from sluice import registry
 
     now = time.time()
@@ -120,7 +122,7 @@ def register(r: redis.Redis, *worker_ids: str, parked: bool = False) -> None:
             pid=1,
             device="cpu",
             buckets=[],
-            state="standby" if parked else "ready",
+            state=state or ("standby" if parked else "ready"),
             started_at=now,
             parked=parked,
         )
@@ -160,6 +162,19 @@ def test_a_parked_worker_is_not_counted_free_for_the_reserve(r: redis.Redis) -> 
     q.complete("m", [], "w1")
     register(r, "p1", parked=True)
     assert len(q.claim("m", "w1")) == 0
+
+
+@pytest.mark.parametrize("state", ["starting", "draining", "quarantined"])
+def test_a_worker_that_claims_nothing_is_not_counted_free(r: redis.Redis, state: str) -> None:
+    # Like a parked worker, one still loading, draining or quarantined takes no
+    # interactive job: it cannot be the worker the reserve keeps free.
+    q = client(r, bulk={"reserve_workers": 1, "max_batch": 8})
+    register(r, "w1")
+    register(r, "x1", state=state)
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(8)])
+    assert len(q.claim("m", "w1")) == 0
+    register(r, "x1")  # ready now: it counts as free from this heartbeat
+    assert len(q.claim("m", "w1")) == 8
 
 
 def test_a_dead_holder_stops_counting_when_its_lease_lapses(r: redis.Redis) -> None:

@@ -116,13 +116,13 @@ def test_worker_keys_expire_and_lapsed_workers_are_pruned(queue_factory, r: redi
     # Its last heartbeat, parked (warm pool): lapses in 1 ms.
     for cmd in registry.heartbeat(replace(info, state="standby", parked=True), 0.001):
         r.execute_command(*cmd)
-    assert r.zcard(keys.parked_workers_key("m")) == 1
+    assert r.zcard(keys.idle_workers_key("m")) == 1
     stale = _lapsed(q, "w1")
     assert q.run(registry.list_workers_call("m"))[0] == []
     for cmd in registry.prune("m", stale):
         r.execute_command(*cmd)
     assert r.hlen(keys.workers_info_key("m")) == 0 and r.zcard(keys.workers_key("m")) == 0
-    assert r.zcard(keys.parked_workers_key("m")) == 0
+    assert r.zcard(keys.idle_workers_key("m")) == 0
 
 
 async def test_the_gateway_prunes_lapsed_workers_without_an_autoscaler(redis_url: str) -> None:

@@ -3,7 +3,8 @@
 -- KEYS[3] dead-letter list                            KEYS[4] per-owner unfinished-job counts
 -- KEYS[5] workers running a bulk batch (zset, lease expiry ms)
 -- KEYS[6] live workers (zset, heartbeat expiry s)
--- KEYS[7] parked live workers (zset, heartbeat expiry s; warm pool, ADR 0128)
+-- KEYS[7] live workers that claim nothing (zset, heartbeat expiry s: parked in the warm
+--   pool, ADR 0128, starting, draining or quarantined)
 -- KEYS[8..] queue keys served
 -- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
@@ -47,7 +48,7 @@ local function malformed(f)
 end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local holders, live_workers, parked_workers = KEYS[5], KEYS[6], KEYS[7]
+local holders, live_workers, idle_workers = KEYS[5], KEYS[6], KEYS[7]
 local Q1 = 8  -- KEYS index of the first queue
 local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
@@ -166,7 +167,7 @@ local function bulk_room()
   local mine = tonumber(redis.call('ZSCORE', holders, worker) or '0')
   if mine > now then held = held - 1 end
   local live = redis.call('ZCOUNT', live_workers, now / 1000, '+inf')
-  live = live - redis.call('ZCOUNT', parked_workers, now / 1000, '+inf')
+  live = live - redis.call('ZCOUNT', idle_workers, now / 1000, '+inf')
   return live - held - 1 >= reserve
 end
 local bulk_batch = best == 0 and bulk_best > 0 and bulk_max_batch > 0 and bulk_room()
