@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from redis.exceptions import RedisError
 
 from sluice import fastjson
-from sluice.errors import RedisUnavailable
+from sluice.errors import NotReplicated, RedisUnavailable
 from sluice.jobs import Outcome
 from sluice.queue import QueueClient
 
@@ -32,6 +32,19 @@ def serialisable(o: Outcome) -> Outcome:
         return o
     except (TypeError, ValueError) as e:
         return Outcome.fail(o.id, "result_not_json", str(e)[:500], o.run_ms)
+
+
+def _say_stale(stale: int, earlier: Exception | None) -> None:
+    if isinstance(earlier, NotReplicated):
+        # The earlier try ran on the primary (only its replica wait timed out), so this
+        # resend finds its own jobs ended: no lease was lost, nothing ran twice.
+        log.info("%d outcome(s) already applied by the try whose replica wait timed out", stale)
+        return
+    # The renewal may not have seen it (the batch ended first): say it here.
+    log.warning(
+        "%d outcome(s) stale, not applied: the lease was lost and the job ran elsewhere or ended",
+        stale,
+    )
 
 
 def send_outcomes(
@@ -51,12 +64,7 @@ def send_outcomes(
             # another worker took the job is counted stale, not applied.
             _, stale = client.complete(model, outcomes, worker_id=worker_id)
             if stale:
-                # The renewal may not have seen it (the batch ended first): say it here.
-                log.warning(
-                    "%d outcome(s) stale, not applied: the lease was lost and the "
-                    "job ran elsewhere or ended",
-                    stale,
-                )
+                _say_stale(stale, error)
             return True
         except (TypeError, ValueError) as e:
             error, outcomes = e, [serialisable(o) for o in outcomes]  # then again

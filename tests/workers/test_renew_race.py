@@ -11,12 +11,15 @@ import pytest
 import redis
 
 from sluice import keys
+from sluice.errors import NotReplicated
+from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.registry import WorkerInfo
 from tests.workers.conftest import submit, worker_config
 from workers.handlers import HandlerContext, make_handler
 from workers.housekeeping import Housekeeper
+from workers.outcomes import send_outcomes
 from workers.status import WorkerStatus
 from workers.worker import Worker, WorkerOptions
 
@@ -129,3 +132,40 @@ def test_a_lease_taken_by_another_worker_is_still_reported_lost(
         hk.renew()
     assert list(hk.lost) == [stolen]
     assert "lost the lease of 1 job(s)" in caplog.text
+
+
+class AppliedButNotReplicated:
+    """A client whose first complete runs on the primary, then its replica wait times
+    out (NotReplicated): the worker resends, as under queue.durability replica."""
+
+    def __init__(self, real: QueueClient) -> None:
+        self.real, self.calls = real, 0
+
+    def complete(self, *args: Any, **kwargs: Any) -> tuple[int, int]:
+        self.calls += 1
+        done = self.real.complete(*args, **kwargs)
+        if self.calls == 1:
+            raise NotReplicated("no replica confirmed the write in time")
+        return done
+
+
+def test_a_resend_after_a_replica_timeout_is_no_stale_warning(
+    queue_factory: Callable[..., QueueClient], caplog: pytest.LogCaptureFixture
+) -> None:
+    q = queue_factory()
+    [job] = q.submit("m", [NewJob("a", "32", 1)])
+    batch = q.claim("m", "w1")
+    assert batch is not None and [j.id for j in batch.jobs] == [job.id]
+    client = AppliedButNotReplicated(q)
+    with caplog.at_level(logging.INFO, logger="sluice.worker"):
+        sent = send_outcomes(
+            client,  # type: ignore[arg-type]
+            "m",
+            "w1",
+            [Outcome.ok(job.id, [1.0])],
+            delays=(0.0,),
+        )
+    assert sent and client.calls == 2
+    assert q.redis.hget(keys.job_key("m", job.id), "status") in (b"succeeded", "succeeded")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "stale" in r.message]
+    assert any("already applied" in r.message for r in caplog.records)
