@@ -34,7 +34,7 @@ from sluice.errors import ConfigError, RedisUnavailable
 from sluice.jobs import JobRecord
 from sluice.queue.client import AsyncQueueClient, connect_async
 from sluice.webhooks.guard import Guard
-from sluice.webhooks.ops import Backlog, Claimed, WebhookOps
+from sluice.webhooks.ops import Backlog, Claimed, HostLoad, WebhookOps
 from sluice.webhooks.ops import scripts as webhook_scripts
 from sluice.webhooks.sender import Attempt, Sender, signer
 
@@ -42,9 +42,16 @@ log = logging.getLogger("sluice.notifier")
 IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
 METRICS_EVERY_S = 5.0
 LEASE_MARGIN_S = 5.0  # an attempt ends this long before its lease would lapse
-# Due entries one claim looks at, at most: its Redis time stays bounded (about a
-# millisecond) however long a full host's backlog; the next claim looks further on.
+# Due entries one claim looks at per band, at most: its Redis time stays bounded (a
+# millisecond or two) however long a full host's backlog (docs/adr/0139).
 CLAIM_SCAN = 256
+# A delivery whose host this notifier has full is deferred by about the time its
+# turn takes there, and by DEFER_MAX_S at most: a host that recovers is served
+# within it, and a hung host's backlog costs one read per delivery per DEFER_MAX_S.
+DEFER_MAX_S = 60.0
+PACE_DEFAULT_S = 0.01  # one attempt's duration at a host with none measured yet
+PACE_WEIGHT = 0.2  # of the latest attempt in a host's moving average
+PACE_HOSTS = 4096  # hosts whose pace is remembered, at most
 
 
 def config_secret(cfg: WebhooksConfig, environ: dict[str, str] | None = None) -> str | None:
@@ -168,7 +175,8 @@ class Notifier:
         self.lease_ms = int((timeouts * 2 + LEASE_MARGIN_S) * 1000)
         self.inflight: set[asyncio.Task[None]] = set()
         self.busy: dict[str, int] = {}  # attempts in flight by host, for the claim
-        self.offsets: dict[str, int] = {}  # by model: where its next claim looks
+        self.pace: dict[str, float] = {}  # by host: one attempt's duration (s), averaged
+        self.after: dict[str, dict[str, int]] = {}  # by model, host: latest deferral (ms)
         self.sent = 0  # attempts made (logged when it stops)
 
     async def run(self, stopping: Callable[[], bool]) -> None:
@@ -186,25 +194,31 @@ class Notifier:
                         self.inflight, timeout=IDLE_WAIT_S, return_when="FIRST_COMPLETED"
                     )
                 else:
-                    await self._idle()
+                    # With deliveries deferred for a full host, an attempt that ends
+                    # frees a slot their turn waits for: claim again then too.
+                    deferring = any(self.after.values())
+                    await self._idle(set(self.inflight) if deferring else set())
         finally:
             await self._finish()
 
-    async def _idle(self) -> None:
+    async def _idle(self, attempts: set[asyncio.Task[None]]) -> None:
+        """Until a wake token, IDLE_WAIT_S, or one of ``attempts`` ends."""
         calls = self.ops.wait(IDLE_WAIT_S, per_model=is_cluster(self.client.redis))
         try:
-            if len(calls) == 1:
+            if len(calls) == 1 and not attempts:
                 await self.client.run(calls[0])
                 return
             waits = [asyncio.create_task(self.client.run(c)) for c in calls]
             try:
-                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                watched: list[asyncio.Task[Any]] = [*waits, *attempts]
+                done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                for t in waits:
-                    t.cancel()
+                for w in waits:
+                    w.cancel()
                 await asyncio.gather(*waits, return_exceptions=True)
-            for t in done:
-                t.result()
+            for w in waits:
+                if w in done:
+                    w.result()
         except RedisUnavailable as e:
             log.warning("notifier: Redis unavailable (%s); retrying", e)
             await asyncio.sleep(IDLE_WAIT_S)
@@ -223,34 +237,56 @@ class Notifier:
                 self.lease_ms,
                 free,
                 per_host=self.wcfg.per_host_connections,
-                busy=self.busy,
+                hosts=self._hosts(model),
                 scan=CLAIM_SCAN,
-                offset=self.offsets.get(model, 0),
+                pace_ms=int(PACE_DEFAULT_S * 1000),
+                defer_ms=int(DEFER_MAX_S * 1000),
             )
             try:
                 batch = await self.client.run(call)
             except RedisUnavailable as e:
                 log.warning("notifier: cannot claim deliveries of %s: %s", model, e)
                 continue
-            self.offsets[model] = batch.next_offset
+            after = self.after.setdefault(model, {})
+            for host in [h for h, t in after.items() if t <= batch.now_ms]:
+                del after[host]  # deferrals there are all due again: pace from now
+            after.update(batch.horizons)
             for c in batch.claimed:
                 self._start(c)
-            go_on = go_on or bool(batch.claimed) or batch.next_offset > 0
+            go_on = go_on or bool(batch.claimed) or batch.more
         return go_on
+
+    def _hosts(self, model: str) -> dict[str, HostLoad]:
+        """What the claim needs of each host with attempts in flight or deferrals
+        still ahead: busy, pace and the latest deferral (docs/adr/0139)."""
+        after = self.after.get(model, {})
+        default = PACE_DEFAULT_S * 1000
+        return {
+            h: HostLoad(
+                self.busy.get(h, 0), int(self.pace.get(h, 0) * 1000 or default), after.get(h, 0)
+            )
+            for h in {*self.busy, *after}
+        }
 
     def _start(self, c: Claimed) -> None:
         self.busy[c.host] = self.busy.get(c.host, 0) + 1
-        task = asyncio.create_task(self._deliver(c, time.monotonic()))
+        started = time.monotonic()
+        task = asyncio.create_task(self._deliver(c, started))
         self.inflight.add(task)
-        task.add_done_callback(functools.partial(self._ended, c.host))
+        task.add_done_callback(functools.partial(self._ended, c.host, started))
 
-    def _ended(self, host: str, task: asyncio.Task[None]) -> None:
+    def _ended(self, host: str, started: float, task: asyncio.Task[None]) -> None:
         self.inflight.discard(task)
         left = self.busy.get(host, 0) - 1
         if left > 0:
             self.busy[host] = left
         else:
             self.busy.pop(host, None)
+        took = time.monotonic() - started
+        old = self.pace.pop(host, None)  # re-inserted last: the oldest go first
+        self.pace[host] = took if old is None else old + PACE_WEIGHT * (took - old)
+        if len(self.pace) > PACE_HOSTS:
+            del self.pace[next(iter(self.pace))]
 
     async def _finish(self) -> None:
         """Let attempts in flight end (their leases bring back any cut short)."""

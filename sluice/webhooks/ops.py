@@ -40,11 +40,14 @@ CLAIM = Signature(
         ("jprefix", "str"),  # job hash prefix
         ("bprefix", "str"),  # bulk hash prefix
         ("per_host", "num"),  # attempts in flight per host, at most (0: no cap)
-        ("scan", "num"),  # due entries looked at, at most
-        ("offset", "num"),  # where in the due range the look starts
+        ("scan", "num"),  # entries looked at per band, at most
+        ("pace_ms", "num"),  # an attempt's duration at a host with none measured
+        ("defer_ms", "num"),  # a deferral, at most
     ),
-    group=(("host", "str"), ("busy", "num")),  # the notifier's attempts in flight by host
-    reply=("now", "next_offset"),
+    # By host the notifier has attempts in flight with or deferred to: its attempts in
+    # flight, one attempt's duration there (ms), its latest deferral there (ms, 0: none).
+    group=(("host", "str"), ("busy", "num"), ("pace", "num"), ("after", "num")),
+    reply=("now", "more", "horizons"),
     reply_group=(
         "id",
         "token",
@@ -62,7 +65,15 @@ CLAIM = Signature(
         "record",
     ),  # fmt: skip
 )
-PROLOGUES = {"claim": CLAIM.lua_prologue()}
+# The due zset's score bands (claim.lua's header, docs/adr/0139): below DEFER_BAND a
+# delivery by when it is due (ms); DEFER_BAND + t a delivery whose host was full,
+# looked at again from t; MARK_BAND + d ('~' + id) when that one fell due. Far above
+# any clock reading (year 3084), and exact in a double (below 2**53).
+DEFER_BAND = 2**45
+MARK_BAND = 2**46
+PROLOGUES = {
+    "claim": CLAIM.lua_prologue() + f"local DEFER_BAND, MARK_BAND = {DEFER_BAND}, {MARK_BAND}\n"
+}
 
 
 @cache
@@ -111,10 +122,24 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class ClaimBatch:
-    """What one claim leased, and where in the due range the next should look."""
+    """What one claim leased, and what it deferred."""
 
     claimed: list[Claimed]
-    next_offset: int  # 0: from the head; more: the look skipped a whole window
+    more: bool  # more was due than it looked at: claim again at once
+    now_ms: int  # the Redis clock when it ran
+    # By host: the latest time (ms) it deferred a delivery there to; the next claim
+    # paces that host's deferrals from there (``after``).
+    horizons: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class HostLoad:
+    """A notifier's view of one host, for the claim: its attempts in flight there,
+    how long one takes there, and its latest deferral there (Redis clock, 0: none)."""
+
+    busy: int = 0
+    pace_ms: int = 1000
+    after_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +185,7 @@ class Backlog:
 
     model: str
     pending: int  # not yet delivered nor given up (due now, leased or waiting to retry)
-    due: int  # due now, not leased
+    due: int  # due now, not leased (deferred ones, whose host was full, included)
     oldest_due_s: float  # how long the oldest due one has waited (0: none)
     dead: int
 
@@ -182,14 +207,16 @@ class WebhookOps:
         limit: int,
         *,
         per_host: int = 0,
-        busy: Mapping[str, int] | None = None,
+        hosts: Mapping[str, HostLoad] | None = None,
         scan: int = 256,
-        offset: int = 0,
+        pace_ms: int = 1000,
+        defer_ms: int = 60_000,
     ) -> Call[ClaimBatch]:
-        """Lease up to ``limit`` due deliveries, in due order, skipping those whose
-        host already has ``per_host`` attempts in flight (``busy``, this notifier's, by
-        host, plus what this call leases); at most ``scan`` entries are looked at,
-        from ``offset`` in the due range (the previous batch's ``next_offset``)."""
+        """Lease up to ``limit`` due deliveries, deferred ones (due earlier) first, then
+        in due order; one whose host already has ``per_host`` attempts in flight (this
+        notifier's, ``hosts``, plus what this call leases) is deferred instead, paced
+        by the host (``HostLoad``, else ``pace_ms`` an attempt), ``defer_ms`` at most.
+        At most ``scan`` entries are looked at in each band (docs/adr/0139)."""
 
         def parse(r: list[Any]) -> ClaimBatch:
             head, groups = CLAIM.unpack(r)
@@ -203,15 +230,21 @@ class WebhookOps:
                 )
                 for g in groups
             ]  # fmt: skip
-            return ClaimBatch(out, int(head["next_offset"]))
+            flat = head["horizons"]
+            horizons = {str(h): int(t) for h, t in zip(flat[::2], flat[1::2], strict=True)}
+            return ClaimBatch(out, bool(int(head["more"])), int(head["now"]), horizons)
 
         values = {
             "nprefix": keys.notify_prefix(model), "lease_ms": lease_ms, "limit": limit,
             "who": who, "jprefix": keys.job_prefix(model), "bprefix": keys.bulk_key(model, ""),
-            "per_host": per_host, "scan": max(1, scan), "offset": max(0, offset),
+            "per_host": per_host, "scan": max(1, scan), "pace_ms": max(1, pace_ms),
+            "defer_ms": max(1, defer_ms),
         }  # fmt: skip
-        hosts = [{"host": h, "busy": n} for h, n in (busy or {}).items() if n > 0]
-        args = CLAIM.pack(values, hosts)
+        groups = [
+            {"host": h, "busy": x.busy, "pace": max(1, x.pace_ms), "after": x.after_ms}
+            for h, x in (hosts or {}).items()
+        ]
+        args = CLAIM.pack(values, groups)
         return Call(parse, "webhook_claim", [keys.deliveries_due_key(model)], args)
 
     def done(
@@ -279,17 +312,23 @@ class WebhookOps:
         due = keys.deliveries_due_key(model)
 
         def parse(r: list[Any]) -> Backlog:
-            oldest = float(r[2][0][1]) if r[2] else None
-            wait = max(0.0, (now_ms - oldest) / 1000) if oldest is not None else 0.0
-            return Backlog(model, int(r[0]), int(r[1]), wait, int(r[3]))
+            # The oldest: the head (unless only deferred ones are left) or, earlier,
+            # when the oldest deferred one fell due (its mark).
+            fell = [float(s) for _, s in r[2] if float(s) < DEFER_BAND]
+            fell += [float(s) - MARK_BAND for _, s in r[5]]
+            wait = max(0.0, (now_ms - min(fell)) / 1000) if fell else 0.0
+            deferred = int(r[4])
+            return Backlog(model, int(r[0]) + deferred, int(r[1]) + deferred, wait, int(r[3]))
 
         return Call(
             parse,
             commands=[
-                ("ZCARD", due),
+                ("ZCOUNT", due, "-inf", f"({DEFER_BAND}"),
                 ("ZCOUNT", due, "-inf", now_ms),
                 ("ZRANGE", due, 0, 0, "WITHSCORES"),
                 ("LLEN", keys.deliveries_dead_key(model)),
+                ("ZCOUNT", due, DEFER_BAND, f"({MARK_BAND}"),
+                ("ZRANGEBYSCORE", due, MARK_BAND, "+inf", "WITHSCORES", "LIMIT", 0, 1),
             ],
         )
 
