@@ -68,9 +68,9 @@ up: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/sluice up --config examples/sluice.yaml
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check sluice gateway workers autoscaler sluicebench tests
-	$(VENV)/bin/ruff format --check sluice gateway workers autoscaler sluicebench tests
-	$(VENV)/bin/mypy sluice gateway workers autoscaler sluicebench
+	$(VENV)/bin/ruff check sluice gateway workers autoscaler notifier bulkworker sluicebench tests
+	$(VENV)/bin/ruff format --check sluice gateway workers autoscaler notifier bulkworker sluicebench tests
+	$(VENV)/bin/mypy sluice gateway workers autoscaler notifier bulkworker sluicebench
 
 bench: $(STAMP)
 	$(VENV)/bin/sluice bench queue --json bench/results/queue_hop.json

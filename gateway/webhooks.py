@@ -16,7 +16,7 @@ from sluice.config import WebhooksConfig
 from sluice.errors import ConfigError, WebhookRefused
 from sluice.jobs import WEBHOOK_EVENTS, Webhook
 from sluice.webhooks.guard import Guard
-from sluice.webhooks.notifier import config_secret
+from sluice.webhooks.secret import config_secret
 
 BULK_EVENTS: tuple[str, ...] = ("completed", "failed", "cancelled")
 

@@ -1,15 +1,22 @@
 """sluice: the core every Sluice process shares, and the ``sluice`` command.
 
-Owns what is stored in Redis and how it is read and written: key names
-(``keys``), the queue protocol and its Lua scripts (``queue``), bulk jobs on RQ
-(``bulk``), the worker registry (``registry``), job records (``jobs``), API keys
-(``apikeys``); the config schema (``config``), the error table (``errors``),
-the Python client (``client``), a managed redis-server (``redis_server``),
-how CPU workers divide the machine's cores (``cores``),
-the child ``sluice`` processes of a local stack (``children``, which
-sluicebench's stacks reuse) and ``sluice up`` (``up``). The command line is
-``cli``: core commands here, the others from the packages named in its
-``PLUGINS`` (gateway, workers, autoscaler, sluicebench), the only place sluice/
-imports an app package.
+What Redis holds and how it is read and written: key names (``keys``), record
+layouts shared with Lua (``records``), the queue protocol and its scripts
+(``queue``, ``lua/``), the bulk protocol (``bulk``: records and scripts, line
+parsing, queueing a coordinator slice on RQ, the client's ``sluice bulk``
+commands), the webhook protocol (``webhooks``: deliveries and their scripts, the
+SSRF guard, the signing secret), the worker registry (``registry``), job records
+(``jobs``), API keys (``apikeys``), queue-wait histograms (``waits``).
+Shared plumbing: the config schema (``config``), the error table (``errors``),
+Redis clients from one URL (``connection``), reconnect backoff (``backoff``),
+cost estimation (``cost``), how CPU workers divide the cores (``cores``), JSON
+(``fastjson``), redaction of secrets (``redact``), trace files (``tracefile``),
+the Python client (``client``).
+The ``sluice`` command: ``cli`` with ``cli_common``, ``sluice submit``
+(``submit_cli``), ``sluice status`` (``status``), and the kit for a stack on one
+machine (``local``: ``sluice up``, ``sluice redis``, child processes). The other
+commands come from the process packages named in ``cli.PLUGINS`` (gateway,
+workers, autoscaler, notifier, bulkworker) and from sluicebench: the only place
+sluice/ imports them. Each process's own code lives in its package, not here.
 sluice/ never imports torch.
 """

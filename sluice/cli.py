@@ -22,7 +22,6 @@ from sluice.cli_common import (
     EXIT_UNAVAILABLE,
     ApiKeyOpt,
     ConfigOpt,
-    MetricsPortOpt,
     RedisUrlOpt,
     check_redis,
     fail,
@@ -80,8 +79,8 @@ def redis_cmd(
     (all loopback, nothing on disk), and the redis+sentinel:// URL to use.
     """
     from sluice.errors import RedisBinaryNotFound
-    from sluice.redis_server import start_redis
-    from sluice.redis_topology import SentinelGroup
+    from sluice.local.redis_server import start_redis
+    from sluice.local.redis_topology import SentinelGroup
 
     if bool(replicas) != bool(sentinels):
         fail(
@@ -113,32 +112,6 @@ def redis_cmd(
                 fail("redis-server exited unexpectedly")
     finally:
         stopper()
-
-
-@app.command("notifier")
-def notifier_cmd(
-    config: ConfigOpt = None,
-    redis_url_opt: RedisUrlOpt = None,
-    metrics_port: MetricsPortOpt = None,
-) -> None:
-    """Deliver completion webhooks: claim due deliveries, sign, send, retry (run any number)."""
-    import logging
-
-    from sluice.errors import ConfigError
-    from sluice.webhooks.notifier import run
-
-    stop = stop_event_on_signals()
-    cfg = load_required(config)
-    if metrics_port is not None:  # the option wins over webhooks.metrics_port
-        hooks = cfg.webhooks.model_copy(update={"metrics_port": metrics_port})
-        cfg = cfg.model_copy(update={"webhooks": hooks})
-    url = redis_url(redis_url_opt, cfg)
-    check_redis(url, cfg)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        run(cfg, url, stop.is_set)
-    except ConfigError as e:
-        fail(str(e), EXIT_CONFIG)
 
 
 @app.command("status")
@@ -218,14 +191,21 @@ def up_cmd(
     ] = None,
 ) -> None:
     """Start Redis, a gateway and the autoscaler with its workers; Ctrl-C stops all."""
-    from sluice.up_cli import run_up
+    from sluice.local.up_cli import run_up
 
     cfg = load_required(config)
     assert config is not None
     run_up(cfg, config, redis_url_opt, host, port, data_dir)
 
 
-PLUGINS = ("gateway.cli", "workers.cli", "autoscaler.cli", "sluicebench.cli")
+PLUGINS = (
+    "gateway.cli",
+    "workers.cli",
+    "autoscaler.cli",
+    "notifier.cli",
+    "bulkworker.cli",
+    "sluicebench.cli",
+)
 
 
 def _register_plugins() -> None:

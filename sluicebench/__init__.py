@@ -6,7 +6,7 @@ need: the queue-hop benchmark and its RQ baseline, the gateway, worker and
 fleet benchmarks, the HTTP load generator with its workloads and reports and
 the one lean HTTP client every benchmark sends through (``loadgen/http.py``),
 the stack, soak and bulk runs (``loadgen/``; their processes start through the
-product's own ``sluice.children``), and the argparse programs under
+product's own ``sluice.local.children``), and the argparse programs under
 ``scripts/`` (faults, dashboard, claim check, strict JSON, API-key cost).
 Results go to ``bench/results/`` and ``docs/benchmarks/``.
 

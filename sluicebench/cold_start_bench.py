@@ -33,9 +33,9 @@ import yaml
 from sluice import registry
 from sluice.config import REDIS_URL_ENV, parse_config
 from sluice.cores import THREADS_ENV
+from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import start_redis
 from sluicebench.e2e_bench import Served, start_up
 from workers.startpath import STAGES
 

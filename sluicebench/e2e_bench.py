@@ -42,7 +42,7 @@ import httpx
 import psutil
 
 from sluice.cores import THREADS_ENV, machine_cores
-from sluice.redis_server import free_port
+from sluice.local.redis_server import free_port
 from sluicebench.loadgen.http import EngineError, EngineTimeout, LeanEngine
 from sluicebench.loadgen.stats import percentile
 from sluicebench.loadgen.workload import MIXED, text_of

@@ -35,10 +35,10 @@ import yaml
 
 from sluice.config import parse_config
 from sluice.errors import JobNotFound, RedisUnavailable
+from sluice.local.redis_server import RedisServer, free_port
+from sluice.local.redis_topology import SentinelGroup
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, free_port
-from sluice.redis_topology import SentinelGroup
 from workers.handlers.synthetic import unit_vector
 
 MODEL = "m"

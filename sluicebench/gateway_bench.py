@@ -28,9 +28,9 @@ from sluice.apikeys import hash_key
 from sluice.cli_common import write_json
 from sluice.config import parse_config
 from sluice.jobs import Outcome
+from sluice.local.redis_server import free_port, start_redis
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
-from sluice.redis_server import free_port, start_redis
 from sluicebench.gateway_bare import BARE_URL_ENV
 from sluicebench.gateway_loops import RunResult, closed_loop, engine, open_loop
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sluice.cli_common import write_json
-from sluice.redis_server import start_redis
+from sluice.local.redis_server import start_redis
 
 HOP = r"""
 import sys, time

@@ -24,9 +24,9 @@ from sluice import keys
 from sluice.config import ModelConfig, parse_config
 from sluice.errors import SluiceError
 from sluice.jobs import NewJob, Outcome
+from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
 from sluice.queue.scripts import SCRIPT_NAMES, script_source
-from sluice.redis_server import start_redis
 from sluicebench import noop
 from sluicebench.redis_count import (
     CountingConnection,

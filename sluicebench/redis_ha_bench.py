@@ -25,9 +25,9 @@ from typing import Any
 from sluice.cli_common import write_json
 from sluice.config import parse_config
 from sluice.jobs import NewJob, Outcome
+from sluice.local.redis_topology import LocalCluster, SentinelGroup
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_topology import LocalCluster, SentinelGroup
 from sluicebench.failover import run_failover
 
 TEXT = "the quick brown fox jumps over the lazy dog"

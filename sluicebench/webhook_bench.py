@@ -33,9 +33,9 @@ import yaml
 from sluice.cli_common import write_json
 from sluice.config import parse_config
 from sluice.jobs import NewJob, Outcome, Webhook
+from sluice.local.redis_server import free_port, start_redis
 from sluice.queue import AsyncQueueClient, QueueClient
 from sluice.queue.client import connect, connect_async
-from sluice.redis_server import free_port, start_redis
 from sluicebench.gateway_loops import RunResult, closed_loop, engine
 
 MODEL = "bench"

@@ -21,9 +21,9 @@ from sluice.cli_common import write_json
 from sluice.config import SluiceConfig, parse_config
 from sluice.cost import CostEstimator
 from sluice.jobs import NewJob
+from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import start_redis
 from workers.handlers import Handler, HandlerContext, make_handler, warmup_shapes
 from workers.worker import Worker, WorkerOptions
 

@@ -23,9 +23,9 @@ from sluice.cli_common import write_json
 from sluice.config import parse_config
 from sluice.cost import CostEstimator
 from sluice.jobs import NewJob
+from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import start_redis
 
 MODEL = "synthetic"
 SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]

@@ -11,10 +11,15 @@ import redis
 
 from sluice.config import SluiceConfig, load_config, parse_config
 from sluice.errors import SluiceError
+from sluice.local.redis_server import (
+    RedisServer,
+    find_redis_server,
+    redis_server_version,
+    start_redis,
+)
+from sluice.local.redis_topology import LocalCluster
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, find_redis_server, redis_server_version, start_redis
-from sluice.redis_topology import LocalCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "examples" / "sluice.yaml"

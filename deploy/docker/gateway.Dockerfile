@@ -14,6 +14,8 @@ COPY sluice ./sluice
 COPY gateway ./gateway
 COPY autoscaler ./autoscaler
 COPY workers ./workers
+COPY notifier ./notifier
+COPY bulkworker ./bulkworker
 # The core dependencies only: the worker extra (torch, transformers) stays out.
 RUN pip install --no-cache-dir .
 # Cost estimation needs the all-MiniLM-L6-v2 tokenizer, not its 90 MB of weights:

@@ -25,6 +25,8 @@ COPY sluice ./sluice
 COPY gateway ./gateway
 COPY autoscaler ./autoscaler
 COPY workers ./workers
+COPY notifier ./notifier
+COPY bulkworker ./bulkworker
 # The project itself: its dependency ranges live in pyproject.toml. The same
 # tokenizer path as the slim image, so one config serves both images.
 # hadolint ignore=DL3013

@@ -1,4 +1,5 @@
-"""``sluice bulk``: submit a JSONL file and follow it, output, cancel, and the RQ worker."""
+"""``sluice bulk``: submit a JSONL file and follow it, output, cancel (a client's
+commands); ``sluice bulk worker`` is added by the bulk worker's package (bulkworker.cli)."""
 
 from __future__ import annotations
 
@@ -10,18 +11,12 @@ from typing import Annotated
 import typer
 
 from sluice.cli_common import (
-    EXIT_CONFIG,
     ApiKeyOpt,
     ConfigOpt,
-    MetricsPortOpt,
-    RedisUrlOpt,
-    check_redis,
     fail,
     load_required,
 )
-from sluice.cli_common import redis_url as resolve_url
 from sluice.config import SluiceConfig
-from sluice.errors import ConfigError
 
 bulk_app = typer.Typer(help="Bulk jobs: a JSONL file run in the headroom.", no_args_is_help=True)
 UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default: the config's gateway).")]
@@ -126,38 +121,3 @@ def cancel_cmd(
             typer.echo(json.dumps(c.bulk_cancel(bulk_id)))
         except SluiceClientError as e:
             fail(str(e))
-
-
-@bulk_app.command("worker")
-def worker_cmd(
-    config: ConfigOpt = None,
-    redis_url_opt: RedisUrlOpt = None,
-    burst: Annotated[bool, typer.Option(help="Exit once RQ's bulk queue is empty.")] = False,
-    metrics_port: MetricsPortOpt = None,
-) -> None:
-    """An RQ worker for bulk coordinators (and the reaper that resumes lapsed ones)."""
-    import logging
-
-    from sluice.bulk.metrics import BulkWorkerMetrics
-    from sluice.bulk.rq_jobs import rq_url
-    from sluice.bulk.worker import run_worker
-
-    cfg = load_required(config)
-    url = resolve_url(redis_url_opt, cfg)
-    check_redis(url, cfg)
-    try:
-        queues_url = rq_url(cfg, url)
-    except ConfigError as e:
-        fail(str(e), EXIT_CONFIG)
-    if queues_url != url:
-        check_redis(queues_url)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    metrics = BulkWorkerMetrics()
-    port = cfg.bulk.metrics_port if metrics_port is None else metrics_port
-    if port:
-        try:
-            bound = metrics.serve(port)
-        except OSError as e:  # the port is taken
-            fail(f"bulk worker: metrics port {port}: {e.strerror or e}")
-        logging.getLogger("sluice.bulk").info("bulk worker: metrics on :%d/metrics", bound)
-    run_worker(cfg, url, burst=burst, metrics=metrics)

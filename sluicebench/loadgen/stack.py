@@ -2,7 +2,7 @@
 
 For the stack benchmarks and the load generator's end-to-end test. Every
 process is started through the product's own child-process group
-(sluice.children, the one ``sluice up`` uses), on loopback, and everything
+(sluice.local.children, the one ``sluice up`` uses), on loopback, and everything
 started here is stopped here (``close``).
 """
 
@@ -17,10 +17,10 @@ import psutil
 import redis
 
 from sluice import keys
-from sluice.children import Child, Children
 from sluice.config import load_config
 from sluice.errors import SluiceError
-from sluice.redis_server import RedisServer, free_port, start_redis
+from sluice.local.children import Child, Children
+from sluice.local.redis_server import RedisServer, free_port, start_redis
 
 
 @dataclass

@@ -29,9 +29,9 @@ import typer
 import sluice.jobs
 from sluice.config import parse_config
 from sluice.jobs import NewJob
+from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import start_redis
 
 # None in a tree from before access control: only the open case runs there.
 OWNER: Any = getattr(sluice.jobs, "Owner", None)

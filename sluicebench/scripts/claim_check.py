@@ -22,9 +22,9 @@ from typing import Any
 
 from sluice.config import parse_config
 from sluice.jobs import NewJob
+from sluice.local.redis_server import start_redis
 from sluice.queue.client import QueueClient, connect
 from sluice.queue.scripts import script_source
-from sluice.redis_server import start_redis
 
 ROOT = Path(__file__).resolve().parents[2]  # the git checkout (for --before-rev)
 

@@ -29,8 +29,8 @@ from gateway.dashboard.feed import DashboardFeed
 from sluice import keys, registry
 from sluice.config import SluiceConfig, parse_config
 from sluice.jobs import NewJob, Outcome
+from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
-from sluice.redis_server import start_redis
 from sluice.registry import WorkerInfo
 from sluice.waits import window_start
 

@@ -28,12 +28,12 @@ from typing import Any
 import httpx
 import yaml
 
-from sluice.children import Children
 from sluice.config import parse_config
 from sluice.jobs import NewJob
+from sluice.local.children import Children
+from sluice.local.redis_server import RedisServer, free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, free_port
 
 CONFIG: dict[str, Any] = {
     "models": {

@@ -22,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from sluice.redis_server import free_port
+from sluice.local.redis_server import free_port
 
 CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags chromium keeps dialling hosts this

@@ -27,9 +27,9 @@ import yaml
 from sluice.apikeys import hash_key
 from sluice.config import load_config
 from sluice.jobs import NewJob, Outcome
+from sluice.local.redis_server import free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import free_port
 from tests.browser.chromium import CHROMIUM, FLAGS, sync_api, wait_js
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from bulkworker.coordinator import Coordinator
 from sluice import keys
-from sluice.bulk.coordinator import Coordinator
 from sluice.bulk.ops import BulkOps, new_bulk_id, scripts
 from sluice.config import SluiceConfig, parse_config
 from sluice.jobs import Outcome

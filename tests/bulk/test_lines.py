@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.bulk.coordinator import _runs
-from sluice.bulk.feeder import build_chunk
+from bulkworker.coordinator import _runs
+from bulkworker.feeder import build_chunk
 from sluice.bulk.lines import BAD_LINE, custom_id_of, parse_line, split_upload
 from sluice.config import parse_config
 from sluice.cost import CostEstimator

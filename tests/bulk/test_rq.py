@@ -9,6 +9,7 @@ import redis
 from rq import Queue, SimpleWorker
 from rq.job import Job
 
+from bulkworker import jobs
 from sluice import keys
 from sluice.bulk import rq_jobs
 from sluice.bulk.ops import BulkOps, scripts
@@ -42,7 +43,7 @@ def raw(redis_url: str) -> redis.Redis:
 
 
 def run_rq(cfg: SluiceConfig, q: QueueClient, raw: redis.Redis) -> None:
-    rq_jobs.bind(cfg, q)
+    jobs.bind(cfg, q)
     SimpleWorker([Queue(cfg.bulk.rq_queue, connection=raw)], connection=raw).work(burst=True)
 
 
@@ -67,18 +68,18 @@ def test_the_reaper_resumes_a_lapsed_bulk_job_once(
     bulk_id = upload(q, cfg, ["{bad"])
     # A coordinator took it and died: no RQ job waits for it.
     assert q.run(ops.lease(bulk_id, "dead", 300, "take"))[0] == "ok"
-    assert rq_jobs.reap(cfg, q, raw) == []  # its lease is still live
+    assert jobs.reap(cfg, q, raw) == []  # its lease is still live
     time.sleep(0.35)
-    assert rq_jobs.reap(cfg, q, raw) == [bulk_id]
+    assert jobs.reap(cfg, q, raw) == [bulk_id]
     state = q.run(ops.get(bulk_id))
     assert state.resumes == 1 and state.rq_job is not None
     assert Queue(cfg.bulk.rq_queue, connection=raw).job_ids == [state.rq_job]
-    assert rq_jobs.reap(cfg, q, raw) == []  # looked at again only a lease later
+    assert jobs.reap(cfg, q, raw) == []  # looked at again only a lease later
     time.sleep(0.35)
-    assert rq_jobs.reap(cfg, q, raw) == []  # its slice is queued: it will run
+    assert jobs.reap(cfg, q, raw) == []  # its slice is queued: it will run
     run_rq(cfg, q, raw)  # the resumed slice waits out the dead lease, then ends it
     assert q.run(ops.get(bulk_id)).state == "completed"
-    assert rq_jobs.reap(cfg, q, raw) == []
+    assert jobs.reap(cfg, q, raw) == []
     assert raw.zcard(keys.bulk_active_key(MODEL)) == 0
 
 
@@ -87,9 +88,9 @@ def test_the_reaper_fails_a_bulk_job_that_never_progresses(
 ) -> None:
     ops = BulkOps([MODEL], cfg.bulk.ttl_s)
     bulk_id = upload(q, cfg, ['{"input": "a"}'])
-    q.run(ops.set_fields(bulk_id, resumes=rq_jobs.MAX_RESUMES))
+    q.run(ops.set_fields(bulk_id, resumes=jobs.MAX_RESUMES))
     time.sleep(0.55)  # the upload's grace (500 ms) lapses with no coordinator
-    assert rq_jobs.reap(cfg, q, raw) == []
+    assert jobs.reap(cfg, q, raw) == []
     state = q.run(ops.get(bulk_id))
     assert state.state == "failed" and state.error is not None
     assert state.error["type"] == "coordinator_failed"
@@ -97,9 +98,9 @@ def test_the_reaper_fails_a_bulk_job_that_never_progresses(
 
 
 def test_a_slice_without_a_bound_worker_says_how_to_run_one() -> None:
-    rq_jobs._BOUND = None
+    jobs._BOUND = None
     with pytest.raises(RuntimeError, match="sluice bulk worker"):
-        rq_jobs.run_slice("m.bulk1")
+        jobs.run_slice("m.bulk1")
 
 
 def test_sluice_status_lists_unfinished_bulk_jobs(q: QueueClient, cfg: SluiceConfig) -> None:

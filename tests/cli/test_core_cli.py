@@ -140,7 +140,7 @@ def test_status_shows_queued_work_and_a_job(redis_url: str, example_config) -> N
 def test_redis_dies_with_a_killed_parent() -> None:
     # A parent killed with SIGKILL cannot stop its server: the kernel does.
     code = (
-        "from sluice.redis_server import start_redis; import time; "
+        "from sluice.local.redis_server import start_redis; import time; "
         "s = start_redis(); print(s.proc.pid, flush=True); time.sleep(60)"
     )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)

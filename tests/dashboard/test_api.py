@@ -203,7 +203,7 @@ async def test_redis_down_is_a_quick_503_with_the_error_body() -> None:
     import httpx
 
     from gateway.app import create_app
-    from sluice.redis_server import free_port
+    from sluice.local.redis_server import free_port
 
     cfg = gateway_config(gateway={"redis_timeout_s": 0.3})
     app = create_app(cfg, f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there

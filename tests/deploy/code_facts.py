@@ -23,8 +23,8 @@ from prometheus_client import CollectorRegistry
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-PACKAGES = ("sluice", "gateway", "workers", "autoscaler")
-METRIC_PACKAGES = ("gateway", "workers", "autoscaler", "sluice")
+PACKAGES = ("sluice", "gateway", "workers", "autoscaler", "notifier", "bulkworker")
+METRIC_PACKAGES = ("gateway", "workers", "autoscaler", "notifier", "bulkworker", "sluice")
 
 SUFFIXES = {
     "counter": ("_total", "_created"),

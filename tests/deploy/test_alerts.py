@@ -7,7 +7,7 @@ from typing import Any
 
 import promql_parser as pp
 
-from sluice.webhooks.notifier import NotifierMetrics
+from notifier.loop import NotifierMetrics
 from tests.deploy.code_facts import DEPLOY, gateway_routes, sample_names
 from tests.deploy.conftest import load_yaml
 from tests.deploy.promql import metric_names, problems, read

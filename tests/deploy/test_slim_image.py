@@ -1,7 +1,7 @@
 """What the slim image runs works without torch: the gateway app, the autoscaler
 with its Kubernetes backend, cost estimation from the tokenizer alone,
-``sluice bulk worker`` (its command and sluice/bulk) and ``sluice notifier``
-(its command and sluice/webhooks).
+``sluice bulk worker`` (its command, bulkworker/ and sluice/bulk) and ``sluice
+notifier`` (its command, notifier/ and sluice/webhooks).
 
 The image is not built here (no Docker engine); instead a child Python refuses
 to import torch and its friends, as the image cannot, and runs the same code.
@@ -100,9 +100,10 @@ BULK_CHILD = NO_TORCH + textwrap.dedent(
     if "worker" not in getattr(bulk, "commands", {}):
         raise SystemExit("the CLI has no `sluice bulk worker` command")
     import rq  # noqa: F401
-    import sluice.bulk
-    for info in pkgutil.walk_packages(sluice.bulk.__path__, "sluice.bulk."):
-        importlib.import_module(info.name)
+    import bulkworker, sluice.bulk
+    for pkg in (bulkworker, sluice.bulk):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            importlib.import_module(info.name)
     print("ok", sorted(k for k in sys.modules if k.startswith("torch")))
     """
 )
@@ -131,11 +132,12 @@ NOTIFIER_CHILD = NO_TORCH + textwrap.dedent(
     group = typer.main.get_command(app)
     if "notifier" not in getattr(group, "commands", {}):
         raise SystemExit("the CLI has no `sluice notifier` command")
-    import sluice.webhooks
-    for info in pkgutil.walk_packages(sluice.webhooks.__path__, "sluice.webhooks."):
-        importlib.import_module(info.name)
+    import notifier, sluice.webhooks
+    for pkg in (notifier, sluice.webhooks):
+        for info in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + "."):
+            importlib.import_module(info.name)
     from sluice.config import parse_config
-    from sluice.webhooks.notifier import build
+    from notifier.loop import build
     cfg = parse_config({"models": {"m": {"handler": "synthetic"}}})
     build(cfg, "redis://127.0.0.1:1/0", {"SLUICE_WEBHOOK_SECRET": sys.argv[1]})
     print("ok", sorted(k for k in sys.modules if k.startswith("torch")))
@@ -145,7 +147,7 @@ NOTIFIER_CHILD = NO_TORCH + textwrap.dedent(
 
 def test_notifier_needs_no_torch() -> None:
     """`sluice notifier` runs in the slim image: its command and every module of
-    sluice/webhooks import, and a notifier is built, with torch blocked."""
+    notifier/ and sluice/webhooks import, and a notifier is built, with torch blocked."""
     secret = "whsec_" + base64.b64encode(b"sluice-slim-image-secret-01234567").decode()
     out = subprocess.run(
         [sys.executable, "-c", NOTIFIER_CHILD, secret],

@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from sluice.config import load_config
+from sluice.local.redis_server import free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import free_port
 from sluice.registry import list_workers_call
 
 

@@ -24,9 +24,9 @@ import redis
 import yaml
 
 from sluice.config import SluiceConfig, parse_config
+from sluice.local.redis_server import RedisServer, free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, free_port
 
 MODEL = "m"
 STAMPED = "tests.faults.handlers:StampedHandler"

@@ -16,9 +16,9 @@ from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observe import Observer
 from autoscaler.reload import PolicySource
 from sluice.config import load_config
+from sluice.local.redis_server import free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import free_port
 from sluice.registry import WorkerInfo
 from tests.faults.conftest import Redis
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from sluice.client import Client
-from sluice.redis_server import free_port
+from sluice.local.redis_server import free_port
 from tests.faults.conftest import MODEL, Proc, Stack, fault_config, wait_for, wait_gateway_sees
 
 pytestmark = [pytest.mark.slow]

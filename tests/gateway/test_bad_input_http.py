@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from gateway.app import create_app
-from sluice.redis_server import RedisServer
+from sluice.local.redis_server import RedisServer
 from tests.gateway.test_bad_input import LIMIT, bad_input_config, doc_table
 from tests.served import served
 

@@ -17,8 +17,8 @@ import pytest_asyncio
 import redis
 from rq import Queue
 
+from bulkworker.coordinator import Coordinator
 from sluice import keys
-from sluice.bulk.coordinator import Coordinator
 from sluice.config import BulkConfig, SluiceConfig
 from sluice.jobs import Outcome
 from sluice.queue import QueueClient

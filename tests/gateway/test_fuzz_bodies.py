@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gateway.strict_json import MAX_DEPTH
-from sluice.redis_server import RedisServer
+from sluice.local.redis_server import RedisServer
 from tests.gateway.test_fuzz_schema import FUZZ_LIMIT, serve
 
 EXAMPLES = {"fake": 300, "real": 50}

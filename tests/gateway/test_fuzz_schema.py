@@ -33,7 +33,7 @@ from schemathesis.specs.openapi.checks import (
 
 from gateway.app import create_app
 from sluice.config import SluiceConfig, parse_config
-from sluice.redis_server import RedisServer
+from sluice.local.redis_server import RedisServer
 from tests.gateway.conftest import error_keys, waited_out
 
 FUZZ_LIMIT = 65_536

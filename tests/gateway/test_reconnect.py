@@ -9,9 +9,9 @@ import httpx
 
 from gateway.app import create_app
 from sluice.jobs import Outcome
+from sluice.local.redis_server import start_redis
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
-from sluice.redis_server import start_redis
 from tests.gateway.conftest import gateway_config
 
 

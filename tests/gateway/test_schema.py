@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
-from sluice.redis_server import RedisServer
+from sluice.local.redis_server import RedisServer
 from tests.gateway.conftest import error_keys, waited_out
 
 CONFIG = {

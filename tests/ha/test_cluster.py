@@ -19,8 +19,8 @@ import pytest
 from redis.crc import key_slot
 
 from sluice.client import Client
-from sluice.redis_server import RedisServer, start_redis
-from sluice.redis_topology import LocalCluster
+from sluice.local.redis_server import RedisServer, start_redis
+from sluice.local.redis_topology import LocalCluster
 from tests.e2e.upstack import Up, launch, shut_down, wait_for
 
 pytestmark = [pytest.mark.slow]

@@ -15,9 +15,9 @@ from sluice.bulk.ops import BulkOps, new_bulk_id
 from sluice.bulk.ops import scripts as bulk_scripts
 from sluice.errors import NotReplicated
 from sluice.jobs import JobStatus, NewJob, Outcome
+from sluice.local.redis_server import RedisServer
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer
 from tests.conftest import make_config
 from tests.waits import HUNG_S, wait_until
 

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from sluice.connection import sync_client
-from sluice.redis_topology import SentinelGroup
+from sluice.local.redis_topology import SentinelGroup
 from sluicebench.failover import run_failover
 from tests.waits import HUNG_S, wait_until
 

@@ -19,10 +19,10 @@ from sluice import keys
 from sluice.config import parse_config
 from sluice.errors import RedisUnavailable
 from sluice.jobs import JobStatus, NewJob, Outcome
+from sluice.local.redis_topology import LocalCluster
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.queue.scripts import Call, common_source
-from sluice.redis_topology import LocalCluster
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.slow]

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from sluice.redis_server import free_port
+from sluice.local.redis_server import free_port
 
 
 def _write(tmp: Path, gateway: dict[str, object]) -> Path:

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from sluice.apikeys import hash_key
-from sluice.redis_server import free_port, start_redis
+from sluice.local.redis_server import free_port, start_redis
 
 pytestmark = [pytest.mark.slow]
 

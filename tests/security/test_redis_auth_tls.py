@@ -14,9 +14,9 @@ import pytest
 from gateway.app import create_app
 from sluice.errors import RedisUnavailable
 from sluice.jobs import NewJob, Outcome
+from sluice.local.redis_server import RedisServer, start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, start_redis
 from tests.conftest import EXAMPLE_CONFIG, make_config
 from tests.security.tls_proxy import TlsProxy
 

@@ -1,4 +1,4 @@
-"""sluice.children: the one way a local stack starts and stops ``sluice`` processes."""
+"""sluice.local.children: the one way a local stack starts and stops ``sluice`` processes."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from sluice.children import Children
 from sluice.errors import SluiceError
+from sluice.local.children import Children
 
 
 def test_a_child_logs_to_its_file_and_a_dead_one_is_named(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sluice.errors import RedisBinaryNotFound
-from sluice.redis_server import BINARY_ENV, find_redis_server, redis_server_version
+from sluice.local.redis_server import BINARY_ENV, find_redis_server, redis_server_version
 
 
 def _fake_binary(path: Path, version: str) -> Path:

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from notifier.sender import Attempt, Sender, signer
 from sluice.config import WebhooksConfig
 from sluice.errors import WebhookRefused
 from sluice.webhooks.guard import Guard, dns_failure_is_temporary, host_allowed, parse_url
 from sluice.webhooks.ops import Claimed
-from sluice.webhooks.sender import Attempt, Sender, signer
 
 
 def guard(resolved: dict[str, list[str]] | None = None, **cfg: object) -> Guard:
@@ -198,7 +198,7 @@ def test_the_default_schedule_makes_nine_attempts_within_the_horizon() -> None:
 def test_a_secret_must_be_base64_of_sixteen_bytes_or_more() -> None:
     import base64
 
-    from sluice.webhooks.sender import signer
+    from notifier.sender import signer
 
     good = "whsec_" + base64.b64encode(b"0123456789abcdef").decode()
     assert signer(good) is not None and signer(good.removeprefix("whsec_")) is not None

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from notifier.loop import Notifier, build
 from sluice.config import SluiceConfig, parse_config
-from sluice.webhooks.notifier import Notifier, build
 
 SECRET = "whsec_" + base64.b64encode(b"sluice-test-secret-0123456789abc").decode()
 SECRET_ENV = "SLUICE_TEST_WEBHOOK_SECRET"

@@ -15,9 +15,9 @@ from sluice.bulk.ops import BulkOps, new_bulk_id
 from sluice.bulk.ops import scripts as bulk_scripts
 from sluice.config import SluiceConfig
 from sluice.jobs import NewJob, Outcome, Webhook
+from sluice.local.redis_server import free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import free_port
 from sluice.webhooks.ops import WebhookOps
 from sluice.webhooks.ops import scripts as webhook_scripts
 from tests.waits import wait_until

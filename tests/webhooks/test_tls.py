@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import trustme
 
+from notifier.loop import build
 from sluice.errors import ConfigError
 from sluice.jobs import NewJob, Outcome, Webhook
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.webhooks.notifier import build
 from tests.waits import wait_until
 from tests.webhooks.conftest import SECRET, SECRET_ENV, hook_config, notifier
 from tests.webhooks.receiver import receiving

@@ -16,8 +16,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bulkworker.feeder import build_chunk, outcome_line
 from sluice import keys
-from sluice.bulk.feeder import build_chunk, outcome_line
 from sluice.bulk.ops import BulkOps, BulkState, scripts
 from sluice.config import SluiceConfig
 from sluice.cost import CostEstimator

@@ -23,7 +23,7 @@ import redis
 from redis.crc import key_slot
 
 from sluice.errors import SluiceError
-from sluice.redis_server import RedisServer, die_with_parent, find_redis_server, free_port
+from sluice.local.redis_server import RedisServer, die_with_parent, find_redis_server, free_port
 
 SERVICE_NAME = "sluice"
 SLOTS = 16384

@@ -1,6 +1,6 @@
 """Child ``sluice`` processes on one machine: start, watch, stop, leave nothing behind.
 
-One group of children per stack: ``sluice up`` (sluice.up) and the measurement
+One group of children per stack: ``sluice up`` (sluice.local.up) and the measurement
 package's benchmark stacks (sluicebench.loadgen.stack) both start their
 components through it, each as ``python -m sluice ...`` exactly as a user
 would, with stdin closed, output in a log file per child, and a SIGTERM from
@@ -24,7 +24,7 @@ import httpx
 import psutil
 
 from sluice.errors import SluiceError
-from sluice.redis_server import die_with_parent
+from sluice.local.redis_server import die_with_parent
 
 
 def sluice_argv() -> list[str]:

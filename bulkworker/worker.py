@@ -18,10 +18,11 @@ from typing import Any
 import redis
 from rq import Worker
 
+from bulkworker.jobs import bind, reap
+from bulkworker.metrics import BulkWorkerMetrics
 from sluice.backoff import Reconnect
-from sluice.bulk.metrics import BulkWorkerMetrics
 from sluice.bulk.ops import scripts
-from sluice.bulk.rq_jobs import bind, reap, rq_connection, rq_queue
+from sluice.bulk.rq_jobs import rq_connection, rq_queue
 from sluice.config import SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import model_of

@@ -14,11 +14,11 @@ from sluice.cli_common import check_redis, fail, stop_event_on_signals
 from sluice.config import SluiceConfig
 from sluice.cores import describe
 from sluice.errors import RedisUnavailable, SluiceError
-from sluice.live import LiveStatus
+from sluice.local.live import LiveStatus
+from sluice.local.up import Stack, StackUrls
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.redact import redact, redact_url
-from sluice.up import Stack, StackUrls
 
 
 def curl_example(gateway: str, cfg: SluiceConfig) -> str:

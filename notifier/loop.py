@@ -20,15 +20,15 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from notifier.sender import Attempt, Sender, signer
 from sluice import fastjson
 from sluice.apikeys import KeyRing, load_keyring
 from sluice.bulk.ops import BulkState
-from sluice.config import SluiceConfig, WebhooksConfig
+from sluice.config import SluiceConfig
 from sluice.connection import is_cluster
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.jobs import JobRecord
@@ -36,7 +36,7 @@ from sluice.queue.client import AsyncQueueClient, connect_async
 from sluice.webhooks.guard import Guard
 from sluice.webhooks.ops import Backlog, Claimed, HostLoad, WebhookOps
 from sluice.webhooks.ops import scripts as webhook_scripts
-from sluice.webhooks.sender import Attempt, Sender, signer
+from sluice.webhooks.secret import config_secret
 
 log = logging.getLogger("sluice.notifier")
 IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
@@ -52,21 +52,6 @@ DEFER_MAX_S = 60.0
 PACE_DEFAULT_S = 0.01  # one attempt's duration at a host with none measured yet
 PACE_WEIGHT = 0.2  # of the latest attempt in a host's moving average
 PACE_HOSTS = 4096  # hosts whose pace is remembered, at most
-
-
-def config_secret(cfg: WebhooksConfig, environ: dict[str, str] | None = None) -> str | None:
-    """The config's signing secret (file first, then the environment), or None."""
-    env = os.environ if environ is None else environ
-    if cfg.secret_file:
-        try:
-            return Path(cfg.secret_file).read_text().strip() or None
-        except OSError as e:
-            raise ConfigError(
-                f"webhooks.secret_file {cfg.secret_file}: cannot read: {e.strerror}"
-            ) from e
-    if cfg.secret_env:
-        return env.get(cfg.secret_env) or None
-    return None
 
 
 class SecretBook:

@@ -119,7 +119,7 @@ class RedisServer:
         extra_args: list[str] | None = None,
     ) -> None:
         self.password = password
-        # More redis-server options (replicaof, cluster mode): sluice.redis_topology.
+        # More redis-server options (replicaof, cluster mode): sluice.local.redis_topology.
         self.extra_args = list(extra_args or [])
         if appendfsync not in APPENDFSYNC:
             raise SluiceError(f"appendfsync {appendfsync!r}: use one of {', '.join(APPENDFSYNC)}")

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import psutil
 
-from sluice.children import Child, Children
 from sluice.config import REDIS_URL_ENV, SluiceConfig
 from sluice.errors import RedisUnavailable, SluiceError
+from sluice.local.children import Child, Children
+from sluice.local.redis_server import RedisServer, free_port, start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.redis_server import RedisServer, free_port, start_redis
 from sluice.registry import list_workers_call
 
 
