@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import pytest
@@ -101,6 +102,12 @@ def test_a_slice_without_a_bound_worker_says_how_to_run_one() -> None:
     jobs._BOUND = None
     with pytest.raises(RuntimeError, match="sluice bulk worker"):
         jobs.run_slice("m.bulk1")
+
+
+def test_a_slice_is_queued_by_the_path_of_the_bulk_workers_job_function() -> None:
+    # The gateway queues first slices by this name, without importing bulkworker.
+    module, _, name = rq_jobs.SLICE_JOB.rpartition(".")
+    assert getattr(importlib.import_module(module), name) is jobs.run_slice
 
 
 def test_sluice_status_lists_unfinished_bulk_jobs(q: QueueClient, cfg: SluiceConfig) -> None:

@@ -1,8 +1,10 @@
 """House rules on imports, read from the source with ast (nothing is imported).
 
-- sluice/, gateway/ and autoscaler/ never import torch (workers/ may).
-- sluice/ imports no app package (gateway, workers, autoscaler, sluicebench)
-  except through sluice/cli.py's ``PLUGINS`` tuple, which names their CLIs.
+- Only workers/ imports torch (sluice/ and every other process package never).
+- sluice/ (the core) imports no process package (gateway, workers, autoscaler,
+  notifier, bulkworker) nor sluicebench, except through sluice/cli.py's
+  ``PLUGINS`` tuple, which names their CLIs.
+- A process package never imports another: each imports the core alone.
 - Nothing outside sluicebench/ and tests/ imports sluicebench.
 """
 
@@ -15,8 +17,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("gateway", "workers", "autoscaler", "sluicebench")
-PRODUCT = ("sluice", "gateway", "workers", "autoscaler")
+PROCESSES = ("gateway", "workers", "autoscaler", "notifier", "bulkworker")
+APPS = (*PROCESSES, "sluicebench")
+PRODUCT = ("sluice", *PROCESSES)
 
 
 def _imports(path: Path) -> Iterator[tuple[int, str]]:
@@ -29,17 +32,26 @@ def _imports(path: Path) -> Iterator[tuple[int, str]]:
             yield node.lineno, node.module.split(".")[0]
 
 
-def _files(package: str) -> list[Path]:
-    return sorted((ROOT / package).rglob("*.py"))
+def _files(package: str, root: Path = ROOT) -> list[Path]:
+    return sorted((root / package).rglob("*.py"))
 
 
-def _breaches(packages: tuple[str, ...], banned: tuple[str, ...]) -> list[str]:
+def _breaches(packages: tuple[str, ...], banned: tuple[str, ...], root: Path = ROOT) -> list[str]:
     return [
-        f"{p.relative_to(ROOT)}:{line} imports {mod}"
+        f"{p.relative_to(root)}:{line} imports {mod}"
         for pkg in packages
-        for p in _files(pkg)
+        for p in _files(pkg, root)
         for line, mod in _imports(p)
         if mod in banned
+    ]
+
+
+def _cross_process_breaches(root: Path = ROOT) -> list[str]:
+    """Imports of one process package by another."""
+    return [
+        breach
+        for pkg in PROCESSES
+        for breach in _breaches((pkg,), tuple(p for p in PROCESSES if p != pkg), root)
     ]
 
 
@@ -48,7 +60,7 @@ def test_the_rules_see_every_package() -> None:
         assert len(_files(pkg)) > 3, pkg
 
 
-@pytest.mark.parametrize("package", ["sluice", "gateway", "autoscaler"])
+@pytest.mark.parametrize("package", ["sluice", "gateway", "autoscaler", "notifier", "bulkworker"])
 def test_no_torch_outside_workers(package: str) -> None:
     assert _breaches((package,), ("torch",)) == []
 
@@ -63,7 +75,11 @@ def test_sluice_imports_app_packages_only_through_its_plugin_list() -> None:
         and any(getattr(t, "id", "") == "PLUGINS" for t in node.targets)
     )
     names = ast.literal_eval(plugins)
-    assert names == ("gateway.cli", "workers.cli", "autoscaler.cli", "sluicebench.cli")
+    assert names == tuple(f"{app}.cli" for app in APPS)
+
+
+def test_process_packages_never_import_each_other() -> None:
+    assert _cross_process_breaches() == []
 
 
 def test_nothing_in_the_product_imports_the_measurement_package() -> None:
@@ -76,7 +92,7 @@ def test_nothing_in_the_product_imports_the_measurement_package() -> None:
         for d in sorted(ROOT.iterdir())
         if d.is_dir() and d.name not in skip and not d.name.startswith(".") and "." not in d.name
     )
-    assert {"gateway", "workers", "autoscaler", "deploy"} <= set(others)
+    assert {*PROCESSES, "deploy"} <= set(others)
     assert _breaches(others, ("sluicebench",)) == []
 
 
@@ -84,3 +100,17 @@ def test_the_checker_catches_a_breach(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("def f():\n    import torch\n    from sluicebench.cli import register\n")
     assert [m for _, m in _imports(bad)] == ["torch", "sluicebench"]
+
+
+def test_the_checker_catches_a_process_or_the_core_importing_a_process(tmp_path: Path) -> None:
+    for pkg in (*PROCESSES, "sluice"):
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text("from sluice import keys\n")
+    (tmp_path / "gateway" / "hooks.py").write_text("from notifier.loop import build\n")
+    (tmp_path / "bulkworker" / "run.py").write_text("def f():\n    import gateway.state\n")
+    assert _cross_process_breaches(tmp_path) == [
+        "gateway/hooks.py:1 imports notifier",
+        "bulkworker/run.py:2 imports gateway",
+    ]
+    (tmp_path / "sluice" / "core.py").write_text("from bulkworker.jobs import run_slice\n")
+    assert _breaches(("sluice",), APPS, tmp_path) == ["sluice/core.py:1 imports bulkworker"]
