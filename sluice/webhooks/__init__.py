@@ -1,2 +1,7 @@
-"""Completion webhooks: signed, retried calls to a client when its job (or bulk job)
-ends, sent by ``sluice notifier`` processes (docs/webhooks.md, docs/adr/0131)."""
+"""Completion webhooks' protocol: signed, retried calls to a client when its job (or
+bulk job) ends (docs/webhooks.md, docs/adr/0131).
+
+Owns what a delivery is in Redis and the scripts that enqueue, claim and settle
+it (``ops``, ``lua/``), the SSRF guard both the gateway and the notifier apply
+(``guard``) and the config's signing secret (``secret``). The process that sends
+deliveries, ``sluice notifier``, is its own package (notifier/)."""
