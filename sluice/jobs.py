@@ -9,8 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from sluice import fastjson
-from sluice.config import PRIORITIES
-from sluice.records import SCORE_SCALE
+from sluice.records import RANKS, SCORE_SCALE
 
 
 class JobStatus(StrEnum):
@@ -29,7 +28,6 @@ class JobStatus(StrEnum):
 # Bulk items (sluice/bulk) queue in a class of their own below ``low``: never chosen
 # while an interactive job heads a served queue, never batched with one (ADR 0090).
 BULK = "bulk"
-BULK_RANK = len(PRIORITIES)
 PRIORITY_SCORE_SCALE = SCORE_SCALE  # the queue score's layout: sluice/records.py
 # Bulk ids are "<model>.bulk<hex>" and their items' job ids "<bulk id>-<line>"; an
 # interactive job's token is hex only, so it can never hold this mark.
@@ -42,7 +40,7 @@ def is_bulk_item(job_id: str) -> bool:
 
 def priority_rank(priority: str) -> int:
     """0 for high, 1 for normal, 2 for low, 3 for bulk items."""
-    return BULK_RANK if priority == BULK else PRIORITIES.index(priority)
+    return RANKS.index(priority)
 
 
 def new_job_id(model: str) -> str:
@@ -340,7 +338,7 @@ def _json(raw: dict[str, str], name: str, kind: type | None = None) -> Any:
 
 def _priority(prio: str | None) -> str:
     try:
-        return (*PRIORITIES, BULK)[int(prio or "1")]
+        return RANKS[int(prio or "1")]
     except (ValueError, IndexError):
         return "normal"
 

@@ -14,6 +14,14 @@ where more than one program reads or writes them:
 - **stats hash** (``keys.stats_key``): the counters the scripts keep per model
   (:class:`Stat`), plus each bucket's queued cost under :func:`bucket_cost_field`.
   Scripts write them; the CLI, the gateway and the autoscaler read them.
+- **job hash** (``keys.job_key``), **delivery record** (``keys.delivery_key``),
+  **bulk record** (``keys.bulk_key``): their field names (:class:`JobField`,
+  :class:`DeliveryField`, :class:`BulkField`), written by the scripts as
+  ``JOB.<name>``, ``DELIVERY.<name>``, ``BULK.<name>``: a misspelt one raises in
+  the script instead of reading as empty. ``HOOK_TTL_S``: a delivery record's TTL
+  when the job holds none of its own.
+- **priority rank** (:data:`RANKS`): a job's class in its queue score, 0 high ..
+  2 low, 3 bulk items; ``RANK.<class>`` in the scripts.
 - **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
   log): what the autoscaler writes each period and the dashboard shows
   (:class:`DecisionRecord`).
@@ -29,6 +37,12 @@ from enum import StrEnum
 from typing import Any
 
 SCORE_SCALE = 10**12  # a priority rank's share of the queue score (seq < 1e12)
+# The priority classes by rank (the queue score's first part): bulk items, below low,
+# never share a batch with an interactive job (ADR 0090).
+RANKS: tuple[str, ...] = ("high", "normal", "low", "bulk")
+LOW_RANK = RANKS.index("low")
+BULK_RANK = RANKS.index("bulk")
+HOOK_TTL_S = 2 * 86400  # webhooks.record_ttl_s's default: the retry horizon and a day
 
 WAIT_WINDOW_S = 10  # one histogram hash per window of this length
 WAIT_HIST_TTL_S = 3600  # each window's hash expires this long after its last write
@@ -64,6 +78,85 @@ class Stat(StrEnum):
     EXPIRED = "expired"  # past the deadline while queued (claim)
     CANCELLED = "cancelled"
     QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
+
+
+class JobField(StrEnum):
+    """Fields of a job's hash (``keys.job_key``); the scripts write ``JOB.<value>``."""
+
+    ID = "id"
+    STATUS = "status"  # queued | running | succeeded | failed | expired | cancelled
+    BUCKET = "bucket"
+    COST = "cost"
+    PRIO = "prio"  # its rank (RANKS)
+    SCORE = "score"  # its queue score, kept for a requeue in its place
+    INPUT = "input"  # JSON
+    META = "meta"  # JSON
+    ENQ = "enq"  # ms: queued, started, finished (server clock)
+    START = "start"
+    FIN = "fin"
+    DL = "dl"  # deadline, ms after enq
+    ATT = "att"  # attempts
+    WORKER = "worker"  # the lease's holder
+    RESULT = "result"
+    ERROR = "error"
+    RUN_MS = "run_ms"
+    OWNER = "owner"  # API key name
+    IDEM = "idem"  # owner-scoped idempotency key
+    RQH = "rqh"  # hash of the request body
+    WHU = "whu"  # webhook url, events, delivery TTL s
+    WHE = "whe"
+    WHT = "wht"
+
+
+class DeliveryField(StrEnum):
+    """Fields of a webhook delivery's record (``keys.delivery_key``), ``DELIVERY.<value>``."""
+
+    KIND = "kind"  # job | bulk
+    EVENT = "event"
+    URL = "url"
+    OWNER = "owner"
+    STATE = "state"  # pending | delivered | dead
+    ENDED = "ended"  # ms: the job ended
+    FIRST = "first"  # ms: this round of attempts began
+    ATT = "att"  # attempts, failed ones, client errors among them
+    FAILS = "fails"
+    CERR = "cerr"
+    LEASE = "lease"  # the attempt's lease token
+    NEXT = "next"  # ms: the retry is due
+    DONE = "done"  # ms: delivered or given up
+    LOG = "log"  # JSON: the latest attempts
+    LAST_STATUS = "last_status"
+    LAST_ERROR = "last_error"
+    LAST_AT = "last_at"
+    JTTL = "jttl"  # the job record's own TTL, applied again when the delivery ends
+    BODY = "body"  # kept by a notifier before the delivery kept none; deleted on end
+
+
+class BulkField(StrEnum):
+    """Fields of a bulk job's hash (``keys.bulk_key``), ``BULK.<value>``."""
+
+    ID = "id"
+    STATE = "state"  # queued | running | cancelling | completed | cancelled | failed
+    TOTAL = "total"
+    CURSOR = "cursor"  # lines fed
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CREATED = "created"  # ms
+    STARTED = "started"
+    FINISHED = "finished"
+    OWNER = "owner"
+    RATE = "rate"  # lines/s, a coordinator's report
+    RQ_JOB = "rq_job"  # the RQ job id of the slice that may take the lease
+    SLICES = "slices"
+    FED_COST = "fed_cost"
+    FED_JOBS = "fed_jobs"
+    RESUMES = "resumes"
+    ERROR = "error"  # JSON
+    TOKEN = "token"  # the coordinator lease's holder and its end (ms)
+    LEASE = "lease"
+    WHU = "whu"  # webhook url, events, delivery TTL s
+    WHE = "whe"
+    WHT = "wht"
 
 
 # The job counts an operator reads (sluice status's columns, the dashboard's rates).
@@ -122,9 +215,18 @@ def lua_constants() -> str:
     """The layouts above as Lua locals, for the start of every script."""
     bounds = ", ".join(str(b) for b in WAIT_BOUNDS_MS)
     stats = ", ".join(f"{s.value} = '{s.value}'" for s in Stat)
+    ranks = ", ".join(f"{name} = {rank}" for rank, name in enumerate(RANKS))
     return "\n".join(
         (
             "-- Generated from sluice/records.py: edit there, not here.",
+            "local function strict(what, t)",
+            "  return setmetatable(t, {__index = function(_, k) error(what .. ': no ' .. k) end})",
+            "end",
+            _lua_fields("JOB", JobField),
+            _lua_fields("DELIVERY", DeliveryField),
+            _lua_fields("BULK", BulkField),
+            f"local RANK = strict('RANK', {{{ranks}}})",
+            f"local HOOK_TTL_S = {HOOK_TTL_S}",
             f"local SCORE_SCALE = {SCORE_SCALE}",
             f"local WAIT_WINDOW_MS = {WAIT_WINDOW_S * 1000}",
             f"local WAIT_HIST_TTL_S = {WAIT_HIST_TTL_S}",
@@ -134,3 +236,8 @@ def lua_constants() -> str:
             "",
         )
     )
+
+
+def _lua_fields(name: str, enum: type[StrEnum]) -> str:
+    pairs = ", ".join(f"{f.value} = '{f.value}'" for f in enum)
+    return f"local {name} = strict('{name}', {{{pairs}}})"

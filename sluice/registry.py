@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
-from sluice import keys
+from sluice import keys, lua_loader
 from sluice.queue.scripts import Call
+from sluice.signature import Signature
 
 # standby: a warm-pool worker, loaded and warmed but parked: it claims nothing until
 # promoted (docs/adr/0128).
@@ -64,17 +63,34 @@ class WorkerInfo:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
 
-@cache
+# The registry scripts' call boundaries (sluice/signature.py).
+HEARTBEAT = Signature(
+    "heartbeat",
+    (
+        ("id", "str"),  # the worker's
+        ("info", "str"),  # WorkerInfo JSON
+        ("ttl_ms", "num"),  # the heartbeat's TTL
+        ("idle", "str"),  # '1' while the worker claims nothing (not serving), else '0'
+    ),
+)  # replies the expiry, epoch ms by the server's clock
+PRUNE_WORKERS = Signature("prune_workers", (), group=(("id", "str"),))  # replies a count
+TIME = Signature("time", (), reply=("seconds", "microseconds"))
+SIGNATURES: dict[str, Signature] = {s.script: s for s in (HEARTBEAT, PRUNE_WORKERS, TIME)}
+
+
 def lua(name: str) -> str:
-    """A registry script (``sluice/lua/<name>.lua``) without its comment lines.
+    """A registry script (``sluice/lua/<name>.lua``) with its prologue and no comment
+    lines, through sluice.lua_loader: no shared helpers (their cluster slot probe
+    would add a command to every heartbeat).
 
     Sent with EVAL (ADR 0111): the scripts join pipelines of plain commands (the
     worker's heartbeat and control poll, the readers' shared reads) that must stay
     one round trip; redis-py's pipelined scripts add a SCRIPT EXISTS round trip to
     every execute, and EVALSHA a NOSCRIPT retry after every Redis restart.
     """
-    text = (resources.files("sluice") / "lua" / f"{name}.lua").read_text()
-    return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
+    return lua_loader.source(
+        "sluice", name, SIGNATURES[name], includes=(), constants=False, strip_comments=True
+    )
 
 
 def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
@@ -87,10 +103,11 @@ def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
     ttl_ms = max(1, int(ttl_s * 1000))
     raw = info.to_json()
     zset, hash_ = keys.workers_key(info.model), keys.workers_info_key(info.model)
-    idle_zset, idle = keys.idle_workers_key(info.model), "0" if info.serving else "1"
+    idle_zset = keys.idle_workers_key(info.model)
+    values = {"id": info.id, "info": raw, "ttl_ms": ttl_ms, "idle": "0" if info.serving else "1"}
     return [
         ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
-        ("EVAL", lua("heartbeat"), 3, zset, hash_, idle_zset, info.id, raw, ttl_ms, idle),
+        ("EVAL", lua("heartbeat"), 3, zset, hash_, idle_zset, *HEARTBEAT.pack(values)),
     ]
 
 
@@ -111,8 +128,8 @@ def time_command(routing_key: str) -> tuple[Any, ...]:
 
 def server_time_s(reply: Any) -> float:
     """``TIME``'s reply (seconds, microseconds) as epoch seconds."""
-    secs, micros = reply
-    return int(secs) + int(micros) / 1e6
+    t, _ = TIME.unpack(reply)
+    return int(t["seconds"]) + int(t["microseconds"]) / 1e6
 
 
 def split_live(
@@ -158,7 +175,8 @@ def prune(model: str, stale_ids: list[str]) -> list[tuple[Any, ...]]:
         return []
     zset, hash_ = keys.workers_key(model), keys.workers_info_key(model)
     idle = keys.idle_workers_key(model)
-    return [("EVAL", lua("prune_workers"), 3, zset, hash_, idle, *stale_ids)]
+    args = PRUNE_WORKERS.pack({}, [{"id": i} for i in stale_ids])
+    return [("EVAL", lua("prune_workers"), 3, zset, hash_, idle, *args)]
 
 
 def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:

@@ -13,16 +13,18 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
 from typing import Any
 
-from sluice import keys
+from sluice import keys, lua_loader
+from sluice.bulk.signatures import CANCEL, FEED, FINISH, GATHER, LEASE, SIGNATURES
 from sluice.errors import JobConflict, JobNotFound
 from sluice.jobs import BULK_ID_MARK, DELIVERY_FIELDS, Webhook, webhook_of
-from sluice.queue.scripts import Call, common_source
+from sluice.queue.scripts import Call
+from sluice.records import HOOK_TTL_S
+from sluice.records import BulkField as F
+from sluice.signature import Signature
 
 SCRIPT_NAMES = ("lease", "feed", "gather", "finish", "cancel")
 # A coordinator reports every poll; a report this old is a dead coordinator's.
@@ -35,16 +37,13 @@ UPLOAD_HINT = "the bulk job may still run; uploading again makes a second one"
 CANCEL_HINT = "cancel again (a cancelled bulk job answers 409)"
 
 
-@cache
-def _sources() -> dict[str, str]:
-    lua = resources.files("sluice.bulk") / "lua"
-    common = common_source() + "\n" + (lua / "_bulk.lua").read_text()
-    return {f"bulk_{n}": common + "\n" + (lua / f"{n}.lua").read_text() for n in SCRIPT_NAMES}
-
-
 def scripts() -> dict[str, str]:
-    """The bulk scripts by call name, for ``QueueClient.register``."""
-    return dict(_sources())
+    """The bulk scripts by call name, for ``QueueClient.register`` (sluice.lua_loader:
+    the record layouts, the queue's and the bulk helpers, each one's prologue)."""
+    return {
+        f"bulk_{n}": lua_loader.source("sluice.bulk", n, SIGNATURES[n], includes=("common", "bulk"))
+        for n in SCRIPT_NAMES
+    }
 
 
 def new_bulk_id(model: str) -> str:
@@ -141,28 +140,28 @@ class BulkState:
                 return 0
 
         try:
-            error = json.loads(raw["error"]) if raw.get("error") else None
+            error = json.loads(raw[F.ERROR]) if raw.get(F.ERROR) else None
         except ValueError:
             error = None
-        state = raw.get("state", "failed")
+        state = raw.get(F.STATE, "failed")
         return cls(
             id=bulk_id,
             model=model,
             state=state,
-            total=num("total"),
-            cursor=num("cursor"),
-            succeeded=num("succeeded"),
-            failed=num("failed"),
-            created_ms=num("created"),
-            started_ms=num("started") or None,
-            finished_ms=num("finished") or None,
-            owner=raw.get("owner") or None,
-            rate_per_s=float(raw.get("rate") or 0.0),
-            rq_job=raw.get("rq_job") or None,
-            slices=num("slices"),
-            fed_cost=num("fed_cost"),
-            fed_jobs=num("fed_jobs"),
-            resumes=num("resumes"),
+            total=num(F.TOTAL),
+            cursor=num(F.CURSOR),
+            succeeded=num(F.SUCCEEDED),
+            failed=num(F.FAILED),
+            created_ms=num(F.CREATED),
+            started_ms=num(F.STARTED) or None,
+            finished_ms=num(F.FINISHED) or None,
+            owner=raw.get(F.OWNER) or None,
+            rate_per_s=float(raw.get(F.RATE) or 0.0),
+            rq_job=raw.get(F.RQ_JOB) or None,
+            slices=num(F.SLICES),
+            fed_cost=num(F.FED_COST),
+            fed_jobs=num(F.FED_JOBS),
+            resumes=num(F.RESUMES),
             error=error,
             webhook=webhook_of(raw, delivery, state, state in ENDED),
         )
@@ -204,7 +203,7 @@ class BulkOps:
         now_ms: int,
         grace_ms: int,
         webhook: Webhook | None = None,
-        hook_ttl_s: int = 2 * 86400,
+        hook_ttl_s: int = HOOK_TTL_S,
     ) -> Call[None]:
         """Store the lines, then the bulk job's hash and its active entry (one pipeline).
 
@@ -218,17 +217,17 @@ class BulkOps:
                 cmds.append(("EXPIRE", inp, self.ttl_s))
         bk = keys.bulk_key(model, bulk_id)
         fields = {
-            "id": bulk_id,
-            "state": "queued",
-            "total": len(lines),
-            "cursor": 0,
-            "succeeded": 0,
-            "failed": 0,
-            "created": now_ms,
-            "owner": owner or "",
+            F.ID: bulk_id,
+            F.STATE: "queued",
+            F.TOTAL: len(lines),
+            F.CURSOR: 0,
+            F.SUCCEEDED: 0,
+            F.FAILED: 0,
+            F.CREATED: now_ms,
+            F.OWNER: owner or "",
         }
         if webhook is not None:  # the finish/cancel script enqueues its delivery
-            fields |= {"whu": webhook.url, "whe": ",".join(webhook.events), "wht": hook_ttl_s}
+            fields |= {F.WHU: webhook.url, F.WHE: ",".join(webhook.events), F.WHT: hook_ttl_s}
         cmds.append(("HSET", bk, *[x for kv in fields.items() for x in kv]))
         cmds.append(("EXPIRE", bk, self.ttl_s))
         cmds.append(("ZADD", keys.bulk_active_key(model), now_ms + grace_ms, bulk_id))
@@ -262,20 +261,30 @@ class BulkOps:
         model = self.model_of(bulk_id)
         ks = self._all_keys(model, bulk_id)
         ks = [ks[0], ks[1], ks[3], ks[4], ks[5]]
-        args = [token, lease_ms, bulk_id, mode, self.ttl_s, slice_id]
-        return Call(lambda r: (str(r[0]), str(r[1])), "bulk_lease", ks, args)
+        args = LEASE.pack(
+            {
+                "token": token,
+                "lease_ms": lease_ms,
+                "id": bulk_id,
+                "mode": mode,
+                "ttl_s": self.ttl_s,
+                "slice_id": slice_id,
+            }
+        )
+        return Call(_status_state(LEASE), "bulk_lease", ks, args)
 
     def cancel(self, bulk_id: str, owner: str = "") -> Call[str]:
         model = self.model_of(bulk_id)
 
         def parse(r: list[str]) -> str:
-            if r[0] == "missing":
+            head, _ = CANCEL.unpack(r)
+            if head["status"] == "missing":
                 raise JobNotFound(f"bulk job {bulk_id!r} not found")
-            if r[0] == "refused":
-                raise JobConflict(f"bulk job {bulk_id!r} already {r[1]}", r[1])
-            return r[1]
+            if head["status"] == "refused":
+                raise JobConflict(f"bulk job {bulk_id!r} already {head['state']}", head["state"])
+            return str(head["state"])
 
-        args = [owner, self.ttl_s, bulk_id]
+        args = CANCEL.pack({"owner": owner, "ttl_s": self.ttl_s, "id": bulk_id})
         ks = self._all_keys(model, bulk_id)
         return Call(parse, "bulk_cancel", ks, args, durability_of=model, unacked_hint=CANCEL_HINT)
 
@@ -283,10 +292,16 @@ class BulkOps:
         self, bulk_id: str, token: str, state: str, error: dict[str, Any] | None = None
     ) -> Call[tuple[str, str]]:
         model = self.model_of(bulk_id)
-        args = [token, state, self.ttl_s, bulk_id, json.dumps(error) if error else ""]
-        return Call(
-            lambda r: (str(r[0]), str(r[1])), "bulk_finish", self._all_keys(model, bulk_id), args
+        args = FINISH.pack(
+            {
+                "token": token,
+                "state": state,
+                "ttl_s": self.ttl_s,
+                "id": bulk_id,
+                "error_json": json.dumps(error) if error else "",
+            }
         )
+        return Call(_status_state(FINISH), "bulk_finish", self._all_keys(model, bulk_id), args)
 
     def feed(
         self,
@@ -304,9 +319,14 @@ class BulkOps:
             keys.bulk_pending_key(model, bulk_id),
             keys.bulk_output_key(model, bulk_id),
         ]
-        args: list[Any] = [token, cursor, new_cursor, len(jobs), cost]
-        for pair in (*jobs, *failed):
-            args += pair
+        fixed = {
+            "token": token,
+            "cursor": cursor,
+            "new_cursor": new_cursor,
+            "n_jobs": len(jobs),
+            "cost": cost,
+        }
+        args = FEED.pack(fixed, [{"index": i, "value": v} for i, v in (*jobs, *failed)])
         return Call(str, "bulk_feed", ks, args)
 
     def gather(
@@ -319,12 +339,17 @@ class BulkOps:
             keys.bulk_pending_key(model, bulk_id),
             keys.bulk_output_key(model, bulk_id),
         ]
-        args: list[Any] = [token, keys.job_prefix(model)]
-        for index, job_id, line, ok in ended:
-            args += [index, job_id, line, 1 if ok else 0]
+        groups = [
+            {"index": index, "id": job_id, "line": line, "ok": 1 if ok else 0}
+            for index, job_id, line, ok in ended
+        ]
+        args = GATHER.pack({"token": token, "jprefix": keys.job_prefix(model)}, groups)
 
         def parse(r: list[Any]) -> tuple[int, int] | None:
-            return None if r[0] == "lost" else (int(r[1]), int(r[2]))
+            if r[0] == "lost":  # the reply's status alone
+                return None
+            head, _ = GATHER.unpack(r)
+            return int(head["succeeded"]), int(head["failed"])
 
         return Call(parse, "bulk_gather", ks, args)
 
@@ -386,3 +411,13 @@ class BulkOps:
         """Unfinished bulk ids of a model whose coordinator lease lapsed by ``now_ms``."""
         cmd = ("ZRANGEBYSCORE", keys.bulk_active_key(model), "-inf", now_ms, "LIMIT", 0, limit)
         return Call(lambda r: list(r[0]), commands=[cmd])
+
+
+def _status_state(sig: Signature) -> Callable[[list[Any]], tuple[str, str]]:
+    """A {status, state} reply's parser."""
+
+    def parse(r: list[Any]) -> tuple[str, str]:
+        head, _ = sig.unpack(r)
+        return str(head["status"]), str(head["state"])
+
+    return parse

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
-from importlib import resources
 from typing import Any, Generic, TypeVar
 
-from sluice import fastjson, keys
+from sluice import fastjson, keys, lua_loader
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import (
     IdempotencyKeyReused,
@@ -24,7 +22,6 @@ from sluice.errors import (
     RateLimited,
 )
 from sluice.jobs import (
-    BULK_RANK,
     DELIVERY_FIELDS,
     WEBHOOK_EVENTS,
     Batch,
@@ -45,33 +42,23 @@ from sluice.jobs import (
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
 from sluice.records import (
     BUCKET_COST_PREFIX,
+    BULK_RANK,
+    HOOK_TTL_S,
+    LOW_RANK,
     SCORE_SCALE,
     bucket_cost_field,
-    lua_constants,
     score_range,
 )
 
 T = TypeVar("T")
 SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
 RECLAIM_LIMIT = 256
-HOOK_TTL_S = 2 * 86400  # webhooks.horizon_s's default and a day
-_LOW_RANK = PRIORITIES.index("low")
 
 
-@cache
-def common_source() -> str:
-    """The shared Lua helpers (``_common.lua``) every script starts with."""
-    return (resources.files("sluice.queue") / "lua" / "_common.lua").read_text()
-
-
-@cache
 def script_source(name: str) -> str:
-    """The script body with the record layouts (sluice/records.py) and the shared
-    helpers prepended."""
-    lua = resources.files("sluice.queue") / "lua"
-    sig = SIGNATURES.get(name)
-    prologue = sig.lua_prologue() if sig else ""
-    return lua_constants() + common_source() + "\n" + prologue + (lua / f"{name}.lua").read_text()
+    """A queue script as sent (sluice.lua_loader): the record layouts, the shared
+    helpers and its signature's prologue before its body."""
+    return lua_loader.source("sluice.queue", name, SIGNATURES[name])
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +411,7 @@ class QueueOps:
         cmds: list[tuple[Any, ...]] = []
         for b in names:
             q = keys.queue_key(model, b)
-            cmds.append(("ZCOUNT", q, "-inf", f"({_LOW_RANK * SCORE_SCALE}"))  # high, normal
+            cmds.append(("ZCOUNT", q, "-inf", f"({LOW_RANK * SCORE_SCALE}"))  # high, normal
             cmds.append(("ZCOUNT", q, *score_range(BULK_RANK)))
             for rank in range(len(PRIORITIES)):
                 cmds.append(("ZRANGEBYSCORE", q, *score_range(rank), "LIMIT", 0, 1))

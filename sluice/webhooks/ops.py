@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from importlib import resources
 from typing import Any
 
-from sluice import fastjson, keys
+from sluice import fastjson, keys, lua_loader
 from sluice.errors import JobNotFound
 from sluice.jobs import DELIVERY_FIELDS, delivery_view, model_of
-from sluice.queue.scripts import Call, common_source
-from sluice.queue.signatures import Signature
+from sluice.queue.scripts import Call
+from sluice.signature import Signature
+from sluice.webhooks.signatures import DONE, REDELIVER, SIGNATURES
 
 SCRIPT_NAMES = ("claim", "done", "redeliver")
 LOG_KEEP = 20  # attempts kept in a delivery's log
@@ -78,12 +78,11 @@ PROLOGUES = {
 
 @cache
 def _sources() -> dict[str, str]:
-    lua = resources.files("sluice.webhooks") / "lua"
+    # The claim's prologue is its own (PROLOGUES); the others' come from SIGNATURES.
     return {
-        f"webhook_{n}": common_source()
-        + "\n"
-        + PROLOGUES.get(n, "")
-        + (lua / f"{n}.lua").read_text()
+        f"webhook_{n}": lua_loader.source(
+            "sluice.webhooks", n, SIGNATURES.get(n), extra=PROLOGUES.get(n, "")
+        )
         for n in SCRIPT_NAMES
     }
 
@@ -267,11 +266,22 @@ class WebhookOps:
             keys.deliveries_dead_key(c.model),
             record(c.model, c.id),
         ]
-        args = [
-            c.id, c.token, nxt, retry_ms, status, error[:300], round(latency_ms, 1),
-            1 if client_error else 0, DELIVERED_TTL_S, DEAD_TTL_S, LOG_KEEP,
-        ]  # fmt: skip
-        return Call(lambda r: r[0] == "ok", "webhook_done", ks, args)
+        args = DONE.pack(
+            {
+                "id": c.id,
+                "token": c.token,
+                "outcome": nxt,
+                "retry_ms": retry_ms,
+                "http_status": status,
+                "failure": error[:300],
+                "latency_ms": round(latency_ms, 1),
+                "client_error": 1 if client_error else 0,
+                "delivered_ttl": DELIVERED_TTL_S,
+                "dead_ttl": DEAD_TTL_S,
+                "log_keep": LOG_KEEP,
+            }
+        )
+        return Call(lambda r: DONE.unpack(r)[0]["status"] == "ok", "webhook_done", ks, args)
 
     def redeliver(self, delivery_id: str, ttl_s: int) -> Call[str]:
         """Send again from now; the previous state (JobNotFound when there is none)."""
@@ -286,11 +296,13 @@ class WebhookOps:
         ]
 
         def parse(r: list[str]) -> str:
-            if r[0] == "missing":
+            head, _ = REDELIVER.unpack(r)
+            if head["status"] == "missing":
                 raise JobNotFound(f"no webhook delivery for {delivery_id!r}")
-            return str(r[1])
+            return str(head["state"])
 
-        return Call(parse, "webhook_redeliver", ks, [delivery_id, ttl_s])
+        args = REDELIVER.pack({"id": delivery_id, "ttl_s": ttl_s})
+        return Call(parse, "webhook_redeliver", ks, args)
 
     def model_of(self, delivery_id: str) -> str:
         model = model_of(delivery_id)

@@ -39,9 +39,9 @@ from sluice import keys
 from sluice.client import Client
 from sluice.config import parse_config
 from sluice.errors import ConfigError, SluiceError
-from sluice.jobs import BULK_RANK
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from sluice.records import BULK_RANK
 from sluicebench.loadgen.driver import LoadSpec
 from sluicebench.loadgen.stack import Stack
 from sluicebench.loadgen.stack_bench import phase

@@ -20,9 +20,10 @@ from sluice.config import parse_config
 from sluice.errors import RedisUnavailable
 from sluice.jobs import JobStatus, NewJob, Outcome
 from sluice.local.redis_topology import LocalCluster
+from sluice.lua_loader import include
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.queue.scripts import Call, common_source
+from sluice.queue.scripts import Call
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.slow]
@@ -52,7 +53,7 @@ def test_the_slot_guard_stops_a_script_before_its_first_write(cluster: LocalClus
     declared, moved = keys.stats_key(MODEL), keys.job_key(MODEL, "x")
     body = "redis.call('SET', KEYS[1], 'written')\nreturn redis.call('GET', ARGV[1])"
     q = QueueClient(connect(cluster.url), MODELS)
-    q.register({"guarded": common_source() + "\n" + body})
+    q.register({"guarded": include("common") + "\n" + body})
     try:
         q.redis.set(declared, "before")
         q.redis.set(moved, "record")

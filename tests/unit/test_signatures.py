@@ -1,27 +1,74 @@
 """A script's declaration and its Lua agree: the Lua reads its arguments by the
 declared names (from the generated prologue), never ARGV by position, uses every
-fixed name and group field, and builds its reply through the generated helpers."""
+fixed name and group field, and builds its reply through the generated helpers.
+Every script under sluice/ has a declaration, and is sent with its prologue."""
 
 from __future__ import annotations
 
 import re
 from importlib import resources
+from pathlib import Path
 
 import pytest
 
+import sluice
+from sluice import registry
+from sluice.bulk import ops as bulk_ops
+from sluice.bulk import signatures as bulk
+from sluice.queue import signatures as queue
 from sluice.queue.scripts import script_source
-from sluice.queue.signatures import SIGNATURES, Signature
+from sluice.signature import Signature
+from sluice.webhooks import ops as webhook_ops
+from sluice.webhooks import signatures as webhooks
+
+# Every script: (its package, its declaration, its source as sent to Redis).
+SCRIPTS: dict[str, tuple[str, Signature, str]] = {
+    **{f"queue/{n}": ("sluice.queue", s, script_source(n)) for n, s in queue.SIGNATURES.items()},
+    **{
+        f"bulk/{n}": ("sluice.bulk", s, bulk_ops.scripts()[f"bulk_{n}"])
+        for n, s in bulk.SIGNATURES.items()
+    },
+    **{
+        f"webhooks/{n}": ("sluice.webhooks", s, webhook_ops.scripts()[f"webhook_{n}"])
+        for n, s in {**webhooks.SIGNATURES, "claim": webhook_ops.CLAIM}.items()
+    },
+    **{f"lua/{n}": ("sluice", s, registry.lua(n)) for n, s in registry.SIGNATURES.items()},
+}
 
 
-def _body(script: str) -> str:
+def _body(package: str, script: str) -> str:
     """The script as written (no generated parts), comments dropped."""
-    text = (resources.files("sluice.queue") / "lua" / f"{script}.lua").read_text()
+    text = (resources.files(package) / "lua" / f"{script}.lua").read_text()
+    return _code(text)
+
+
+def _code(text: str) -> str:
     return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def test_every_script_under_sluice_is_declared() -> None:
+    root = Path(sluice.__file__).parent
+    found = set()
+    for path in root.rglob("*.lua"):
+        if not path.name.startswith("_"):  # shared includes: no ARGV of their own
+            package = path.parent.parent.relative_to(root).as_posix()  # "." for sluice/lua
+            found.add(f"{'lua' if package == '.' else package}/{path.stem}")
+    assert found == set(SCRIPTS)
+
+
+def test_nothing_under_sluice_reads_argv_by_hand() -> None:
+    """Includes too: only the generated prologues index ARGV."""
+    for path in Path(sluice.__file__).parent.rglob("*.lua"):
+        assert _by_hand(path.read_text()) == [], path
+
+
+def _by_hand(text: str) -> list[str]:
+    return re.findall(r"ARGV\[[^\]]*\]", _code(text))
 
 
 def _disagreements(sig: Signature, body: str) -> list[str]:
     """ARGV read by hand, and declared names (fixed, group fields, reply) never used."""
-    by_hand = re.findall(r"ARGV\[[^\]]*\]", body)
+    by_hand = _by_hand(body)
     unused = [n for n in sig.names if not re.search(rf"\b{n}\b", body)]
     unused += [f"group.{n}" for n in sig.group_names if not re.search(rf"\.{n}\b", body)]
     if sig.group and "arg_group(" not in body:
@@ -35,15 +82,19 @@ def _disagreements(sig: Signature, body: str) -> list[str]:
     return by_hand + unused
 
 
-@pytest.mark.parametrize("sig", SIGNATURES.values(), ids=list(SIGNATURES))
-def test_the_script_reads_no_argv_by_hand_and_uses_every_name(sig: Signature) -> None:
-    assert _disagreements(sig, _body(sig.script)) == []
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_script_reads_no_argv_by_hand_and_uses_every_name(name: str) -> None:
+    package, sig, _ = SCRIPTS[name]
+    assert _disagreements(sig, _body(package, sig.script)) == []
 
 
-@pytest.mark.parametrize("sig", SIGNATURES.values(), ids=list(SIGNATURES))
-def test_the_prologue_is_generated_into_the_script(sig: Signature) -> None:
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_the_prologue_is_generated_into_the_script(name: str) -> None:
+    _, sig, sent = SCRIPTS[name]
     prologue = sig.lua_prologue()
-    assert prologue in script_source(sig.script)
+    if name.startswith("lua/"):  # sent with EVAL on every call, without comment lines
+        prologue = "".join(ln + "\n" for ln in prologue.splitlines() if not ln.startswith("--"))
+    assert prologue in sent + "\n"
     reads = re.findall(r"^local (\w+) = (?:tonumber\()?ARGV\[(\d+)\]", prologue, re.M)
     assert [(n, int(i)) for n, i in reads] == [(n, i + 1) for i, n in enumerate(sig.names)]
     assert f"local FIRST_GROUP = {len(sig.names) + 1}" in prologue
@@ -89,3 +140,5 @@ def test_the_checker_catches_a_read_by_hand_and_an_unused_name() -> None:
     ]
     body = "local x = a .. arg_group(1).id\nreturn reply{n = 1}"
     assert _disagreements(grouped, body) == []
+    # An include has no declaration: any ARGV index outside a comment is a breach.
+    assert _by_hand("-- ARGV[1] the id\nlocal x = ARGV[#ARGV] -- ARGV[2]") == ["ARGV[#ARGV]"]

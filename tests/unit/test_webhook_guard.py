@@ -209,10 +209,11 @@ def test_a_secret_must_be_base64_of_sixteen_bytes_or_more() -> None:
 
 
 def test_the_default_delivery_ttl_is_the_same_in_python_lua_and_config() -> None:
-    from sluice.queue.scripts import HOOK_TTL_S, common_source
+    from sluice.queue.scripts import script_source
+    from sluice.records import HOOK_TTL_S
 
     assert WebhooksConfig().record_ttl_s == HOOK_TTL_S
-    assert f"local HOOK_TTL_S = {HOOK_TTL_S}" in common_source()
+    assert f"local HOOK_TTL_S = {HOOK_TTL_S}" in script_source("submit")
 
 
 def _attempt_with_resolver_error(err: BaseException, client_errors: int) -> Attempt:

@@ -14,7 +14,7 @@ from sluice.config import SluiceConfig, parse_config
 from sluice.jobs import NewJob, Outcome, Webhook
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.queue.scripts import HOOK_TTL_S
+from sluice.records import HOOK_TTL_S
 from sluice.webhooks.ops import DEAD_TTL_S, DELIVERED_TTL_S, WebhookOps
 from sluice.webhooks.ops import scripts as webhook_scripts
 from tests.waits import wait_until

@@ -1,4 +1,5 @@
--- Bulk helpers, prepended (after the queue's _common.lua) to every bulk script.
+-- Bulk helpers, prepended (after the queue's _common.lua) to every bulk script
+-- by sluice/lua_loader.py.
 
 -- End a bulk job: its final state, no coordinator, out of the active set and the
 -- backlog, and the TTL on its hash, input, output and pending keys.
@@ -7,8 +8,8 @@
 -- enqueued here when the upload asked for a webhook on this state.
 local function end_bulk(ks, state, id, ttl_s)
   local now = now_ms()
-  redis.call('HSET', ks[1], 'state', state, 'finished', int(now), 'token', '')
-  local wh = redis.call('HMGET', ks[1], 'whu', 'whe', 'owner', 'wht')
+  redis.call('HSET', ks[1], BULK.state, state, BULK.finished, int(now), BULK.token, '')
+  local wh = redis.call('HMGET', ks[1], BULK.whu, BULK.whe, BULK.owner, BULK.wht)
   local hook = ks[7] and wh[1] and wants(wh[2] or '', state)
   if hook then
     enqueue_delivery(string.sub(ks[7], 1, #ks[7] - #id), id, 'bulk', state, wh[1], wh[3],

@@ -147,7 +147,6 @@ end
 -- an idle notifier blocks on (at most WAKE_CAP tokens); nprefix..'events' the
 -- model's stream of ended jobs (GET /v1/models/{m}/events), about EVENTS_CAP long.
 local EVENTS_CAP = 10000
-local HOOK_TTL_S = 172800  -- a delivery record's TTL when the job hash holds none
 -- The delivery's record; its due entry and wake token are the caller's (one ZADD
 -- and one LPUSH for all the deliveries a call makes). Counters (att, fails, cerr)
 -- start absent (0); 'first' (where the retry horizon counts from) is 'ended'

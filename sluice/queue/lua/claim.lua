@@ -58,7 +58,7 @@ local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now
                                     reclaim_limit, max_attempts, dead_ttl, ended, nil, owners)
 
 -- Highest response ratio next among the heads of the served queues.
-local BULK, LOW = 3, 2
+local BULK_RANK, LOW = RANK.bulk, RANK.low
 local served = {}  -- served[k]: the group of KEYS[k]
 for k = Q1, #KEYS do served[k] = arg_group(k - Q1 + 1) end
 
@@ -135,7 +135,7 @@ local function pick_bucket()
     if #head > 0 then
       local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
       local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
-      if prio >= BULK then
+      if prio >= BULK_RANK then
         if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
       else
         local service = served[k].service_ms
@@ -242,7 +242,7 @@ local function consider(id)
     table.insert(ended, id)
   elseif taken > 0 and (taken + 1) * math.max(widest, cost) > max_cost then
     return false  -- over budget (padded): it stays at the front for the next batch
-  elseif not bulk_batch and math.floor(tonumber(f[9]) / SCORE_SCALE) >= BULK then
+  elseif not bulk_batch and math.floor(tonumber(f[9]) / SCORE_SCALE) >= BULK_RANK then
     return false  -- bulk items follow every interactive one: none joins this batch
   else
     lease_job(id, jk, f, cost)

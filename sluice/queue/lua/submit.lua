@@ -65,7 +65,7 @@ for i = 1, n do
   if not existing[i] then
     new_count = new_count + 1
     new_cost = new_cost + job.cost
-    if job.prio == 3 then bulk_cost = bulk_cost + job.cost end
+    if job.prio == RANK.bulk then bulk_cost = bulk_cost + job.cost end
   end
 end
 
