@@ -3,6 +3,7 @@
 Threads: the main thread runs batches; a housekeeping thread publishes
 heartbeats, renews leases and takes control commands; with overlap on, one
 prefetch thread claims and collates the next batch while the current one runs.
+Drain, park and promote, and the parked worker's standby: workers/parking.py.
 """
 
 from __future__ import annotations
@@ -10,9 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
-import signal
 import socket
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -20,19 +19,19 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from sluice import keys
 from sluice.backoff import Backoff, Reconnect
 from sluice.config import POD_NAME_ENV, ModelConfig, SluiceConfig
 from sluice.errors import RedisUnavailable
 from sluice.jobs import Batch, Outcome
 from sluice.queue import QueueClient
-from sluice.registry import DRAIN, PARK, PROMOTE, WorkerInfo
+from sluice.registry import WorkerInfo
 from workers.budget import BucketServiceMs, FailureStreak, ServiceRate, TokenBudget
 from workers.execute import BatchResult, BatchRunner, warm_up
 from workers.handlers.base import Collated, Handler, warmup_shapes
 from workers.housekeeping import Housekeeper
 from workers.metrics import WorkerMetrics
 from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
+from workers.parking import Control, Standby
 from workers.startpath import StartPath
 from workers.status import WorkerStatus
 
@@ -123,28 +122,32 @@ class Worker:
             )
         )
         self.start_path = opts.start_path or StartPath()
-        self._parked = threading.Event()  # park once loaded / after this batch
-        if opts.parked:
-            self._parked.set()
-        self._promoted_at: float | None = None  # monotonic: when the promote command came
         self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
+        # Shared by the batch and prefetch threads: one log line per Redis outage.
+        self.redis_retry = Reconnect(log, f"worker {self.id}", cap_s=RECONNECT_MAX_S)
+        self.control = Control(self.id, self.status, self._set_state, parked=opts.parked)
+        self.standby = Standby(
+            self.control,
+            client,
+            handler,
+            self._set_state,
+            model=self.model,
+            host_weights=self.mcfg.autoscaling.warm_pool.weights == "host",
+            redis_retry=self.redis_retry,
+        )
         self.housekeeper = Housekeeper(
             client,
             self.status,
             heartbeat_s=wc.heartbeat_s,
             ttl_s=wc.heartbeat_ttl_s,
             lease_s=self.mcfg.batching.lease_s,
-            on_command=self._on_command,
+            on_command=self.control.on_command,
             wall=wall,
-            on_tick=self._stopping,
+            on_tick=self.control.stopping,
         )
-        self._stop = threading.Event()  # stop claiming: drain or quarantine
-        self._signalled = ""  # set by the signal handler, acted on by the threads
         self._pool = ThreadPoolExecutor(1, "sluice-prefetch") if self.overlap else None
         self._metrics_server: object | None = None
         self.complete_backoff_s = COMPLETE_BACKOFF_S
-        # Shared by the batch and prefetch threads: one log line per Redis outage.
-        self.redis_retry = Reconnect(log, f"worker {self.id}", cap_s=RECONNECT_MAX_S)
 
     @property
     def id(self) -> str:
@@ -157,7 +160,7 @@ class Worker:
         A warm-pool worker (``parked``) parks once loaded: state ``standby``, no
         claims, until a promote command; a park command sends a serving worker back
         there once its batch is done (docs/adr/0128)."""
-        self._install_signals()
+        self.control.install_signals()
         self._start_metrics()
         self._set_state("starting")
         self.housekeeper.start()
@@ -169,36 +172,46 @@ class Worker:
             except Exception:
                 log.exception("worker %s could not load or warm up its model", self.id)
                 return EXIT_LOAD_FAILED
-            threads = self.handler.cpu_threads()
-            extra = {**self.status.snapshot().extra, "start_path": self.start_path.as_dict()}
-            if threads is not None:  # in the heartbeat: sluice status, the dashboard, tests
-                extra["threads"] = threads
-            self.status.update(extra=extra, ready_at=self.wall())
-            self.metrics.set_start_path(self.start_path.as_dict())
-            log.info(
-                "worker %s loaded: model %s on %s (threads %s), buckets %s, in %.1f s: %s",
-                self.id,
-                self.model,
-                self.opts.device,
-                "-" if threads is None else threads,
-                ",".join(self.buckets),
-                time.monotonic() - t0,
-                self.start_path.summary(),
-            )
-            while not self._stopping():
-                if self._parked.is_set() and not self._park_until_promoted():
-                    break
-                self._first_claim_due = time.monotonic()
-                self._set_state("ready")
-                log.info("worker %s ready: claiming", self.id)
-                code = self._loop()
-                if code != PARKED:
-                    break
-                code = EXIT_OK
+            self._report_loaded(time.monotonic() - t0)
+            code = self._serve()
         finally:
             self._shutdown()
         log.info("worker %s exiting with code %d", self.id, code)
         return code
+
+    def _serve(self) -> int:
+        """Serve, standing by whenever parked, until stopped or quarantined."""
+        code = EXIT_OK
+        while not self.control.stopping():
+            if self.control.parked and not self.standby.until_promoted(IDLE_WAIT_S):
+                break
+            self._first_claim_due = time.monotonic()
+            self._set_state("ready")
+            log.info("worker %s ready: claiming", self.id)
+            code = self._loop()
+            if code != PARKED:
+                break
+            code = EXIT_OK
+        return code
+
+    def _report_loaded(self, load_s: float) -> None:
+        """The start path and threads in the heartbeat, the metrics and the log."""
+        threads = self.handler.cpu_threads()
+        extra = {**self.status.snapshot().extra, "start_path": self.start_path.as_dict()}
+        if threads is not None:  # in the heartbeat: sluice status, the dashboard, tests
+            extra["threads"] = threads
+        self.status.update(extra=extra, ready_at=self.wall())
+        self.metrics.set_start_path(self.start_path.as_dict())
+        log.info(
+            "worker %s loaded: model %s on %s (threads %s), buckets %s, in %.1f s: %s",
+            self.id,
+            self.model,
+            self.opts.device,
+            "-" if threads is None else threads,
+            ",".join(self.buckets),
+            load_s,
+            self.start_path.summary(),
+        )
 
     def _load(self) -> None:
         """The handler's load (split into its start stages) and the warm-up."""
@@ -213,77 +226,9 @@ class Worker:
             full = self.handler.warmup_full_batches()
             warm_up(self.handler, warmup_shapes(self.mcfg, self.buckets, full), self.budget)
 
-    def _park_until_promoted(self) -> bool:
-        """Standby: heartbeat, claim nothing, wait on the control list for a promote
-        (or a drain). False when the worker is to stop instead."""
-        host = self.mcfg.autoscaling.warm_pool.weights == "host"
-        if host:
-            t0 = time.perf_counter()
-            self.handler.park()  # weights to host memory (a GPU handler; else nothing)
-            log.info(
-                "worker %s: weights parked in host memory in %.2f s",
-                self.id,
-                time.perf_counter() - t0,
-            )
-        self._set_state("standby", parked=True)
-        log.info("worker %s parked (standby): waiting to be promoted", self.id)
-        control = keys.worker_control_key(self.model, self.id)
-        while self._parked.is_set() and not self._stopping():
-            try:
-                reply = self.client.redis.blpop([control], timeout=IDLE_WAIT_S)
-            except (RedisUnavailable, RedisError) as e:
-                self._stop.wait(self.redis_retry.failed(e))
-                continue
-            self.redis_retry.ok()
-            if reply:  # (key, command); the client decodes replies to str
-                self._on_command(str(reply[1]))
-        if self._stopping():
-            return False
-        if host:
-            self.handler.unpark()  # inside promote_s: the command's clock is running
-        return True
-
     def drain(self, reason: str = "drain requested") -> None:
         """Stop claiming; the loop finishes what it holds and ``run`` returns 0."""
-        if not self._stop.is_set():
-            log.info("worker %s draining: %s", self.id, reason)
-            if self.status.state != "quarantined":
-                self._set_state("draining", publish=False)
-            self._stop.set()
-
-    def _on_command(self, command: str) -> None:
-        if command == DRAIN:
-            self.drain("drain command")
-        elif command == PROMOTE:
-            if self._parked.is_set():
-                if self.status.state == "standby":  # promoted while loading: a start
-                    self._promoted_at = time.monotonic()
-                self._parked.clear()
-                self.status.update(parked=False)
-                log.info("worker %s promoted", self.id)
-        elif command == PARK:
-            if not self._parked.is_set() and not self._stop.is_set():
-                log.info("worker %s parking once its batch is done", self.id)
-                self._parked.set()
-                self.status.update(parked=True)
-        else:
-            log.warning("ignoring unknown control command %r", command)
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum: int, _frame: object) -> None:
-        # Runs between any two bytecodes of the main thread, maybe while it holds a
-        # lock, so it only sets a plain attribute; the threads act on it.
-        self._signalled = signal.Signals(signum).name
-
-    def _stopping(self) -> bool:
-        if self._signalled and not self._stop.is_set():
-            self.drain(self._signalled)
-        return self._stop.is_set()
+        self.control.drain(reason)
 
     def _start_metrics(self) -> None:
         port = self.opts.metrics_port
@@ -304,7 +249,7 @@ class Worker:
                 log.warning("could not publish state %s: %s", state, e)
 
     def _shutdown(self) -> None:
-        self._stop.set()
+        self.control.stop.set()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
         self.housekeeper.stop()
@@ -319,40 +264,24 @@ class Worker:
 
     # -- the batch loop -------------------------------------------------------
     def _loop(self) -> int:
+        """Batches until told to stop (EXIT_OK) or park (PARKED), or quarantined: take
+        the prefetched batch or claim one, prefetch the next beside it, run it."""
         pending: Future[_Fetched | None] | None = None
         try:
             while True:
                 if self.streak.tripped:
                     held, pending = pending, None
                     return self._quarantine(held)
-                if pending is not None:
-                    fetched, pending = self._result(pending), None
-                    if fetched is None:
-                        # The prefetch takes no bulk items: found nothing else, claim
-                        # again at once, bulk allowed, instead of idling on the wake list.
-                        fetched = self._fetch()
-                elif self._stopping():
-                    return EXIT_OK
-                elif self._parked.is_set():
-                    return PARKED
-                else:
-                    fetched = self._fetch()
+                if pending is None and (end := self._told_to_end()) is not None:
+                    return end
+                prefetched, pending = pending, None
+                fetched = self._next_batch(prefetched)
                 if fetched is None:
                     if self.opts.burst and self._queue_empty():
                         return EXIT_OK
                     self._wait_for_work()
                     continue
-                if (
-                    self._pool is not None
-                    and not self._stopping()
-                    and not self._parked.is_set()
-                    and not fetched.batch.bulk
-                ):
-                    # Prefetch only beside an interactive batch, and never a bulk one: a
-                    # held bulk batch (or a job held behind one) would make interactive
-                    # jobs wait out two bulk batches instead of going to the next free
-                    # worker (ADR 0090).
-                    pending = self._pool.submit(self._fetch, False)
+                pending = self._prefetch(fetched)
                 self._process(fetched)
                 if self.streak.count and not self.streak.tripped:
                     held, pending = pending, None
@@ -360,6 +289,34 @@ class Worker:
         finally:
             if pending is not None:  # left by an unexpected error: it never ran
                 self._give_back(pending, "loop error")
+
+    def _told_to_end(self) -> int | None:
+        """Between batches: EXIT_OK when stopping, PARKED when parked, else None."""
+        if self.control.stopping():
+            return EXIT_OK
+        if self.control.parked:
+            return PARKED
+        return None
+
+    def _next_batch(self, prefetched: Future[_Fetched | None] | None) -> _Fetched | None:
+        """The prefetched batch, else one claimed now (None: nothing to do)."""
+        if prefetched is None:
+            return self._fetch()
+        fetched = self._result(prefetched)
+        if fetched is None:
+            # The prefetch takes no bulk items: found nothing else, claim again at
+            # once, bulk allowed, instead of idling on the wake list.
+            fetched = self._fetch()
+        return fetched
+
+    def _prefetch(self, fetched: _Fetched) -> Future[_Fetched | None] | None:
+        """Claim the next batch while this one runs (with overlap on)."""
+        if self._pool is None or self.control.held() or fetched.batch.bulk:
+            # Prefetch only beside an interactive batch, and never a bulk one: a held
+            # bulk batch (or a job held behind one) would make interactive jobs wait
+            # out two bulk batches instead of going to the next free worker (ADR 0090).
+            return None
+        return self._pool.submit(self._fetch, False)
 
     def _after_failed_batch(self, pending: Future[_Fetched | None] | None) -> None:
         """This worker is suspect: hand back the prefetched batch (no attempt used)
@@ -370,7 +327,7 @@ class Worker:
             self._give_back(pending, "the last batch failed")
         delay = Backoff(FAILED_BATCH_BACKOFF_S, cap_s=5.0, attempt=self.streak.count - 1).next_s()
         log.warning("batch failed (%d in a row); next claim in %.2f s", self.streak.count, delay)
-        self._stop.wait(delay)
+        self.control.stop.wait(delay)
 
     def _result(self, pending: Future[_Fetched | None]) -> _Fetched | None:
         try:
@@ -382,7 +339,7 @@ class Worker:
     def _fetch(self, bulk: bool = True) -> _Fetched | None:
         """Claim one batch and collate it (in the prefetch thread when overlapping;
         a prefetch takes no bulk items)."""
-        if self._stopping() or self._parked.is_set():
+        if self.control.held():
             return None
         try:
             batch = self.client.claim(
@@ -394,7 +351,7 @@ class Worker:
                 bulk=bulk,
             )
         except (RedisUnavailable, RedisError) as e:
-            self._stop.wait(self.redis_retry.failed(e))
+            self.control.stop.wait(self.redis_retry.failed(e))
             return None
         self.redis_retry.ok()
         self._claim_answered()
@@ -415,12 +372,12 @@ class Worker:
         The blocked call holds its own pooled connection, so the housekeeping
         thread's heartbeats and renewals never queue behind it.
         """
-        if self._stopping() or self._parked.is_set() or self.redis_retry.down:
+        if self.control.held() or self.redis_retry.down:
             return  # Redis down: the failed claim has waited its backoff already
         try:
             self.client.wait_for_work(self.model, IDLE_WAIT_S, self.buckets)
         except (RedisUnavailable, RedisError) as e:
-            self._stop.wait(self.redis_retry.failed(e))
+            self.control.stop.wait(self.redis_retry.failed(e))
 
     def _claim_answered(self) -> None:
         """The first claim after ready (or a promotion) answered: the start path's
@@ -430,8 +387,9 @@ class Worker:
             return
         now = time.monotonic()
         extra = dict(self.status.snapshot().extra)
-        if self._promoted_at is not None:
-            promote_s, self._promoted_at = round(now - self._promoted_at, 4), None
+        promoted_at = self.control.take_promoted_at()
+        if promoted_at is not None:
+            promote_s = round(now - promoted_at, 4)
             extra["promote_s"] = promote_s
             self.metrics.promote_seconds.labels(self.model).set(promote_s)
             log.info("worker %s promoted: first claim %.3f s after the command", self.id, promote_s)
@@ -510,7 +468,7 @@ class Worker:
 
     def _quarantine(self, pending: Future[_Fetched | None] | None) -> int:
         log.error("worker %s quarantined after %d failed batches", self.id, self.streak.count)
-        self._stop.set()
+        self.control.stop.set()
         self._set_state("quarantined")
         if pending is not None:
             self._give_back(pending, "worker quarantined")
