@@ -27,7 +27,8 @@ from typing import Any
 
 import redis
 
-from autoscaler.policy import BURST_RATE_S, RECENT_RATE_S, Observation
+from autoscaler.observation import Observation
+from autoscaler.policy import BURST_RATE_S, RECENT_RATE_S
 from autoscaler.rates import Sample, window_rates
 from sluice import keys, registry, waits
 from sluice.backoff import Reconnect

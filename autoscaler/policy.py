@@ -6,7 +6,7 @@ would in production. The replica arithmetic follows the Kubernetes HPA (ratio,
 tolerance band, scale-down stabilisation window taking the highest recent
 recommendation); the inputs are queue signals, never CPU. Bulk work (ADR 0090) is
 weighed after the interactive need, in :mod:`autoscaler.bulk_policy`. Both read the
-:class:`~autoscaler.observation.Observation` the loop's reader builds (re-exported here).
+:class:`~autoscaler.observation.Observation` the loop's reader builds.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ from enum import StrEnum
 from typing import Any
 
 from sluice import fastjson
-from sluice.records import RANKS, SCORE_SCALE
+from sluice.records import RANKS
+from sluice.records import DeliveryField as D
+from sluice.records import JobField as J
 
 
 class JobStatus(StrEnum):
@@ -28,7 +30,6 @@ class JobStatus(StrEnum):
 # Bulk items (sluice/bulk) queue in a class of their own below ``low``: never chosen
 # while an interactive job heads a served queue, never batched with one (ADR 0090).
 BULK = "bulk"
-PRIORITY_SCORE_SCALE = SCORE_SCALE  # the queue score's layout: sluice/records.py
 # Bulk ids are "<model>.bulk<hex>" and their items' job ids "<bulk id>-<line>"; an
 # interactive job's token is hex only, so it can never hold this mark.
 BULK_ID_MARK = ".bulk"
@@ -61,7 +62,7 @@ WEBHOOK_EVENTS: tuple[str, ...] = ("succeeded", "failed", "expired", "cancelled"
 
 
 # A webhook delivery's hash fields that GET /v1/jobs/{id} shows (sluice/webhooks).
-DELIVERY_FIELDS = ("state", "att", "last_status", "last_error", "last_at", "next")
+DELIVERY_FIELDS = (D.STATE, D.ATT, D.LAST_STATUS, D.LAST_ERROR, D.LAST_AT, D.NEXT)
 
 
 def delivery_view(values: list[Any] | None) -> dict[str, Any] | None:
@@ -76,12 +77,12 @@ def delivery_view(values: list[Any] | None) -> dict[str, Any] | None:
         except ValueError:
             return None
 
-    last_at, nxt = num("last_at"), num("next")
+    last_at, nxt = num(D.LAST_AT), num(D.NEXT)
     return {
-        "state": f["state"],
-        "attempts": num("att") or 0,
-        "last_status": num("last_status"),
-        "last_error": f["last_error"] or None,
+        "state": f[D.STATE],
+        "attempts": num(D.ATT) or 0,
+        "last_status": num(D.LAST_STATUS),
+        "last_error": f[D.LAST_ERROR] or None,
         "last_attempt_at": last_at / 1000 if last_at else None,
         "next_attempt_at": nxt / 1000 if nxt else None,
     }
@@ -257,30 +258,30 @@ class JobRecord:
         (an older gateway, a hand edit) reads as its default, never as an exception.
         ``delivery``: its webhook delivery's DELIVERY_FIELDS, when read with it."""
         status, err = _status(raw)
-        queued = _num(raw, "enq") or 0
-        started, finished = _num(raw, "start"), _num(raw, "fin")
+        queued = _num(raw, J.ENQ) or 0
+        started, finished = _num(raw, J.START), _num(raw, J.FIN)
         if status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED) and err:
             err = None  # an earlier attempt's error; the job is still going or went well
-        run_ms = _float(raw, "run_ms")
+        run_ms = _float(raw, J.RUN_MS)
         return cls(
-            id=raw.get("id", ""),
+            id=raw.get(J.ID, ""),
             model=model,
-            bucket=raw.get("bucket", ""),
-            cost=_num(raw, "cost") or 0,
-            priority=_priority(raw.get("prio")),
+            bucket=raw.get(J.BUCKET, ""),
+            cost=_num(raw, J.COST) or 0,
+            priority=_priority(raw.get(J.PRIO)),
             status=status,
-            attempts=_num(raw, "att") or 0,
-            input=_json(raw, "input"),
-            result=_json(raw, "result"),
+            attempts=_num(raw, J.ATT) or 0,
+            input=_json(raw, J.INPUT),
+            result=_json(raw, J.RESULT),
             error=err,
-            metadata=_json(raw, "meta", dict),
+            metadata=_json(raw, J.META, dict),
             queued_at_ms=queued,
             started_at_ms=started,
             finished_at_ms=finished,
-            deadline_at_ms=_num(raw, "dl"),
+            deadline_at_ms=_num(raw, J.DL),
             run_ms=run_ms,
-            worker=raw.get("worker"),
-            owner=raw.get("owner") or None,
+            worker=raw.get(J.WORKER),
+            owner=raw.get(J.OWNER) or None,
             webhook=webhook_of(raw, delivery, status.value, status.terminal),
             timings={
                 "queued_at": queued / 1000,
@@ -297,10 +298,10 @@ def webhook_of(
 ) -> dict[str, Any] | None:
     """A job's (or bulk job's) webhook: where, on what, and its delivery ('waiting'
     until it ends in one of its events; 'not_sent' once it ended in another)."""
-    url = raw.get("whu")
+    url = raw.get(J.WHU)
     if not url:
         return None
-    whe = raw.get("whe")
+    whe = raw.get(J.WHE)
     events = [e for e in whe.split(",") if e] if whe else list(WEBHOOK_EVENTS)
     out: dict[str, Any] = {"url": url, "events": events}
     d = delivery_view(delivery)
@@ -345,11 +346,11 @@ def _priority(prio: str | None) -> str:
 
 def _status(raw: dict[str, str]) -> tuple[JobStatus, dict[str, Any] | None]:
     """The status and error; a status nobody wrote reads as failed, saying why."""
-    err = _json(raw, "error", dict)
+    err = _json(raw, J.ERROR, dict)
     try:
-        return JobStatus(raw.get("status", "")), err
+        return JobStatus(raw.get(J.STATUS, "")), err
     except ValueError:
-        what = repr(raw["status"])[:60] if "status" in raw else "no status"
+        what = repr(raw[J.STATUS])[:60] if J.STATUS in raw else "no status"
         message = f"job record unusable: {what} is not a job status"
         return JobStatus.FAILED, {"type": "malformed_job", "message": message}
 

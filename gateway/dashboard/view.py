@@ -140,13 +140,12 @@ def autoscaler_view(state: Mapping[str, str], log: list[str], now_s: float) -> d
             continue  # one unreadable entry must not blank the panel
     if not state:
         return {"latest": None, "decisions": decisions}
-    latest: dict[str, Any] = {k: _number(v) if k in NUMERIC else v for k, v in state.items()}
+    latest: dict[str, Any] = {
+        k: _number(v) if k in DECISION_NUMBERS else v for k, v in state.items()
+    }
     at_ms = latest.get("at_ms")
     latest["age_s"] = round(max(0.0, now_s - at_ms / 1000), 1) if isinstance(at_ms, float) else None
     return {"latest": latest, "decisions": decisions}
-
-
-NUMERIC = DECISION_NUMBERS  # the latest-decision hash's numbers (sluice/records.py)
 
 
 def _number(v: str) -> float | None:

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy import REASONS, Observation, PolicyState, decide
+from autoscaler.observation import Observation
+from autoscaler.policy import REASONS, PolicyState, decide
 from sluice.config import AutoscalingConfig
 from tests.autoscaler.test_policy import NOW, obs, observations, pol, policies, recs, states
 

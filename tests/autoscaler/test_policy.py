@@ -9,7 +9,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from autoscaler.policy import Decision, Observation, PolicyState, decide
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision, PolicyState, decide
 from autoscaler.sim import simulator, traces
 from autoscaler.sim.controllers import SluicePolicy
 from sluice.config import AutoscalingConfig

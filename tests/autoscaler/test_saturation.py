@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from autoscaler.policy import Decision, Observation, PolicyState, decide
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision, PolicyState, decide
 from autoscaler.saturation import MIN_GAIN
 from sluice.config import AutoscalingConfig
 

@@ -9,7 +9,8 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from autoscaler.decisions import LOG_LENGTH, DecisionLog, commands, entry
-from autoscaler.policy import Decision, Observation
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision
 from sluice import keys
 
 

@@ -7,10 +7,15 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import fields
+from pathlib import Path
 
+import sluice
 from autoscaler.decisions import commands, entry
-from autoscaler.policy import Decision, Observation
+from autoscaler.observation import Observation
+from autoscaler.policy import Decision
 from sluice import records
+from sluice.config import PRIORITIES
+from sluice.jobs import BULK, priority_rank
 from sluice.queue.scripts import SCRIPT_NAMES, script_source
 from sluice.records import DECISION_NUMBERS, DecisionRecord, Stat
 
@@ -53,3 +58,95 @@ def test_a_decision_is_stored_with_the_declared_fields() -> None:
     assert list(json.loads(push[2])) == names
     # A reader parses every field but the reason and its detail back to a number.
     assert DECISION_NUMBERS == set(stored) - {"reason", "detail"}
+
+
+# -- hash fields: every one a script names comes from a generated table ----------
+# Where a hash command names its fields (after the key), by command.
+FIELD_ARGS = {"HGET": "one", "HSETNX": "one", "HINCRBY": "one", "HSET": "pairs"}
+FIELD_ARGS |= {"HMGET": "all", "HDEL": "all"}
+
+
+def _calls(code: str) -> list[list[str]]:
+    """The top-level arguments of each ``redis.call(...)`` in ``code`` (no comments)."""
+    out = []
+    for m in re.finditer(r"redis\.call\(", code):
+        depth, args, arg, quote = 1, [], "", ""
+        for ch in code[m.end() :]:
+            if quote:
+                quote = "" if ch == quote else quote
+            elif ch in "'\"":
+                quote = ch
+            elif ch in "({":
+                depth += 1
+            elif ch in ")}":
+                depth -= 1
+                if depth == 0:
+                    break
+            if depth == 1 and not quote and ch == ",":
+                args.append(arg.strip())
+                arg = ""
+            else:
+                arg += ch
+        out.append([*args, arg.strip()])
+    return out
+
+
+def spelt_fields(code: str) -> list[str]:
+    """Quoted literals where a hash command takes a field name."""
+    found = []
+    for args in _calls(code):
+        how = FIELD_ARGS.get(args[0].strip("'\""))
+        picked = {"one": args[2:3], "all": args[2:], "pairs": args[2::2]}.get(how or "", [])
+        found += [a for a in picked if re.fullmatch(r"'[^']*'", a)]
+    return found
+
+
+def _script_bodies() -> dict[str, str]:
+    """Each script as written and each include, comments dropped."""
+    out = {}
+    for path in Path(sluice.__file__).parent.rglob("*.lua"):
+        code = "\n".join(ln.split("--", 1)[0] for ln in path.read_text().splitlines())
+        out[f"{path.parent.parent.name}/{path.name}"] = code
+    return out
+
+
+def test_scripts_spell_out_no_hash_field() -> None:
+    for name, code in _script_bodies().items():
+        if name == "webhooks/claim.lua":  # being rewritten on main; converted after it lands
+            continue
+        assert spelt_fields(code) == [], name
+
+
+def test_the_field_checker_catches_a_spelt_field() -> None:
+    code = """redis.call('HSET', jk, JOB.status, 'queued', 'fin', int(now))
+    local f = redis.call('HMGET', dk, DELIVERY.state,
+                         'lease')
+    redis.call('HINCRBY', stats, STAT.failed, 1)
+    redis.call('HGET', bulk, 'token')
+    redis.call('ZADD', due, now, 'id')"""
+    assert spelt_fields(code) == ["'fin'", "'lease'", "'token'"]
+
+
+def test_the_generated_field_tables_are_the_enums_and_refuse_a_misspelling() -> None:
+    header = records.lua_constants()
+    for table, enum in (
+        ("JOB", records.JobField),
+        ("DELIVERY", records.DeliveryField),
+        ("BULK", records.BulkField),
+    ):
+        m = re.search(rf"local {table} = strict\('{table}', \{{([^}}]*)\}}\)", header)
+        assert m is not None, table
+        assert dict(re.findall(r"(\w+) = '(\w+)'", m.group(1))) == {f.value: f.value for f in enum}
+    assert "error(what .. ': no ' .. k)" in header  # __index on a field not declared
+
+
+def test_ranks_and_the_delivery_ttl_have_one_owner() -> None:
+    assert records.RANKS == (*PRIORITIES, BULK)
+    assert [priority_rank(p) for p in records.RANKS] == [0, 1, 2, 3]
+    assert "local RANK = strict('RANK', {high = 0, normal = 1, low = 2, bulk = 3})" in (
+        records.lua_constants()
+    )
+    assert f"local HOOK_TTL_S = {records.HOOK_TTL_S}" in records.lua_constants()
+    # A bulk job's webhook is stored as a job's is (sluice.jobs.webhook_of reads both).
+    for name in ("WHU", "WHE", "WHT", "OWNER"):
+        assert records.BulkField[name] == records.JobField[name]

@@ -6,12 +6,11 @@ from __future__ import annotations
 import re
 
 from sluice import records
-from sluice.jobs import PRIORITY_SCORE_SCALE
 from sluice.queue.scripts import SCRIPT_NAMES, script_source
 
 
 def test_every_script_gets_the_layouts_generated_and_spells_none_out() -> None:
-    assert PRIORITY_SCORE_SCALE == records.SCORE_SCALE == 10**12
+    assert records.SCORE_SCALE == 10**12
     header = records.lua_constants()
     assert "local SCORE_SCALE = 1000000000000" in header
     assert "local WAIT_BOUNDS_MS = {5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, " in header
