@@ -61,7 +61,9 @@ WAIT_BOUNDS_MS: tuple[int, ...] = (
     30000,
     60000,
 )
-WAIT_LABELS: tuple[str, ...] = (*(str(b) for b in WAIT_BOUNDS_MS), "inf")
+WAIT_OVER_LABEL = "inf"  # the field of waits above every bound
+WAIT_COUNT_FIELD = "count"  # the window's total
+WAIT_LABELS: tuple[str, ...] = (*(str(b) for b in WAIT_BOUNDS_MS), WAIT_OVER_LABEL)
 
 
 class Stat(StrEnum):
@@ -231,6 +233,7 @@ def lua_constants() -> str:
             f"local WAIT_WINDOW_MS = {WAIT_WINDOW_S * 1000}",
             f"local WAIT_HIST_TTL_S = {WAIT_HIST_TTL_S}",
             f"local WAIT_BOUNDS_MS = {{{bounds}}}",
+            f"local WAIT_OVER, WAIT_COUNT = '{WAIT_OVER_LABEL}', '{WAIT_COUNT_FIELD}'",
             f"local STAT = {{{stats}}}",
             f"local STAT_BUCKET_COST = '{BUCKET_COST_PREFIX}'",
             "",

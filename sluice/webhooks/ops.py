@@ -20,6 +20,7 @@ from sluice import fastjson, keys, lua_loader
 from sluice.errors import JobNotFound
 from sluice.jobs import DELIVERY_FIELDS, delivery_view, model_of
 from sluice.queue.scripts import Call
+from sluice.records import DeliveryField as D
 from sluice.signature import Signature
 from sluice.webhooks.signatures import DONE, REDELIVER, SIGNATURES
 
@@ -159,7 +160,7 @@ class DeliveryView:
         return {"state": self.state, "event": self.event} | self.fields
 
 
-VIEW_FIELDS = (*DELIVERY_FIELDS, "event", "url", "log")
+VIEW_FIELDS = (*DELIVERY_FIELDS, D.EVENT, D.URL, D.LOG)
 
 
 def view_from(values: Sequence[Any]) -> DeliveryView | None:
@@ -318,7 +319,7 @@ class WebhookOps:
     def owner(self, delivery_id: str) -> Call[str | None]:
         model = self.model_of(delivery_id)
         dk = keys.delivery_key(model, delivery_id)
-        return Call(lambda r: r[0], commands=[("HGET", dk, "owner")])
+        return Call(lambda r: r[0], commands=[("HGET", dk, D.OWNER)])
 
     def backlog(self, model: str, now_ms: int) -> Call[Backlog]:
         due = keys.deliveries_due_key(model)

@@ -67,7 +67,7 @@ end
 local function push_dead(dead, jprefix, id)
   redis.call('LPUSH', dead, id)
   for _, old in ipairs(redis.call('LRANGE', dead, DEAD_CAP, -1)) do
-    if redis.call('HGET', jprefix .. old, 'status') == 'failed' then
+    if redis.call('HGET', jprefix .. old, JOB.status) == 'failed' then
       redis.call('UNLINK', jprefix .. old)
     end
   end
@@ -77,9 +77,9 @@ end
 
 -- Terminal failure: keep the error, remember the job in the dead-letter list.
 local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
-  release_owner(owners, redis.call('HGET', jk, 'owner'))
-  redis.call('HSET', jk, 'status', 'failed', 'error', err, 'fin', int(now))
-  redis.call('HDEL', jk, 'worker')
+  release_owner(owners, redis.call('HGET', jk, JOB.owner))
+  redis.call('HSET', jk, JOB.status, 'failed', JOB.error, err, JOB.fin, int(now))
+  redis.call('HDEL', jk, JOB.worker)
   redis.call('EXPIRE', jk, dead_ttl_s)
   push_dead(dead, string.sub(jk, 1, #jk - #id), id)
   redis.call('HINCRBY', stats, STAT.failed, 1)
@@ -105,13 +105,13 @@ end
 local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
                              max_attempts, dead_ttl_s, wprefix, owners)
   redis.call('ZREM', inflight, id)
-  local f = redis.call('HMGET', jk, 'att', 'bucket', 'score', 'cost')
+  local f = redis.call('HMGET', jk, JOB.att, JOB.bucket, JOB.score, JOB.cost)
   if tonumber(f[1] or '0') >= max_attempts then
     dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
     return true
   end
-  redis.call('HSET', jk, 'status', 'queued', 'error', err)
-  redis.call('HDEL', jk, 'worker', 'start')
+  redis.call('HSET', jk, JOB.status, 'queued', JOB.error, err)
+  redis.call('HDEL', jk, JOB.worker, JOB.start)
   redis.call('ZADD', qprefix .. f[2], f[3], id)
   add_cost(stats, f[2], tonumber(f[4]))
   redis.call('HINCRBY', stats, STAT.retried, 1)
@@ -129,7 +129,7 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
                             message = 'the worker holding this job stopped renewing its lease'})
   for _, id in ipairs(ids) do
     local jk = jprefix .. id
-    if redis.call('HGET', jk, 'status') == 'running' then
+    if redis.call('HGET', jk, JOB.status) == 'running' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
                        max_attempts, dead_ttl_s, wprefix, owners) then
         table.insert(ended, id)
@@ -153,9 +153,10 @@ local EVENTS_CAP = 10000
 -- until a redelivery sets it.
 local function new_delivery(nprefix, id, kind, event, url, owner, now, ttl_s)
   local dk = nprefix .. id
-  local fields = {'kind', kind, 'event', event, 'url', url, 'state', 'pending', 'ended', int(now)}
+  local fields = {DELIVERY.kind, kind, DELIVERY.event, event, DELIVERY.url, url,
+                  DELIVERY.state, 'pending', DELIVERY.ended, int(now)}
   if owner and owner ~= '' then
-    table.insert(fields, 'owner')
+    table.insert(fields, DELIVERY.owner)
     table.insert(fields, owner)
   end
   redis.call('HSET', dk, unpack(fields))
@@ -169,7 +170,7 @@ end
 local function hold_record(rk, dk, ttl_s)
   local own = redis.call('TTL', rk)
   if own < 0 then return end  -- gone, or kept without an expiry
-  redis.call('HSETNX', dk, 'jttl', own)
+  redis.call('HSETNX', dk, DELIVERY.jttl, own)
   if own < ttl_s then redis.call('EXPIRE', rk, ttl_s) end
 end
 
@@ -192,7 +193,7 @@ local function publish_ended(channel, ended, jprefix, nprefix)
   if #ended == 0 then return end
   local now, fields, due = nil, {}, {}
   for _, id in ipairs(ended) do
-    local f = redis.call('HMGET', jprefix .. id, 'status', 'whu', 'whe', 'owner', 'wht')
+    local f = redis.call('HMGET', jprefix .. id, JOB.status, JOB.whu, JOB.whe, JOB.owner, JOB.wht)
     local status = f[1] or 'missing'
     table.insert(fields, id)
     table.insert(fields, status)

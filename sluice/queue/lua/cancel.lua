@@ -10,7 +10,7 @@
 -- Replies (declared in CANCEL): outcome 'cancelled' with the previous status,
 -- 'refused' with the status, or 'missing'.
 local inflight, stats, jk = KEYS[1], KEYS[2], KEYS[3]
-local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'owner')
+local f = redis.call('HMGET', jk, JOB.status, JOB.bucket, JOB.cost, JOB.owner)
 local status = f[1]
 if not status then return reply{outcome = 'missing', status = ''} end
 if owner ~= '' and f[4] ~= owner then return reply{outcome = 'missing', status = ''} end
@@ -23,8 +23,8 @@ else
   redis.call('ZREM', inflight, id)
 end
 release_owner(KEYS[4], f[4])
-redis.call('HSET', jk, 'status', 'cancelled', 'fin', int(now))
-redis.call('HDEL', jk, 'worker', 'input')
+redis.call('HSET', jk, JOB.status, 'cancelled', JOB.fin, int(now))
+redis.call('HDEL', jk, JOB.worker, JOB.input)
 redis.call('EXPIRE', jk, result_ttl)
 redis.call('HINCRBY', stats, STAT.cancelled, 1)
 publish_ended(channel, {id}, jprefix, nprefix)

@@ -70,7 +70,7 @@ end
 
 -- An unreadable enq reads as 0 (overdue): the scan then drops the record.
 local function enq_of(id)
-  return tonumber(redis.call('HGET', jprefix .. id, 'enq')) or 0
+  return tonumber(redis.call('HGET', jprefix .. id, JOB.enq)) or 0
 end
 
 -- The oldest enq among normal and low jobs (ranks below the head's, never bulk)
@@ -115,7 +115,7 @@ local function recount_cost(stats_key, queue, bucket, jp)
   local total = 0
   local ids = redis.call('ZRANGE', queue, 0, -1)
   for _, id in ipairs(ids) do
-    total = total + (tonumber(redis.call('HGET', jp .. id, 'cost')) or 0)
+    total = total + (tonumber(redis.call('HGET', jp .. id, JOB.cost)) or 0)
   end
   local counted = tonumber(redis.call('HGET', stats_key, STAT_BUCKET_COST .. bucket) or '0') or 0
   if counted ~= total then
@@ -134,7 +134,7 @@ local function pick_bucket()
     local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
     if #head > 0 then
       local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
-      local enq = tonumber(redis.call('HGET', jprefix .. head[1], 'enq')) or now
+      local enq = tonumber(redis.call('HGET', jprefix .. head[1], JOB.enq)) or now
       if prio >= BULK_RANK then
         if enq < bulk_enq then bulk_best, bulk_enq = k, enq end  -- oldest bulk head
       else
@@ -200,7 +200,8 @@ local function lease_job(id, jk, f, cost)
   local att = (tonumber(f[4]) or 0) + 1
   table.insert(rem, id)
   dropped = dropped + cost
-  redis.call('HSET', jk, 'status', 'running', 'start', int(now), 'att', int(att), 'worker', worker)
+  redis.call('HSET', jk, JOB.status, 'running', JOB.start, int(now), JOB.att, int(att),
+             JOB.worker, worker)
   table.insert(lease, now + lease_ms); table.insert(lease, id)
   if not bulk_batch then
     local wait = now - tonumber(f[5])
@@ -216,8 +217,8 @@ end
 -- Returns false when the job does not fit this batch: it stays in its place.
 local function consider(id)
   local jk = jprefix .. id
-  local f = redis.call('HMGET', jk, 'status', 'cost', 'dl', 'att', 'enq', 'input', 'owner',
-                       'bucket', 'score')
+  local f = redis.call('HMGET', jk, JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input,
+                       JOB.owner, JOB.bucket, JOB.score)
   local bad = f[1] == 'queued' and malformed(f)
   local cost, dl = tonumber(f[2]) or 0, tonumber(f[3] or '0') or 0
   if f[1] ~= 'queued' then
@@ -236,7 +237,7 @@ local function consider(id)
     table.insert(rem, id)
     dropped = dropped + cost
     release_owner(owners, f[7])
-    redis.call('HSET', jk, 'status', 'expired', 'fin', int(now))
+    redis.call('HSET', jk, JOB.status, 'expired', JOB.fin, int(now))
     redis.call('EXPIRE', jk, result_ttl)
     n_expired = n_expired + 1
     table.insert(ended, id)
@@ -285,10 +286,10 @@ fill_batch()
 local function record_waits()
   local hkey = hprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
   for slot, count in pairs(wait_hist) do
-    local label = bounds[slot] and int(bounds[slot]) or 'inf'
+    local label = bounds[slot] and int(bounds[slot]) or WAIT_OVER
     redis.call('HINCRBY', hkey, label, count)
   end
-  redis.call('HINCRBY', hkey, 'count', taken)
+  redis.call('HINCRBY', hkey, WAIT_COUNT, taken)
   redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
 end
 

@@ -27,18 +27,19 @@ for i = 1, N_GROUPS do
   local o = arg_group(i)
   local id, kind, payload, run_ms = o.id, o.kind, o.payload, o.run_ms
   local jk = jprefix .. id
-  local f = redis.call('HMGET', jk, 'status', 'bucket', 'cost', 'worker', 'owner', 'enq')
+  local f = redis.call('HMGET', jk, JOB.status, JOB.bucket, JOB.cost, JOB.worker, JOB.owner,
+                       JOB.enq)
   local status = f[1]
   local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
   if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
     stale = stale + 1
   elseif kind == 'release' then
     accepted = accepted + 1
-    local g = redis.call('HMGET', jk, 'score')
+    local g = redis.call('HMGET', jk, JOB.score)
     redis.call('ZREM', inflight, id)
-    redis.call('HINCRBY', jk, 'att', -1)
-    redis.call('HSET', jk, 'status', 'queued')
-    redis.call('HDEL', jk, 'worker', 'start')
+    redis.call('HINCRBY', jk, JOB.att, -1)
+    redis.call('HSET', jk, JOB.status, 'queued')
+    redis.call('HDEL', jk, JOB.worker, JOB.start)
     redis.call('ZADD', qprefix .. f[2], g[1], id)
     add_cost(stats, f[2], tonumber(f[3]))
     wake(wprefix .. f[2], 1)
@@ -52,8 +53,9 @@ for i = 1, N_GROUPS do
     if kind == 'ok' then
       table.insert(done_ids, id)
       release_owner(owners, f[5])
-      redis.call('HSET', jk, 'status', 'succeeded', 'result', payload, 'fin', int(now), 'run_ms', run_ms)
-      redis.call('HDEL', jk, 'worker', 'input')
+      redis.call('HSET', jk, JOB.status, 'succeeded', JOB.result, payload, JOB.fin, int(now),
+                 JOB.run_ms, run_ms)
+      redis.call('HDEL', jk, JOB.worker, JOB.input)
       redis.call('EXPIRE', jk, result_ttl)
       done_cost = done_cost + tonumber(f[3])
       local e2e, slot = now - tonumber(f[6] or now), #bounds + 1
@@ -67,7 +69,7 @@ for i = 1, N_GROUPS do
       end
     else
       redis.call('ZREM', inflight, id)
-      redis.call('HSET', jk, 'run_ms', run_ms)
+      redis.call('HSET', jk, JOB.run_ms, run_ms)
       dead_letter(jk, id, stats, dead, payload, now, dead_ttl, owners)
       table.insert(ended, id)
     end
@@ -81,9 +83,9 @@ if done_cost > 0 then redis.call('HINCRBY', stats, STAT.completed_cost, done_cos
 if #done_ids > 0 then
   local hkey = eprefix .. int(math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000)
   for slot, count in pairs(e2e_hist) do
-    redis.call('HINCRBY', hkey, bounds[slot] and int(bounds[slot]) or 'inf', count)
+    redis.call('HINCRBY', hkey, bounds[slot] and int(bounds[slot]) or WAIT_OVER, count)
   end
-  redis.call('HINCRBY', hkey, 'count', #done_ids)
+  redis.call('HINCRBY', hkey, WAIT_COUNT, #done_ids)
   redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
 end
 publish_ended(channel, ended, jprefix, nprefix)

@@ -10,7 +10,7 @@ local expiry = now_ms() + lease_ms
 local lost = {}
 for i = 1, N_GROUPS do
   local id = arg_group(i).id
-  local f = redis.call('HMGET', jprefix .. id, 'status', 'worker')
+  local f = redis.call('HMGET', jprefix .. id, JOB.status, JOB.worker)
   if f[1] == 'running' and f[2] == worker then
     redis.call('ZADD', inflight, 'XX', expiry, id)
   else

@@ -1,7 +1,7 @@
 -- submit: enqueue one or many jobs in one round trip (all or none).
 -- KEYS[1] stats hash            KEYS[2] sequence counter
 -- KEYS[3] per-owner unfinished-job counts   KEYS[4] per-owner rate-limit state
--- KEYS[5] the fence: a hash whose 'token' must equal fence_token (when that is not
+-- KEYS[5] the fence: a bulk job's hash, whose BULK.token must equal fence_token (when not
 --   ''), checked before anything is written: a bulk coordinator's jobs are created
 --   only while it still holds the bulk job's lease (a paused one that wakes late
 --   cannot recreate a job another coordinator already ran and gathered)
@@ -30,7 +30,7 @@
 -- (detail: ms until enough tokens), or 'reused' (detail: which job, 1-based).
 local stats, seq = KEYS[1], KEYS[2]
 local owners, rl = KEYS[3], KEYS[4]
-if fence_token ~= '' and redis.call('HGET', KEYS[5], 'token') ~= fence_token then
+if fence_token ~= '' and redis.call('HGET', KEYS[5], BULK.token) ~= fence_token then
   return reply{state = 'fenced', detail = '', queued = 0, queued_cost = 0}
 end
 local n = N_GROUPS
@@ -50,7 +50,7 @@ for i = 1, n do
       existing[i] = false
     end
     if existing[i] and job.rqh ~= '' then
-      local made_by = redis.call('HGET', jprefix .. existing[i], 'rqh')
+      local made_by = redis.call('HGET', jprefix .. existing[i], JOB.rqh)
       if made_by and made_by ~= job.rqh then
         return reply{state = 'reused', detail = i, queued = 0, queued_cost = 0}
       end
@@ -124,15 +124,15 @@ for i = 1, n do
     k = k + 1
     local score = int(prio * SCORE_SCALE + base + k)
     -- One HSET per job: the optional fields join the fixed ones only when set.
-    local f = {'id', id, 'bucket', bucket, 'cost', int(cost),
-      'prio', int(prio), 'status', 'queued', 'input', job.input, 'meta', job.meta,
-      'enq', int(now), 'dl', int(deadline), 'att', '0', 'score', score, 'idem', job.idem}
-    if owner ~= '' then opt(f, 'owner', owner) end
-    if job.rqh ~= '' then opt(f, 'rqh', job.rqh) end
+    local f = {JOB.id, id, JOB.bucket, bucket, JOB.cost, int(cost),
+      JOB.prio, int(prio), JOB.status, 'queued', JOB.input, job.input, JOB.meta, job.meta,
+      JOB.enq, int(now), JOB.dl, int(deadline), JOB.att, '0', JOB.score, score, JOB.idem, job.idem}
+    if owner ~= '' then opt(f, JOB.owner, owner) end
+    if job.rqh ~= '' then opt(f, JOB.rqh, job.rqh) end
     if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
-      opt(f, 'whu', job.whu)
-      if job.whe ~= '' then opt(f, 'whe', job.whe) end
-      if hook_ttl ~= HOOK_TTL_S then opt(f, 'wht', hook_ttl) end
+      opt(f, JOB.whu, job.whu)
+      if job.whe ~= '' then opt(f, JOB.whe, job.whe) end
+      if hook_ttl ~= HOOK_TTL_S then opt(f, JOB.wht, hook_ttl) end
     end
     redis.call('HSET', jprefix .. id, unpack(f))
     if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
