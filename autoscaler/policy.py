@@ -311,33 +311,106 @@ def _hold_without_service_rate(
     return Decision(cur, desired, reason, float(want), state)
 
 
+def _active(p: AutoscalingConfig, obs: Observation) -> bool:
+    """Work queued, in flight, arriving, or bulk work that keeps the model up."""
+    return (
+        (obs.queued or 0) > 0
+        or obs.in_flight > 0
+        or (obs.arrival_rate_cost or 0) > 0
+        or bulk_policy.keeps_active(p, obs)
+    )
+
+
+def _remember(
+    p: AutoscalingConfig, obs: Observation, state: PolicyState, last_active: float, now_s: float
+) -> PolicyState:
+    """The state with this period's activity, service rate (the measured one, else the
+    last, else the configured) and cold start (measured, else the last)."""
+    measured = obs.service_rate if obs.service_rate and obs.service_rate > 0 else None
+    return replace(
+        state,
+        last_active_s=last_active,
+        service_rate=measured or state.service_rate or p.service_rate_cost_per_s,
+        cold_start_s=obs.cold_start_s or state.cold_start_s,
+        started_s=now_s if state.started_s is None else state.started_s,
+    )
+
+
+def _cap_saturated(
+    p: AutoscalingConfig,
+    obs: Observation,
+    sat: Saturation,
+    rec: tuple[int, str],
+    floor: int,
+    cold_s: float,
+    now_s: float,
+) -> tuple[int, str, Saturation]:
+    """The saturation guard (autoscaler/saturation.py): measure the last scale-up's
+    probe, and cap the recommendation (never below the floor) while it proved none."""
+    want, reason = rec
+    if p.saturation_hold_s <= 0:
+        return want, reason, sat
+    give_up_s = cold_s + 4 * RECENT_RATE_S  # the new replicas never got ready and ran
+    sat = saturation.measure(sat, obs, now_s, RECENT_RATE_S, p.saturation_hold_s, give_up_s)
+    cap = sat.capped(now_s)
+    if cap is not None and want > max(cap, floor):
+        want, reason = max(cap, floor), "saturated"
+    return want, reason, sat
+
+
+def _window(p: AutoscalingConfig, state: PolicyState, now_s: float, want: int) -> PolicyState:
+    """The recommendations within the scale-down window, this one added."""
+    window = p.scale_down_window_s
+    recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)
+    return replace(state, recommendations=(*recs, (now_s, want)))
+
+
+def _step_up(
+    p: AutoscalingConfig, obs: Observation, mu: float, state: PolicyState, want: int, now_s: float
+) -> tuple[int, PolicyState]:
+    """A bounded step up; it starts a saturation probe, and may begin a burst."""
+    cur = obs.current
+    desired = _limit_up(p, cur, want, obs.parked)
+    sat = state.saturation
+    if p.saturation_hold_s > 0:
+        sat = saturation.start_probe(sat, obs, cur, desired, now_s)
+    base = _burst_base(p, obs, mu, state.before_burst, cur, desired)
+    return desired, replace(state, saturation=sat, before_burst=base)
+
+
+def _step_down(
+    p: AutoscalingConfig, cur: int, state: PolicyState, now_s: float, reason: str
+) -> tuple[int, str, PolicyState]:
+    """A stabilised step down; down to the count before a burst, the burst is undone."""
+    desired, reason = _stabilise_down(p, cur, state, now_s, reason)
+    if state.before_burst is not None and desired <= state.before_burst:
+        state = replace(state, before_burst=None)  # the burst is undone
+    return desired, reason, state
+
+
 def decide(
     policy: AutoscalingConfig, obs: Observation | None, state: PolicyState, now_s: float
 ) -> Decision:
-    """Desired replicas for one model, and why. Never scales down on missing data."""
+    """Desired replicas for one model, and why. Never scales down on missing data.
+
+    1. No read: hold. No arrival rate yet: hold, but wake a sleeping model for work.
+    2. Remember the last activity, service rate and cold start; no service rate at
+       all: hold (and wake).
+    3. Idle past its idle time, at min_replicas 0: to zero.
+    4. The recommendation: the interactive need, then bulk work's, bounded, capped by
+       the saturation guard; it joins the scale-down window.
+    5. Up a bounded step, down only as the window allows, or steady.
+    """
     if obs is None or obs.missing:
         cur = obs.current if obs is not None else 0
         return Decision(cur, cur, "missing-metrics", float(cur), state)
     if obs.arrival_rate_cost is None:
         return _hold_without_rate(policy, obs, state)
     p, cur = policy, obs.current
-    active = (
-        (obs.queued or 0) > 0
-        or obs.in_flight > 0
-        or (obs.arrival_rate_cost or 0) > 0
-        or bulk_policy.keeps_active(p, obs)
-    )
+    active = _active(p, obs)
     last_active = now_s if active or state.last_active_s is None else state.last_active_s
-    measured = obs.service_rate if obs.service_rate and obs.service_rate > 0 else None
-    mu = measured or state.service_rate or p.service_rate_cost_per_s
-    cold_s = obs.cold_start_s or state.cold_start_s or p.cold_start_s
-    new_state = replace(
-        state,
-        last_active_s=last_active,
-        service_rate=mu,
-        cold_start_s=obs.cold_start_s or state.cold_start_s,
-        started_s=now_s if state.started_s is None else state.started_s,
-    )
+    new_state = _remember(p, obs, state, last_active, now_s)
+    mu, cold_s = new_state.service_rate, new_state.cold_start_s or p.cold_start_s
     if mu is None:
         return _hold_without_service_rate(p, obs, new_state)
     floor = _floor(p, obs, last_active, now_s)
@@ -345,28 +418,13 @@ def decide(
         return Decision(cur, 0, "idle", 0.0, replace(new_state, recommendations=()))
     want, needed, reason = _want(p, obs, mu, cold_s)
     want, needed, reason = bulk_policy.raise_for_bulk(p, obs, mu, want, needed, reason)
-    want, reason = _bound(p, want, floor, reason)
-    sat = state.saturation
-    if p.saturation_hold_s > 0:
-        give_up_s = cold_s + 4 * RECENT_RATE_S  # the new replicas never got ready and ran
-        sat = saturation.measure(sat, obs, now_s, RECENT_RATE_S, p.saturation_hold_s, give_up_s)
-        cap = sat.capped(now_s)
-        if cap is not None and want > max(cap, floor):
-            want, reason = max(cap, floor), "saturated"
-    window = p.scale_down_window_s
-    recs = tuple((t, w) for t, w in state.recommendations if t > now_s - window)
-    recs += ((now_s, want),)
-    new_state = replace(new_state, recommendations=recs, saturation=sat)
+    rec = _bound(p, want, floor, reason)
+    want, reason, sat = _cap_saturated(p, obs, state.saturation, rec, floor, cold_s, now_s)
+    new_state = replace(_window(p, new_state, now_s, want), saturation=sat)
     if want > cur:
-        desired = _limit_up(p, cur, want, obs.parked)
-        if p.saturation_hold_s > 0:
-            sat = saturation.start_probe(sat, obs, cur, desired, now_s)
-        base = _burst_base(p, obs, mu, state.before_burst, cur, desired)
-        new_state = replace(new_state, saturation=sat, before_burst=base)
+        desired, new_state = _step_up(p, obs, mu, new_state, want, now_s)
         return Decision(cur, desired, reason, needed, new_state)
     if want < cur:
-        desired, reason = _stabilise_down(p, cur, new_state, now_s, reason)
-        if state.before_burst is not None and desired <= state.before_burst:
-            new_state = replace(new_state, before_burst=None)  # the burst is undone
+        desired, reason, new_state = _step_down(p, cur, new_state, now_s, reason)
         return Decision(cur, desired, reason, needed, new_state)
     return Decision(cur, cur, reason if reason != "load" else "steady", needed, new_state)
