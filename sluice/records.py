@@ -27,7 +27,7 @@ where more than one program reads or writes them:
   (:class:`DecisionRecord`).
 
 The Lua scripts get these values from :func:`lua_constants`, prepended to every
-script by ``sluice.queue.scripts.script_source``: no script spells them out.
+script by ``sluice.lua_loader.source``: no script spells them out.
 """
 
 from __future__ import annotations

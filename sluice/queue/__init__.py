@@ -4,10 +4,11 @@ This package owns:
 
 - **The scripts** (``lua/*.lua``): submit, claim, complete, renew, cancel and
   reclaim, each one round trip with a KEYS/ARGV header, sharing ``_common.lua``.
-  ``scripts.script_source`` prepends the layouts of ``sluice/records.py``
-  (queue score, wait histogram, stats fields) as generated Lua locals, and each
-  script's call boundary from ``signatures.py`` (arguments, repeated groups and
-  reply by name; the Lua indexes ARGV nowhere).
+  ``scripts.script_source`` builds each through ``sluice.lua_loader``: the
+  layouts of ``sluice/records.py`` (queue score, wait histogram, stats and hash
+  fields, ranks) as generated Lua locals, and each script's call boundary from
+  ``signatures.py`` (arguments, repeated groups and reply by name; the Lua
+  indexes ARGV nowhere).
 - **The calls** (``scripts.QueueOps``): each operation's KEYS, ARGV and reply
   parser, built once from the model config and run by both clients, so the
   worker and the gateway speak exactly the same protocol.

@@ -16,21 +16,22 @@ import json
 import statistics
 import subprocess
 import time
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from sluice.config import parse_config
 from sluice.jobs import NewJob
 from sluice.local.redis_server import start_redis
+from sluice.lua_loader import include
 from sluice.queue.client import QueueClient, connect
 from sluice.queue.scripts import script_source
+from sluice.records import lua_constants
 
 ROOT = Path(__file__).resolve().parents[2]  # the git checkout (for --before-rev)
 
 
 def _old_claim(rev: str) -> str:
-    common = (resources.files("sluice.queue") / "lua" / "_common.lua").read_text()
+    common = lua_constants() + include("common")
     old = subprocess.run(
         ["git", "show", f"{rev}:sluice/queue/lua/claim.lua"],
         cwd=ROOT,
