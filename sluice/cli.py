@@ -1,10 +1,12 @@
 """The ``sluice`` command line.
 
-Core commands live here; the packages named in ``PLUGINS`` (gateway, workers,
-autoscaler, and the measurement package sluicebench) add their own through a
-``register(app, bench_app)`` function in their ``cli`` module, imported only if
-that package is installed: the only place sluice/ imports an app package. Heavy imports (torch,
-uvicorn) happen inside commands, never at start-up.
+Core commands live here (``redis``, ``status``, ``submit``, ``up``, and the
+client's ``bulk`` commands); the packages named in ``PLUGINS`` (the process
+packages gateway, workers, autoscaler, notifier and bulkworker, and the
+measurement package sluicebench) add their own through a ``register(app,
+bench_app)`` function in their ``cli`` module, imported only if that package is
+installed: the only place sluice/ imports a process package. Heavy imports
+(torch, uvicorn, rq) happen inside commands, never at start-up.
 """
 
 from __future__ import annotations
