@@ -39,7 +39,7 @@ from sluice.jobs import ClassHeads, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
 from sluice.queue.scripts import Call
-from sluice.records import Stat
+from sluice.records import JobField, Stat
 from sluice.registry import WorkerInfo
 
 log = logging.getLogger("sluice.autoscaler")
@@ -216,7 +216,7 @@ class Observer:
             return 0.0
         pipe = self.client.redis.pipeline(transaction=False)
         for jid in heads:
-            pipe.hget(keys.job_key(model, jid), "enq")
+            pipe.hget(keys.job_key(model, jid), JobField.ENQ)
         enqs = [int(float(e)) for e in pipe.execute() if e is not None]
         return float(max(0, server_ms - min(enqs))) if enqs else 0.0
 

@@ -25,9 +25,10 @@ from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLi
 from sluice.jobs import JobRecord, JobStatus, NewJob
 from sluice.queue import QueueClient
 from sluice.queue.scripts import Call
+from sluice.records import JobField as J
 
 log = logging.getLogger("sluice.bulk")
-JOB_FIELDS = ("status", "result", "error", "cost", "meta", "bucket")
+JOB_FIELDS = (J.STATUS, J.RESULT, J.ERROR, J.COST, J.META, J.BUCKET)
 RATE_WINDOW_S = 30.0
 
 

@@ -30,6 +30,7 @@ from sluice import keys
 from sluice.backoff import Reconnect
 from sluice.errors import ShuttingDown
 from sluice.jobs import JobStatus, model_of
+from sluice.records import JobField
 
 log = logging.getLogger("sluice.gateway")
 IDLE_PING_S = 30.0  # with nothing heard for this long, ping; silent for twice this: reconnect
@@ -74,7 +75,7 @@ async def ended_jobs(r: aioredis.Redis, job_ids: Iterable[str]) -> list[str]:
     ids = [j for j in job_ids if model_of(j)]
     pipe = r.pipeline(transaction=False)
     for job_id in ids:
-        pipe.hget(keys.job_key(str(model_of(job_id)), job_id), "status")
+        pipe.hget(keys.job_key(str(model_of(job_id)), job_id), JobField.STATUS)
     statuses = await pipe.execute() if ids else []
     return [j for j, s in zip(ids, statuses, strict=True) if s is None or _ended(s)]
 

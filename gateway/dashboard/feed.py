@@ -26,6 +26,7 @@ from sluice import keys
 from sluice.config import ModelConfig
 from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
+from sluice.records import JobField
 from sluice.registry import WorkerInfo, list_workers_call
 from sluice.waits import WINDOW_S, recent_windows, window_start
 from sluice.webhooks.ops import WebhookOps
@@ -33,7 +34,7 @@ from sluice.webhooks.ops import WebhookOps
 LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
 DEAD_SHOWN = 5
 DECISIONS_SHOWN = 20
-DEAD_FIELDS = ("error", "fin", "att", "bucket")
+DEAD_FIELDS = (JobField.ERROR, JobField.FIN, JobField.ATT, JobField.BUCKET)
 HISTORY_S = 300  # what a page opened now starts with (the windows live 1 h in Redis)
 HISTORY_TTL_S = 10.0  # a new window every 10 s: no point reading more often
 # The cache lives this share of the poll interval: a lone viewer polling every

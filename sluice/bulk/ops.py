@@ -381,7 +381,7 @@ class BulkOps:
         model = self.model_of(bulk_id)
         cmds = [
             ("HSET", keys.bulk_backlog_key(model), bulk_id, json.dumps(backlog)),
-            ("HSET", keys.bulk_key(model, bulk_id), "rate", rate_per_s),
+            ("HSET", keys.bulk_key(model, bulk_id), F.RATE, rate_per_s),
         ]
         return Call(lambda _: None, commands=cmds)
 
