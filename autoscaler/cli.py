@@ -58,55 +58,70 @@ def autoscaler_cmd(
     loop.run(stop)
 
 
+# `sluice simulate`'s options.
+TraceOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="step, spike, diurnal, noisy, mixed (NAME:FACTOR) or a CSV of time_s,cost. "
+        "Required for policies; with --dispatch the default is mixed."
+    ),
+]
+ModelOpt = Annotated[str | None, typer.Option(help="Model (if the file has several).")]
+PolicyOpt = Annotated[
+    str,
+    typer.Option(
+        help="Comma-separated: sluice, fixed:N, queue-length[:T], "
+        "ongoing[:T]. The oracle always runs."
+    ),
+]
+ServiceRateOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Cost units/s per replica (default: the model's configured or derived rate)."
+    ),
+]
+ColdStartOpt = Annotated[
+    float | None,
+    typer.Option(help="Simulated cold start (default: the policy's cold_start_s)."),
+]
+CapacityOpt = Annotated[
+    float | None,
+    typer.Option(
+        help="Cost units/s all replicas share (cores, one GPU): more replicas add no "
+        "drain rate past it, and the saturation guard can cap them. Default: no limit."
+    ),
+]
+PlotOpt = Annotated[Path | None, typer.Option(help="Draw replicas, queue, p99 to a PNG.")]
+DispatchOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Compare dispatch on fixed replicas instead of policies. Comma-separated: pull, "
+        "pull-fifo, round-robin, least-connections, power-of-two."
+    ),
+]
+ReplicasOpt = Annotated[int, typer.Option(help="--dispatch: workers.")]
+UtilizationOpt = Annotated[
+    str, typer.Option(help="--dispatch with the mixed trace: comma-separated offered loads.")
+]
+JobsOpt = Annotated[int, typer.Option(help="--dispatch: jobs per mixed trace.")]
+SeedOpt = Annotated[int, typer.Option(help="--dispatch: mixed trace and power-of-two seed.")]
+
+
 def simulate_cmd(
-    trace: Annotated[
-        str | None,
-        typer.Option(
-            help="step, spike, diurnal, noisy, mixed (NAME:FACTOR) or a CSV of time_s,cost. "
-            "Required for policies; with --dispatch the default is mixed."
-        ),
-    ] = None,
+    trace: TraceOpt = None,
     config: ConfigOpt = None,
-    model: Annotated[str | None, typer.Option(help="Model (if the file has several).")] = None,
-    policy: Annotated[
-        str,
-        typer.Option(
-            help="Comma-separated: sluice, fixed:N, queue-length[:T], "
-            "ongoing[:T]. The oracle always runs."
-        ),
-    ] = "sluice",
-    service_rate: Annotated[
-        float | None,
-        typer.Option(
-            help="Cost units/s per replica (default: the model's configured or derived rate)."
-        ),
-    ] = None,
-    cold_start_s: Annotated[
-        float | None,
-        typer.Option(help="Simulated cold start (default: the policy's cold_start_s)."),
-    ] = None,
-    capacity_cost_per_s: Annotated[
-        float | None,
-        typer.Option(
-            help="Cost units/s all replicas share (cores, one GPU): more replicas add no "
-            "drain rate past it, and the saturation guard can cap them. Default: no limit."
-        ),
-    ] = None,
+    model: ModelOpt = None,
+    policy: PolicyOpt = "sluice",
+    service_rate: ServiceRateOpt = None,
+    cold_start_s: ColdStartOpt = None,
+    capacity_cost_per_s: CapacityOpt = None,
     json_path: JsonOpt = None,
-    plot: Annotated[Path | None, typer.Option(help="Draw replicas, queue, p99 to a PNG.")] = None,
-    dispatch: Annotated[
-        str | None,
-        typer.Option(
-            help="Compare dispatch on fixed replicas instead of policies. Comma-separated: pull, "
-            "pull-fifo, round-robin, least-connections, power-of-two."
-        ),
-    ] = None,
-    replicas: Annotated[int, typer.Option(help="--dispatch: workers.")] = 8,
-    utilization: Annotated[
-        str, typer.Option(help="--dispatch with the mixed trace: comma-separated offered loads.")
-    ] = "0.7,0.9",
-    jobs: Annotated[int, typer.Option(help="--dispatch: jobs per mixed trace.")] = 40_000,
-    seed: Annotated[int, typer.Option(help="--dispatch: mixed trace and power-of-two seed.")] = 5,
+    plot: PlotOpt = None,
+    dispatch: DispatchOpt = None,
+    replicas: ReplicasOpt = 8,
+    utilization: UtilizationOpt = "0.7,0.9",
+    jobs: JobsOpt = 40_000,
+    seed: SeedOpt = 5,
 ) -> None:
     """Replay a trace through the policy (and baselines) before deploying it; or, with
     --dispatch, compare pull against push dispatch on the same trace and workers."""

@@ -17,7 +17,15 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 class GatewayMetrics:
     def __init__(self) -> None:
-        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._submitted: dict[tuple[str, str, str], Counter] = {}
+        # Declared in this order, which is the order /metrics lists them in.
+        self._request_metrics(self.registry)
+        self._snapshot_metrics(self.registry)
+        self._waiting_and_bulk_metrics(self.registry)
+
+    def _request_metrics(self, r: CollectorRegistry) -> None:
+        """HTTP requests, and the jobs they submitted or had refused."""
         self.requests = Counter(
             "sluice_http_requests_total",
             "HTTP requests by route template and status",
@@ -43,6 +51,9 @@ class GatewayMetrics:
             ["model", "reason"],
             registry=r,
         )
+
+    def _snapshot_metrics(self, r: CollectorRegistry) -> None:
+        """The queue and worker gauges the snapshot refresher sets."""
         self.queue_depth = Gauge(
             "sluice_queue_depth",
             "Queued jobs per bucket (snapshot)",
@@ -70,6 +81,9 @@ class GatewayMetrics:
             "Age of the newest queue snapshot",
             registry=r,
         )
+
+    def _waiting_and_bulk_metrics(self, r: CollectorRegistry) -> None:
+        """Clients waiting on the gateway (long polls, event streams), and bulk jobs."""
         self.wake = Histogram(
             "sluice_gateway_longpoll_wake_seconds",
             "From a completion notification reaching the gateway to its long-poll answer",
@@ -91,7 +105,6 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
-        self._submitted: dict[tuple[str, str, str], Counter] = {}
         self.waiters = Gauge(
             "sluice_gateway_longpoll_waiters", "Requests waiting for a job to end", registry=r
         )

@@ -92,17 +92,20 @@ class GatewayState:
             metrics=self.metrics,
         )
         self._tasks: list[asyncio.Task[Any]] = []
+        self._bulk_and_webhooks(url, injected=redis is not None)
+
+    def _bulk_and_webhooks(self, url: str, *, injected: bool) -> None:
+        """Their scripts on the queue client, their Redis operations and policies."""
+        cfg = self.cfg
         self.queue.register(bulk_scripts())
         self.queue.register(webhook_scripts())
         self.queue.ops.hook_ttl_s = cfg.webhooks.record_ttl_s
         self.webhooks = WebhookPolicy(cfg.webhooks)
-        self.deliveries = WebhookOps(list(models))
-        self.bulk = BulkOps(list(models), cfg.bulk.ttl_s)
+        self.deliveries = WebhookOps(list(cfg.models))
+        self.bulk = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
         # Queues a bulk job's first coordinator slice on RQ (None with injected clients:
         # tests; a bulk worker's reaper then starts it).
-        self.bulk_enqueue: Callable[[str], Any] | None = (
-            RqEnqueuer(cfg, url) if redis is None else None
-        )
+        self.bulk_enqueue: Callable[[str], Any] | None = None if injected else RqEnqueuer(cfg, url)
         # Why bulk uploads are refused here (RQ pointed at a cluster), or None.
         self.bulk_refused: str | None = None
         try:

@@ -20,7 +20,13 @@ class WorkerMetrics:
     def __init__(self, model: str) -> None:
         self.model = model
         self.registry = CollectorRegistry()
-        reg = self.registry
+        self._batch_metrics(self.registry)
+        self._gauges(self.registry)
+        self._real = 0
+        self._padded = 0
+
+    def _batch_metrics(self, reg: CollectorRegistry) -> None:
+        """What each batch adds to: its size, tokens, time, waits and outcomes."""
         mb = ["model", "bucket"]
 
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
@@ -57,6 +63,9 @@ class WorkerMetrics:
             ["model"],
             registry=reg,
         )
+
+    def _gauges(self, reg: CollectorRegistry) -> None:
+        """The worker's state, rates, budget and start, set as they change."""
         self.state = Gauge(
             "sluice_worker_state",
             "1 for the worker's current state.",
@@ -90,8 +99,6 @@ class WorkerMetrics:
             ["model"],
             registry=reg,
         )
-        self._real = 0
-        self._padded = 0
 
     def set_state(self, state: str) -> None:
         for s in WORKER_STATES:

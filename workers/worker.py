@@ -85,6 +85,22 @@ def served_buckets(model_cfg: ModelConfig, wanted: list[str] | None) -> list[str
     return [b for b in names if b in wanted]
 
 
+def first_info(opts: WorkerOptions, buckets: list[str], now: float) -> WorkerInfo:
+    """The worker's heartbeat record as it starts."""
+    return WorkerInfo(
+        id=opts.worker_id or new_worker_id(),
+        model=opts.model,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        device=opts.device,
+        buckets=buckets,
+        state="starting",
+        started_at=now,
+        pod_name=os.environ.get(POD_NAME_ENV, ""),
+        parked=opts.parked,
+    )
+
+
 class Worker:
     def __init__(
         self,
@@ -107,20 +123,7 @@ class Worker:
         self.streak = FailureStreak(wc.quarantine_after_failures)
         self.metrics = WorkerMetrics(self.model)
         self.runner = BatchRunner(handler)
-        self.status = WorkerStatus(
-            WorkerInfo(
-                id=opts.worker_id or new_worker_id(),
-                model=self.model,
-                host=socket.gethostname(),
-                pid=os.getpid(),
-                device=opts.device,
-                buckets=self.buckets,
-                state="starting",
-                started_at=wall(),
-                pod_name=os.environ.get(POD_NAME_ENV, ""),
-                parked=opts.parked,
-            )
-        )
+        self.status = WorkerStatus(first_info(opts, self.buckets, wall()))
         self.start_path = opts.start_path or StartPath()
         self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
         # Shared by the batch and prefetch threads: one log line per Redis outage.

@@ -331,25 +331,7 @@ class LocalBackend:
             return False
         self._seq += 1
         wid = f"local-{os.getpid()}-{self._seq}"
-        args = [
-            *self.command,
-            "worker",
-            "--config",
-            str(self.config_path),
-            "--model",
-            model,
-            "--worker-id",
-            wid,
-        ]
-        # The URL may hold a password: the environment, not argv (which `ps` shows).
-        env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
-        if parked:
-            args.append("--parked")
-        if device is not None:
-            env["CUDA_VISIBLE_DEVICES"] = device
-            args += ["--device", "cuda"]
-        elif threads > 0:
-            env[THREADS_ENV] = str(threads)  # a params.num_threads of its own still wins
+        args, env = self._worker_command(model, wid, parked, device, threads)
         try:
             out = (self.log_dir / f"{wid}.log").open("ab")
             proc = subprocess.Popen(
@@ -378,6 +360,31 @@ class LocalBackend:
         kind = "parked " if parked else ""
         log.info("local: started %s%s worker %s (pid %d, %s)", kind, model, wid, proc.pid, where)
         return True
+
+    def _worker_command(
+        self, model: str, wid: str, parked: bool, device: str | None, threads: int
+    ) -> tuple[list[str], dict[str, str]]:
+        """The argv and environment of one worker process."""
+        args = [
+            *self.command,
+            "worker",
+            "--config",
+            str(self.config_path),
+            "--model",
+            model,
+            "--worker-id",
+            wid,
+        ]
+        # The URL may hold a password: the environment, not argv (which `ps` shows).
+        env = dict(os.environ, **{REDIS_URL_ENV: self.redis_url})
+        if parked:
+            args.append("--parked")
+        if device is not None:
+            env["CUDA_VISIBLE_DEVICES"] = device
+            args += ["--device", "cuda"]
+        elif threads > 0:
+            env[THREADS_ENV] = str(threads)  # a params.num_threads of its own still wins
+        return args, env
 
     def _shrink(self, model: str, n: int) -> None:
         st = self.models[model]
