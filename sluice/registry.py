@@ -78,7 +78,7 @@ TIME = Signature("time", (), reply=("seconds", "microseconds"))
 SIGNATURES: dict[str, Signature] = {s.script: s for s in (HEARTBEAT, PRUNE_WORKERS, TIME)}
 
 
-def lua(name: str) -> str:
+def script_source(name: str) -> str:
     """A registry script (``sluice/lua/<name>.lua``) with its prologue and no comment
     lines, through sluice.lua_loader: no shared helpers (their cluster slot probe
     would add a command to every heartbeat).
@@ -107,7 +107,7 @@ def heartbeat(info: WorkerInfo, ttl_s: float) -> list[tuple[Any, ...]]:
     values = {"id": info.id, "info": raw, "ttl_ms": ttl_ms, "idle": "0" if info.serving else "1"}
     return [
         ("SET", keys.worker_key(info.model, info.id), raw, "PX", ttl_ms),
-        ("EVAL", lua("heartbeat"), 3, zset, hash_, idle_zset, *HEARTBEAT.pack(values)),
+        ("EVAL", script_source("heartbeat"), 3, zset, hash_, idle_zset, *HEARTBEAT.pack(values)),
     ]
 
 
@@ -123,7 +123,7 @@ def deregister(model: str, worker_id: str) -> list[tuple[Any, ...]]:
 def time_command(routing_key: str) -> tuple[Any, ...]:
     """The server's ``TIME``, as a command that may join any pipeline: keyed by one
     of a model's keys (``time.lua``), so a Redis Cluster pipeline routes it."""
-    return ("EVAL", lua("time"), 1, routing_key)
+    return ("EVAL", script_source("time"), 1, routing_key)
 
 
 def server_time_s(reply: Any) -> float:
@@ -176,7 +176,7 @@ def prune(model: str, stale_ids: list[str]) -> list[tuple[Any, ...]]:
     zset, hash_ = keys.workers_key(model), keys.workers_info_key(model)
     idle = keys.idle_workers_key(model)
     args = PRUNE_WORKERS.pack({}, [{"id": i} for i in stale_ids])
-    return [("EVAL", lua("prune_workers"), 3, zset, hash_, idle, *args)]
+    return [("EVAL", script_source("prune_workers"), 3, zset, hash_, idle, *args)]
 
 
 def workers_by_state(workers: list[WorkerInfo]) -> dict[str, int]:

@@ -32,7 +32,9 @@ SCRIPTS: dict[str, tuple[str, Signature, str]] = {
         f"webhooks/{n}": ("sluice.webhooks", s, webhook_ops.scripts()[f"webhook_{n}"])
         for n, s in {**webhooks.SIGNATURES, "claim": webhook_ops.CLAIM}.items()
     },
-    **{f"lua/{n}": ("sluice", s, registry.lua(n)) for n, s in registry.SIGNATURES.items()},
+    **{
+        f"lua/{n}": ("sluice", s, registry.script_source(n)) for n, s in registry.SIGNATURES.items()
+    },
 }
 
 
