@@ -173,6 +173,25 @@ def deliveries_due_key(model: str) -> str:
     return f"{notify_prefix(model)}due"
 
 
+def deliveries_lanes_key(model: str) -> str:
+    """Zset of hosts with a lane (a notifier had them full when their deliveries fell
+    due), by the earliest due time (ms) in that lane (docs/adr/0139)."""
+    return f"{notify_prefix(model)}lanes"
+
+
+def deliveries_lane_sizes_key(model: str) -> str:
+    """Hash of host -> how many deliveries its lane holds (what the backlog counts)."""
+    return f"{notify_prefix(model)}lanesizes"
+
+
+def deliveries_lane_prefix(model: str) -> str:
+    """``<prefix><host>``: one host's lane, a zset of due delivery ids by due time
+    (ms). claim.lua derives these keys from the prefix (same hash tag; only it
+    formats them); it lies outside ``notify_prefix`` so a host never reads as a
+    delivery id."""
+    return f"{_tag(model)}notify-lane:"
+
+
 def deliveries_wake_key(model: str) -> str:
     """List of wake-up tokens (at most 64) an idle notifier blocks on (BLPOP)."""
     return f"{notify_prefix(model)}wake"

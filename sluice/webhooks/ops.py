@@ -41,14 +41,13 @@ CLAIM = Signature(
         ("jprefix", "str"),  # job hash prefix
         ("bprefix", "str"),  # bulk hash prefix
         ("per_host", "num"),  # attempts in flight per host, at most (0: no cap)
-        ("scan", "num"),  # entries looked at per band, at most
-        ("pace_ms", "num"),  # an attempt's duration at a host with none measured
-        ("defer_ms", "num"),  # a deferral, at most
+        ("scan", "num"),  # due entries looked at, at most
+        ("lprefix", "str"),  # a host's lane: this prefix and the host
+        ("lanes_max", "num"),  # hosts with a free slot whose lane is walked, at most
     ),
-    # By host the notifier has attempts in flight with or deferred to: its attempts in
-    # flight, one attempt's duration there (ms), its latest deferral there (ms, 0: none).
-    group=(("host", "str"), ("busy", "num"), ("pace", "num"), ("after", "num")),
-    reply=("now", "more", "horizons"),
+    # By host the notifier has attempts in flight with: how many.
+    group=(("host", "str"), ("busy", "num")),
+    reply=("now", "more", "laned"),
     reply_group=(
         "id",
         "token",
@@ -66,15 +65,7 @@ CLAIM = Signature(
         "record",
     ),  # fmt: skip
 )
-# The due zset's score bands (claim.lua's header, docs/adr/0139): below DEFER_BAND a
-# delivery by when it is due (ms); DEFER_BAND + t a delivery whose host was full,
-# looked at again from t; MARK_BAND + d ('~' + id) when that one fell due. Far above
-# any clock reading (year 3084), and exact in a double (below 2**53).
-DEFER_BAND = 2**45
-MARK_BAND = 2**46
-PROLOGUES = {
-    "claim": CLAIM.lua_prologue() + f"local DEFER_BAND, MARK_BAND = {DEFER_BAND}, {MARK_BAND}\n"
-}
+PROLOGUES = {"claim": CLAIM.lua_prologue()}
 
 
 @cache
@@ -122,24 +113,14 @@ class Claimed:
 
 @dataclass(frozen=True, slots=True)
 class ClaimBatch:
-    """What one claim leased, and what it deferred."""
+    """What one claim leased."""
 
     claimed: list[Claimed]
-    more: bool  # more was due than it looked at: claim again at once
+    more: bool  # more may be leasable now (the batch filled, or a look was cut): again
     now_ms: int  # the Redis clock when it ran
-    # By host: the latest time (ms) it deferred a delivery there to; the next claim
-    # paces that host's deferrals from there (``after``).
-    horizons: dict[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class HostLoad:
-    """A notifier's view of one host, for the claim: its attempts in flight there,
-    how long one takes there, and its latest deferral there (Redis clock, 0: none)."""
-
-    busy: int = 0
-    pace_ms: int = 1000
-    after_ms: int = 0
+    # Some host has a lane (deliveries waiting for a slot there): an attempt that
+    # ends frees a slot the next claim fills from its lane.
+    laned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +166,7 @@ class Backlog:
 
     model: str
     pending: int  # not yet delivered nor given up (due now, leased or waiting to retry)
-    due: int  # due now, not leased (deferred ones, whose host was full, included)
+    due: int  # due now, not leased (those in a full host's lane included)
     oldest_due_s: float  # how long the oldest due one has waited (0: none)
     dead: int
 
@@ -207,16 +188,15 @@ class WebhookOps:
         limit: int,
         *,
         per_host: int = 0,
-        hosts: Mapping[str, HostLoad] | None = None,
+        busy: Mapping[str, int] | None = None,
         scan: int = 256,
-        pace_ms: int = 1000,
-        defer_ms: int = 60_000,
+        lanes_max: int = 64,
     ) -> Call[ClaimBatch]:
-        """Lease up to ``limit`` due deliveries, deferred ones (due earlier) first, then
-        in due order; one whose host already has ``per_host`` attempts in flight (this
-        notifier's, ``hosts``, plus what this call leases) is deferred instead, paced
-        by the host (``HostLoad``, else ``pace_ms`` an attempt), ``defer_ms`` at most.
-        At most ``scan`` entries are looked at in each band (docs/adr/0139)."""
+        """Lease up to ``limit`` due deliveries: first from the lanes of hosts with a
+        free slot (``per_host`` less this notifier's attempts in flight there,
+        ``busy``, and what this call leases), earliest first, ``lanes_max`` hosts at
+        most; then from the due zset in due order, ``scan`` entries at most, moving
+        one whose host is full into its host's lane (docs/adr/0139)."""
 
         def parse(r: list[Any]) -> ClaimBatch:
             head, groups = CLAIM.unpack(r)
@@ -230,22 +210,24 @@ class WebhookOps:
                 )
                 for g in groups
             ]  # fmt: skip
-            flat = head["horizons"]
-            horizons = {str(h): int(t) for h, t in zip(flat[::2], flat[1::2], strict=True)}
-            return ClaimBatch(out, bool(int(head["more"])), int(head["now"]), horizons)
+            return ClaimBatch(
+                out, bool(int(head["more"])), int(head["now"]), bool(int(head["laned"]))
+            )
 
         values = {
             "nprefix": keys.notify_prefix(model), "lease_ms": lease_ms, "limit": limit,
             "who": who, "jprefix": keys.job_prefix(model), "bprefix": keys.bulk_key(model, ""),
-            "per_host": per_host, "scan": max(1, scan), "pace_ms": max(1, pace_ms),
-            "defer_ms": max(1, defer_ms),
+            "per_host": per_host, "scan": max(1, scan),
+            "lprefix": keys.deliveries_lane_prefix(model), "lanes_max": max(1, lanes_max),
         }  # fmt: skip
-        groups = [
-            {"host": h, "busy": x.busy, "pace": max(1, x.pace_ms), "after": x.after_ms}
-            for h, x in (hosts or {}).items()
-        ]
+        groups = [{"host": h, "busy": n} for h, n in (busy or {}).items() if n > 0]
         args = CLAIM.pack(values, groups)
-        return Call(parse, "webhook_claim", [keys.deliveries_due_key(model)], args)
+        ks = [
+            keys.deliveries_due_key(model),
+            keys.deliveries_lanes_key(model),
+            keys.deliveries_lane_sizes_key(model),
+        ]
+        return Call(parse, "webhook_claim", ks, args)
 
     def done(
         self,
@@ -322,26 +304,26 @@ class WebhookOps:
         return Call(lambda r: r[0], commands=[("HGET", dk, D.OWNER)])
 
     def backlog(self, model: str, now_ms: int) -> Call[Backlog]:
+        """Pending and due deliveries count the lanes' entries too (every one is due:
+        it moved into its host's lane when due), and the oldest due is the earlier of
+        the due zset's head and the lanes' earliest (docs/adr/0139)."""
         due = keys.deliveries_due_key(model)
 
         def parse(r: list[Any]) -> Backlog:
-            # The oldest: the head (unless only deferred ones are left) or, earlier,
-            # when the oldest deferred one fell due (its mark).
-            fell = [float(s) for _, s in r[2] if float(s) < DEFER_BAND]
-            fell += [float(s) - MARK_BAND for _, s in r[5]]
-            wait = max(0.0, (now_ms - min(fell)) / 1000) if fell else 0.0
-            deferred = int(r[4])
-            return Backlog(model, int(r[0]) + deferred, int(r[1]) + deferred, wait, int(r[3]))
+            heads = [float(s) for _, s in [*r[2], *r[4]]]
+            wait = max(0.0, (now_ms - min(heads)) / 1000) if heads else 0.0
+            laned = sum(int(n) for n in r[5])
+            return Backlog(model, int(r[0]) + laned, int(r[1]) + laned, wait, int(r[3]))
 
         return Call(
             parse,
             commands=[
-                ("ZCOUNT", due, "-inf", f"({DEFER_BAND}"),
+                ("ZCARD", due),
                 ("ZCOUNT", due, "-inf", now_ms),
                 ("ZRANGE", due, 0, 0, "WITHSCORES"),
                 ("LLEN", keys.deliveries_dead_key(model)),
-                ("ZCOUNT", due, DEFER_BAND, f"({MARK_BAND}"),
-                ("ZRANGEBYSCORE", due, MARK_BAND, "+inf", "WITHSCORES", "LIMIT", 0, 1),
+                ("ZRANGE", keys.deliveries_lanes_key(model), 0, 0, "WITHSCORES"),
+                ("HVALS", keys.deliveries_lane_sizes_key(model)),
             ],
         )
 
