@@ -21,8 +21,7 @@ from sluice.errors import JobNotFound
 from sluice.jobs import DELIVERY_FIELDS, delivery_view, model_of
 from sluice.queue.scripts import Call
 from sluice.records import DeliveryField as D
-from sluice.signature import Signature
-from sluice.webhooks.signatures import DONE, REDELIVER, SIGNATURES
+from sluice.webhooks.signatures import CLAIM, DONE, REDELIVER, SIGNATURES
 
 SCRIPT_NAMES = ("claim", "done", "redeliver")
 LOG_KEEP = 20  # attempts kept in a delivery's log
@@ -30,52 +29,10 @@ DELIVERED_TTL_S = 86400  # a delivered record is kept this long (GET /v1/jobs/{i
 DEAD_TTL_S = 7 * 86400  # a given-up one this long (the delivery dead-letter list)
 
 
-# claim.lua's arguments and reply by name (sluice/queue/signatures.py).
-CLAIM = Signature(
-    "claim",
-    (
-        ("nprefix", "str"),  # delivery hash prefix
-        ("lease_ms", "num"),
-        ("limit", "num"),  # at most this many leased
-        ("who", "str"),  # the notifier's id
-        ("jprefix", "str"),  # job hash prefix
-        ("bprefix", "str"),  # bulk hash prefix
-        ("per_host", "num"),  # attempts in flight per host, at most (0: no cap)
-        ("scan", "num"),  # due entries looked at, at most
-        ("lprefix", "str"),  # a host's lane: this prefix and the host
-        ("lanes_max", "num"),  # hosts with a free slot whose lane is walked, at most
-    ),
-    # By host the notifier has attempts in flight with: how many.
-    group=(("host", "str"), ("busy", "num")),
-    reply=("now", "more", "laned"),
-    reply_group=(
-        "id",
-        "token",
-        "att",
-        "fails",
-        "cerr",
-        "url",
-        "event",
-        "owner",
-        "kind",
-        "first",
-        "ended",
-        "body",
-        "host",
-        "record",
-    ),  # fmt: skip
-)
-PROLOGUES = {"claim": CLAIM.lua_prologue()}
-
-
 @cache
 def _sources() -> dict[str, str]:
-    # The claim's prologue is its own (PROLOGUES); the others' come from SIGNATURES.
     return {
-        f"webhook_{n}": lua_loader.source(
-            "sluice.webhooks", n, SIGNATURES.get(n), extra=PROLOGUES.get(n, "")
-        )
-        for n in SCRIPT_NAMES
+        f"webhook_{n}": lua_loader.source("sluice.webhooks", n, SIGNATURES[n]) for n in SCRIPT_NAMES
     }
 
 

@@ -1,6 +1,5 @@
 """The webhook delivery scripts, declared by :class:`~sluice.signature.Signature`:
-named fixed arguments and the reply. (The claim's, ``CLAIM``, sits in
-``sluice/webhooks/ops.py`` beside the claim it parses.)"""
+named fixed arguments, repeated groups and the reply."""
 
 from __future__ import annotations
 
@@ -30,4 +29,40 @@ REDELIVER = Signature(
     reply=("status", "state"),  # 'ok' with the previous state | 'missing' with ''
 )
 
-SIGNATURES: dict[str, Signature] = {s.script: s for s in (DONE, REDELIVER)}
+# claim.lua: by host the notifier has attempts in flight with, how many; per delivery
+# leased, its record's fields (sluice/webhooks/ops.py Claimed).
+CLAIM = Signature(
+    "claim",
+    (
+        ("nprefix", "str"),  # delivery hash prefix
+        ("lease_ms", "num"),
+        ("limit", "num"),  # at most this many leased
+        ("who", "str"),  # the notifier's id
+        ("jprefix", "str"),  # job hash prefix
+        ("bprefix", "str"),  # bulk hash prefix
+        ("per_host", "num"),  # attempts in flight per host, at most (0: no cap)
+        ("scan", "num"),  # due entries looked at, at most
+        ("lprefix", "str"),  # a host's lane: this prefix and the host
+        ("lanes_max", "num"),  # hosts with a free slot whose lane is walked, at most
+    ),
+    # By host the notifier has attempts in flight with: how many.
+    group=(("host", "str"), ("busy", "num")),
+    reply=("now", "more", "laned"),
+    reply_group=(
+        "id",
+        "token",
+        "att",
+        "fails",
+        "cerr",
+        "url",
+        "event",
+        "owner",
+        "kind",
+        "first",
+        "ended",
+        "body",
+        "host",
+        "record",
+    ),  # fmt: skip
+)
+SIGNATURES: dict[str, Signature] = {s.script: s for s in (CLAIM, DONE, REDELIVER)}

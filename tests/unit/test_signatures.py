@@ -30,7 +30,7 @@ SCRIPTS: dict[str, tuple[str, Signature, str]] = {
     },
     **{
         f"webhooks/{n}": ("sluice.webhooks", s, webhook_ops.scripts()[f"webhook_{n}"])
-        for n, s in {**webhooks.SIGNATURES, "claim": webhook_ops.CLAIM}.items()
+        for n, s in webhooks.SIGNATURES.items()
     },
     **{
         f"lua/{n}": ("sluice", s, registry.script_source(n)) for n, s in registry.SIGNATURES.items()

@@ -68,11 +68,12 @@ end
 local claimed, more = {}, 0
 local function lease(id, host)
   local dk = nprefix .. id
-  local f = redis.call('HMGET', dk, 'url', 'event', 'owner', 'kind', 'fails', 'cerr',
-                       'first', 'ended', 'body')
-  local att = redis.call('HINCRBY', dk, 'att', 1)
+  local f = redis.call('HMGET', dk, DELIVERY.url, DELIVERY.event, DELIVERY.owner,
+                       DELIVERY.kind, DELIVERY.fails, DELIVERY.cerr, DELIVERY.first,
+                       DELIVERY.ended, DELIVERY.body)
+  local att = redis.call('HINCRBY', dk, DELIVERY.att, 1)
   local token = who .. ':' .. att
-  redis.call('HSET', dk, 'lease', token)
+  redis.call('HSET', dk, DELIVERY.lease, token)
   redis.call('ZADD', due, now + lease_ms, id)
   local record = {}
   if not f[9] then
@@ -98,7 +99,7 @@ for _, host in ipairs(heads) do
     local got = redis.call('ZRANGEBYSCORE', lane, '-inf', now, 'LIMIT', 0, n)
     for _, id in ipairs(got) do
       redis.call('ZREM', lane, id)
-      local s = redis.call('HMGET', nprefix .. id, 'state')
+      local s = redis.call('HMGET', nprefix .. id, DELIVERY.state)
       -- Gone, ended, or redelivered meanwhile (its due entry decides): dropped here.
       if s[1] == 'pending' and not redis.call('ZSCORE', due, id) then
         lease(id, host)
@@ -123,7 +124,7 @@ local moved = {}
 for i = 1, #got, 2 do
   if #claimed >= limit then more = 1; break end
   local id, score = got[i], tonumber(got[i + 1])
-  local s = redis.call('HMGET', nprefix .. id, 'state', 'url')
+  local s = redis.call('HMGET', nprefix .. id, DELIVERY.state, DELIVERY.url)
   if s[1] ~= 'pending' then
     redis.call('ZREM', due, id)  -- delivered, given up or expired meanwhile
   else
