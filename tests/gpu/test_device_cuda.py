@@ -18,7 +18,8 @@ from sluice.errors import ConfigError
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
 from tests.gpu.cuda import needs_cuda
-from tests.workers.conftest import MODEL, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, submit, worker_config
 from workers.handlers import HandlerContext, make_handler
 from workers.main import build_worker, resolve_device
 from workers.worker import WorkerOptions
@@ -101,7 +102,7 @@ def test_the_local_backend_pins_each_worker_to_its_device(
         assert environ_of(w.proc.pid)["CUDA_VISIBLE_DEVICES"] == w.device
     qc = QueueClient(r, dict(backend.cfg.models))
     ids = submit(qc, backend.cfg, ["where am i"] * 4)
-    done = wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids), 180)
+    done = wait_until(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids), 180)
     assert done
     seen = [qc.get(i).result for i in ids]
     for result in seen:  # each worker sees its one device only, as cuda:0

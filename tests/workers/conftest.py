@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -50,16 +49,6 @@ def submit(qc: QueueClient, cfg: SluiceConfig, texts: list[Any], model: str = MO
         e = est.estimate(t)
         jobs.append(NewJob(t, e.bucket, e.cost))
     return [s.id for s in qc.submit(model, jobs)]
-
-
-def wait_for(pred: Callable[[], Any], timeout_s: float = 10.0, every_s: float = 0.02) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = pred()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"condition not met within {timeout_s} s")
 
 
 @dataclass

@@ -16,7 +16,8 @@ from sluice import registry
 from sluice.config import SluiceConfig
 from sluice.jobs import JobStatus, Outcome
 from sluice.queue import QueueClient
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 from workers.handlers import HandlerContext, make_handler
 from workers.worker import EXIT_QUARANTINED, Worker, WorkerOptions
 
@@ -170,7 +171,7 @@ def test_housekeeping_survives_redis_refusing_writes(
     qc = client(r, cfg)
     ids = submit(qc, cfg, ["x"] * 2)
     run = start_worker(cfg, overlap=False)
-    wait_for(lambda: qc.stats(MODEL).in_flight == 2)
+    wait_until(lambda: qc.stats(MODEL).in_flight == 2)
     with writes_refused(r, for_s=0.6):
         pass  # the timer restores writes; leaving the block waits for it
     restored_at = time.time()
@@ -179,7 +180,7 @@ def test_housekeeping_survives_redis_refusing_writes(
     assert qc.reclaim(MODEL) == 0  # renewed since the fault: no lease lapsed
     [info] = workers_of(qc)
     assert info.heartbeat_at > restored_at and info.busy and info.extra["held"] == 2
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded") == 2, timeout_s=5)
+    wait_until(lambda: qc.stats(MODEL).counters.get("succeeded") == 2, timeout_s=5)
     assert [qc.get(i).attempts for i in ids] == [1, 1]
 
 
@@ -205,5 +206,5 @@ def test_busy_while_holding_a_prefetched_lease_between_batches(
             busy_while_held.append(info.busy and info.extra["held"] == len(before))
         time.sleep(0.01)
     assert len(busy_while_held) > 20 and all(busy_while_held)
-    idle = wait_for(lambda: [w for w in workers_of(qc) if w.jobs == 4])[0]
+    idle = wait_until(lambda: [w for w in workers_of(qc) if w.jobs == 4])[0]
     assert (idle.busy, idle.extra["held"]) == (False, 0)  # what the heartbeat published

@@ -14,8 +14,8 @@ import redis
 from sluice import keys, registry
 from sluice.jobs import JobRecord, JobStatus
 from sluice.queue import QueueClient
-from tests.waits import HUNG_S, blocked_clients, wait_blocked
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import HUNG_S, blocked_clients, wait_blocked, wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 from tests.workers.test_process import spawn  # noqa: F401 - the fixture
 from workers import worker as worker_module
 from workers.worker import EXIT_OK, IDLE_WAIT_S
@@ -50,12 +50,12 @@ def test_an_idle_worker_picks_up_a_new_job_promptly(
     qc = QueueClient(r, dict(cfg.models))
     before = blocked_clients(r)
     run = start_worker(cfg, redis_timeout_s=3 * LONG_IDLE_S)
-    wait_for(lambda: ready(qc))
+    wait_until(lambda: ready(qc))
     waits = []
     for _ in range(4):
         wait_blocked(r, before)  # idle again, blocked on its wake lists
         job = submit(qc, cfg, ["a b c"])[0]
-        rec = wait_for(partial(succeeded, qc, job), timeout_s=LONG_IDLE_S / 2)
+        rec = wait_until(partial(succeeded, qc, job), timeout_s=LONG_IDLE_S / 2)
         assert rec.started_at_ms is not None
         waits.append(rec.started_at_ms - rec.queued_at_ms)
     assert max(waits) < LONG_IDLE_S * 1000 / 2, waits
@@ -73,7 +73,7 @@ def test_drain_stops_an_idle_worker_within_its_wait(
     qc = QueueClient(r, dict(cfg.models))
     before = blocked_clients(r)
     run = start_worker(cfg)
-    wait_for(lambda: ready(qc))
+    wait_until(lambda: ready(qc))
     wait_blocked(r, before)  # idle, blocked on its wake lists
     t0 = time.monotonic()
     run.worker.drain("test")
@@ -91,7 +91,7 @@ def test_sigterm_stops_an_idle_worker_process_within_about_a_second(
     qc = QueueClient(r, dict(cfg.models))
     before = blocked_clients(r)
     proc = spawn(cfg, "--metrics-port", "-1")
-    wait_for(lambda: ready(qc), timeout_s=30)
+    wait_until(lambda: ready(qc), timeout_s=30)
     wait_blocked(r, before)
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)

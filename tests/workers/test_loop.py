@@ -11,7 +11,7 @@ from sluice import keys, registry
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
 from tests.waits import wait_until
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 from tests.workers.fault_handlers import OomHandler
 from workers.handlers import HandlerContext, make_handler
 from workers.worker import EXIT_LOAD_FAILED, EXIT_OK, EXIT_QUARANTINED
@@ -54,8 +54,8 @@ def test_heartbeat_reports_ready_rate_and_deregisters_on_drain(
     qc = client(r, cfg)
     submit(qc, cfg, ["a b c"] * 40)
     run = start_worker(cfg, buckets=["32", "128"])
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded") == 40)
-    info = wait_for(lambda: [w for w in workers(qc) if w.jobs == 40])[0]
+    wait_until(lambda: qc.stats(MODEL).counters.get("succeeded") == 40)
+    info = wait_until(lambda: [w for w in workers(qc) if w.jobs == 40])[0]
     assert (info.state, info.buckets, info.id) == ("ready", ["32", "128"], run.worker.id)
     assert info.ready_at is not None and info.ready_at >= info.started_at
     assert info.service_rate > 0  # cost units per busy second
@@ -109,7 +109,7 @@ def test_quarantines_instead_of_draining_the_queue_into_errors(
     qc = client(r, cfg)
     ids = submit(qc, cfg, [f"job {i}" for i in range(20)])
     run = start_worker(cfg)
-    wait_for(lambda: [w for w in workers(qc) if w.state == "quarantined"])
+    wait_until(lambda: [w for w in workers(qc) if w.state == "quarantined"])
     assert run.join() == EXIT_QUARANTINED
     stats = qc.stats(MODEL)
     assert stats.counters.get("failed", 0) == 0  # nothing dead-lettered
@@ -130,7 +130,7 @@ def test_renews_leases_while_a_long_batch_runs(r: redis.Redis, start_worker: Sta
     qc = client(r, cfg)
     ids = submit(qc, cfg, ["x"] * 4)
     run = start_worker(cfg, overlap=False)
-    wait_for(lambda: qc.stats(MODEL).in_flight == 4)
+    wait_until(lambda: qc.stats(MODEL).in_flight == 4)
     first_expiry_ms = max(lease_expiries_ms(r))
     expiries_ms = [first_expiry_ms]
 
@@ -154,7 +154,7 @@ def test_drain_finishes_the_batches_it_holds(r: redis.Redis, start_worker: Start
     qc = client(r, cfg)
     submit(qc, cfg, ["x"] * 10)
     run = start_worker(cfg, overlap=True)
-    wait_for(lambda: qc.stats(MODEL).in_flight == 4)  # one batch running, one prefetched
+    wait_until(lambda: qc.stats(MODEL).in_flight == 4)  # one batch running, one prefetched
     run.worker.drain()
     assert run.join() == EXIT_OK
     stats = qc.stats(MODEL)
@@ -204,7 +204,7 @@ def test_a_result_that_is_not_json_fails_alone(r: redis.Redis, start_worker: Sta
 def test_a_plain_string_drain_command_works_too(r: redis.Redis, start_worker: StartWorker) -> None:
     cfg = worker_config("synthetic", {"base_ms": 0, "per_token_ms": 0})
     run = start_worker(cfg)
-    wait_for(lambda: run.worker.status.state == "ready")
+    wait_until(lambda: run.worker.status.state == "ready")
     r.set(keys.worker_control_key(MODEL, run.worker.id), "drain")  # typed by hand
     assert run.join(timeout_s=5) == EXIT_OK
     assert not r.exists(keys.worker_control_key(MODEL, run.worker.id))

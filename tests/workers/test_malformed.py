@@ -18,7 +18,8 @@ import redis
 from sluice import keys
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 from workers.worker import EXIT_OK
 
 pytestmark = pytest.mark.redis
@@ -133,14 +134,14 @@ def test_a_stream_of_bad_jobs_never_quarantines_the_worker(
     cfg = worker_config(worker={"quarantine_after_failures": 2})
     qc = client(r, cfg)
     run = start_worker(cfg)
-    wait_for(lambda: run.worker.status.state == "ready")
+    wait_until(lambda: run.worker.status.state == "ready")
     bad_ids = []
     for i in range(6):  # batches of one bad job each: 3x the quarantine threshold
         job_id = write_raw(r, i, ["[1, 2]", "not json", '"\\udc00"'][i % 3])
         bad_ids.append(job_id)
-        wait_for(lambda j=job_id: qc.get(j).status == JobStatus.FAILED)
+        wait_until(lambda j=job_id: qc.get(j).status == JobStatus.FAILED)
     good = submit(qc, cfg, ["still serving"])[0]
-    wait_for(lambda: qc.get(good).status == JobStatus.SUCCEEDED)
+    wait_until(lambda: qc.get(good).status == JobStatus.SUCCEEDED)
     assert run.worker.status.state == "ready" and run.thread.is_alive()
     assert all(qc.get(j).attempts <= 1 for j in bad_ids)
 

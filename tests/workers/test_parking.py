@@ -15,7 +15,8 @@ import redis
 from sluice import registry
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 from workers.startpath import STAGES
 from workers.worker import EXIT_OK
 
@@ -37,7 +38,7 @@ def _info(qc: QueueClient, worker_id: str) -> registry.WorkerInfo | None:
 
 
 def _state(qc: QueueClient, worker_id: str, state: str) -> Any:
-    return wait_for(lambda: (i := _info(qc, worker_id)) is not None and i.state == state and i)
+    return wait_until(lambda: (i := _info(qc, worker_id)) is not None and i.state == state and i)
 
 
 def test_a_parked_worker_claims_nothing_until_promoted(
@@ -51,12 +52,12 @@ def test_a_parked_worker_claims_nothing_until_promoted(
     assert info.parked and info.jobs == 0
     # Heartbeats keep coming while parked; the jobs stay queued through several of them.
     first = info.heartbeat_at
-    wait_for(lambda: (i := _info(qc, run.worker.id)) is not None and i.heartbeat_at > first + 0.4)
+    wait_until(lambda: (i := _info(qc, run.worker.id)) is not None and i.heartbeat_at > first + 0.4)
     assert all(qc.get(i).status == JobStatus.QUEUED for i in ids)
     assert qc.stats(MODEL).counters.get("claimed", 0) == 0
     _send(r, run.worker.id, registry.PROMOTE)
-    wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
-    info = wait_for(lambda: (i := _info(qc, run.worker.id)) and "promote_s" in i.extra and i)
+    wait_until(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
+    info = wait_until(lambda: (i := _info(qc, run.worker.id)) and "promote_s" in i.extra and i)
     assert info.state == "ready" and not info.parked
     assert 0 <= info.extra["promote_s"] < 10  # measured: command to the first claim's reply
     # A parked worker's start path stops before its first claim: that is the promotion's.
@@ -74,10 +75,10 @@ def test_park_sends_a_serving_worker_back_to_standby_and_promote_brings_it_back(
     parked = _state(qc, run.worker.id, "standby")
     ids = submit(qc, cfg, ["x y"] * 6)
     later = parked.heartbeat_at + 0.4  # two heartbeats on, the jobs are still queued
-    wait_for(lambda: (i := _info(qc, run.worker.id)) is not None and i.heartbeat_at > later)
+    wait_until(lambda: (i := _info(qc, run.worker.id)) is not None and i.heartbeat_at > later)
     assert all(qc.get(i).status == JobStatus.QUEUED for i in ids)
     _send(r, run.worker.id, registry.PROMOTE)
-    wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
+    wait_until(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
     assert _info(qc, run.worker.id).state == "ready"  # type: ignore[union-attr]
 
 
@@ -103,10 +104,10 @@ def test_a_promote_sent_while_loading_starts_the_worker_claiming(
     _send(r, "w-early", registry.PROMOTE)
     ids = submit(qc, cfg, ["p q"] * 3)
     run = start_worker(cfg, parked=True, worker_id="w-early")
-    wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
+    wait_until(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
     # Promoted before it was loaded: its first claim ends its start path; it reports
     # no promotion time (that would be the rest of its load, not a promotion).
-    info = wait_for(
+    info = wait_until(
         lambda: (i := _info(qc, run.worker.id)) and "first_claim" in i.extra["start_path"] and i
     )
     assert "promote_s" not in info.extra
@@ -118,7 +119,7 @@ def test_the_start_path_is_in_the_heartbeat_and_metrics(
     cfg = worker_config("synthetic", SYNTH)
     qc = QueueClient(r, dict(cfg.models))
     run = start_worker(cfg)
-    info = wait_for(
+    info = wait_until(
         lambda: (
             (i := _info(qc, run.worker.id)) and "first_claim" in i.extra.get("start_path", {}) and i
         )
@@ -147,6 +148,6 @@ def test_host_parking_moves_the_weights_off_and_back_on_promotion(
     assert handler.calls == (["park"] if weights == "host" else [])  # type: ignore[attr-defined]
     _send(r, run.worker.id, registry.PROMOTE)
     ids = submit(qc, cfg, ["a b"] * 4)
-    wait_for(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
+    wait_until(lambda: all(qc.get(i).status == JobStatus.SUCCEEDED for i in ids))
     want = ["park", "unpark"] if weights == "host" else []
     assert handler.calls == want  # type: ignore[attr-defined]

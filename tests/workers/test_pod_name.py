@@ -10,7 +10,8 @@ import redis
 from sluice import registry
 from sluice.config import POD_NAME_ENV
 from sluice.queue import QueueClient
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 
 pytestmark = pytest.mark.redis
 # Longer than a host name may be (63): the kubelet truncates the pod's host name.
@@ -31,7 +32,7 @@ def test_heartbeat_carries_the_pod_name_from_the_environment(
     submit(qc, cfg, ["a b c"] * 10)
     start_worker(cfg)
     # After batches too: the batch loop rewrites the heartbeat's other fields.
-    info = wait_for(lambda: [w for w in _live(qc) if w.jobs == 10])[0]
+    info = wait_until(lambda: [w for w in _live(qc) if w.jobs == 10])[0]
     assert info.pod_name == POD
 
 
@@ -42,5 +43,5 @@ def test_no_pod_name_outside_kubernetes(
     cfg = worker_config("synthetic", {"base_ms": 1, "per_token_ms": 0.01})
     qc = QueueClient(r, dict(cfg.models))
     start_worker(cfg)
-    info = wait_for(lambda: _live(qc))[0]
+    info = wait_until(lambda: _live(qc))[0]
     assert info.pod_name == "" and info.host

@@ -17,7 +17,8 @@ from sluice import registry
 from sluice.config import SluiceConfig
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
@@ -58,7 +59,7 @@ def test_sigterm_finishes_held_jobs_deregisters_and_exits_0(
     qc = QueueClient(r, dict(cfg.models))
     submit(qc, cfg, ["x"] * 10)
     proc = spawn(cfg, "--metrics-port", "-1")
-    wait_for(lambda: qc.stats(MODEL).in_flight > 0)
+    wait_until(lambda: qc.stats(MODEL).in_flight > 0)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(10) == 0
     stats = qc.stats(MODEL)
@@ -76,13 +77,13 @@ def test_sigkill_mid_batch_loses_no_job(
     qc = QueueClient(r, dict(cfg.models))
     ids = submit(qc, cfg, ["x"] * 12)
     proc = spawn(cfg, "--metrics-port", "-1")
-    wait_for(lambda: qc.stats(MODEL).in_flight > 0)
+    wait_until(lambda: qc.stats(MODEL).in_flight > 0)
     proc.kill()
     proc.wait(5)
     killed = qc.stats(MODEL)
     assert killed.in_flight > 0  # it died holding leases
     second = start_worker(cfg)
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded") == len(ids), timeout_s=20)
+    wait_until(lambda: qc.stats(MODEL).counters.get("succeeded") == len(ids), timeout_s=20)
     recs = [qc.get(i) for i in ids]
     assert all(x.status == JobStatus.SUCCEEDED for x in recs)
     assert sum(1 for x in recs if x.attempts == 2) == killed.in_flight  # re-run elsewhere
@@ -98,8 +99,8 @@ def test_metrics_endpoint_counts_jobs(
     qc = QueueClient(r, dict(cfg.models))
     submit(qc, cfg, ["a b c"] * 6)
     proc = spawn(cfg, "--metrics-port", "0")
-    wait_for(lambda: qc.stats(MODEL).counters.get("succeeded") == 6)
-    live = wait_for(lambda: qc.run(registry.list_workers_call(MODEL))[0])
+    wait_until(lambda: qc.stats(MODEL).counters.get("succeeded") == 6)
+    live = wait_until(lambda: qc.run(registry.list_workers_call(MODEL))[0])
     port = live[0].metrics_port
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert 'sluice_worker_jobs_total{model="m",status="succeeded"} 6.0' in text

@@ -13,7 +13,8 @@ import torch
 from sluice.cores import THREADS_ENV
 from sluice.queue import QueueClient
 from sluice.registry import list_workers_call
-from tests.workers.conftest import MODEL, Running, submit, wait_for, worker_config
+from tests.waits import wait_until
+from tests.workers.conftest import MODEL, Running, submit, worker_config
 
 
 @pytest.fixture
@@ -46,9 +47,9 @@ def test_threads_from_the_backend_unless_the_params_say(
     cfg = worker_config("tiny", params=params)
     qc = QueueClient(r, dict(cfg.models))  # the fixture's client: closed after the test
     start_worker(cfg)
-    wait_for(lambda: _threads(qc) == [expected])
+    wait_until(lambda: _threads(qc) == [expected])
     assert torch.get_num_threads() == expected
     ids = submit(qc, cfg, ["a b c", "d e"])
-    wait_for(lambda: all(qc.get(j).status == "succeeded" for j in ids))
-    after = wait_for(lambda: _threads(qc, batches=1))  # a heartbeat from after the batch
+    wait_until(lambda: all(qc.get(j).status == "succeeded" for j in ids))
+    after = wait_until(lambda: _threads(qc, batches=1))  # a heartbeat from after the batch
     assert after == [expected]  # a batch keeps what start set
