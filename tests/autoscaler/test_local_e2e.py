@@ -9,8 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,15 +52,6 @@ CONFIG = {
 }
 
 
-def wait_for(cond: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 @pytest.fixture
 def config_path(tmp_path: Path) -> Path:
     path = tmp_path / "sluice.yaml"
@@ -98,23 +88,27 @@ def test_burst_scales_up_drains_and_scales_back_without_losing_jobs(
     running: tuple[Autoscaler, LocalBackend, QueueClient],
 ) -> None:
     loop, backend, client = running
-    wait_for(lambda: _ready(client) == 1, 45, "the min_replicas worker to be ready")
+    wait_until(lambda: _ready(client) == 1, 45, "the min_replicas worker to be ready", every_s=0.1)
     # The burst: 200 jobs x 100 units = 20 s of one worker's time.
     subs = client.submit("m", [NewJob(input=i, bucket="128", cost=100) for i in range(200)])
     ids = [s.id for s in subs]
-    wait_for(lambda: backend.current("m") >= 3, 20, "a scale-up to at least 3")
-    wait_for(lambda: _ready(client) >= 3, 45, "3 ready workers")
-    wait_for(
-        lambda: client.stats("m").counters.get("succeeded", 0) == 200, 60, "the queue to drain"
+    wait_until(lambda: backend.current("m") >= 3, 20, "a scale-up to at least 3", every_s=0.1)
+    wait_until(lambda: _ready(client) >= 3, 45, "3 ready workers", every_s=0.1)
+    wait_until(
+        lambda: client.stats("m").counters.get("succeeded", 0) == 200,
+        60,
+        "the queue to drain",
+        every_s=0.1,
     )
     # Idle now: after the 3 s window the extra workers are drained, one per period.
-    wait_for(
+    wait_until(
         lambda: (
             backend.current("m") == 1
             and not any(w.draining_since for w in backend.models["m"].workers)
         ),
         60,
         "a scale-down to 1",
+        every_s=0.1,
     )
     st = client.stats("m")
     assert st.queued == 0 and st.in_flight == 0 and st.counters.get("failed", 0) == 0
@@ -131,13 +125,14 @@ def test_a_crashed_worker_is_restarted(
     running: tuple[Autoscaler, LocalBackend, QueueClient],
 ) -> None:
     _, backend, client = running
-    wait_for(lambda: _ready(client) == 1, 45, "the first worker")
+    wait_until(lambda: _ready(client) == 1, 45, "the first worker", every_s=0.1)
     first = backend.models["m"].workers[0]
     os.kill(first.proc.pid, signal.SIGKILL)
-    wait_for(
+    wait_until(
         lambda: any(w.id != first.id for w in backend.models["m"].workers),
         20,
         "a replacement worker",
+        every_s=0.1,
     )
     assert backend.models["m"].exits[0][0] == first.id
     assert backend.models["m"].exits[0][2] is False  # a crash, not a drain

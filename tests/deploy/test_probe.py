@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from tests.conftest import make_config
 from tests.deploy.code_facts import DEPLOY
 from tests.deploy.conftest import config_in, containers, find, load_yaml
 from tests.deploy.promql import metric_names
+from tests.waits import wait_until
 from workers.metrics import WorkerMetrics
 
 PROBE = DEPLOY / "docker" / "sluice_probe.py"
@@ -50,15 +51,6 @@ sluice_probe = _load_probe_module()
 def probe(*args: str) -> int:
     out = subprocess.run([sys.executable, str(PROBE), *args], capture_output=True, timeout=20)
     return out.returncode
-
-
-def wait_for(pred: Callable[[], Any], timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := pred():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"not true within {timeout_s} s")
 
 
 def free_port() -> int:
@@ -161,16 +153,18 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
         stderr=subprocess.DEVNULL,
     )
     try:
-        wait_for(lambda: probe("worker-ready", str(port)) == 0, timeout_s=30)
+        wait_until(lambda: probe("worker-ready", str(port)) == 0, timeout_s=30, every_s=0.1)
         qc = QueueClient(r, dict(cfg.models))
         est = CostEstimator(cfg.model("m")).estimate("hello")
         qc.submit("m", [NewJob("hello", est.bucket, est.cost)])
-        wait_for(lambda: qc.stats("m").in_flight == 1, timeout_s=10)
+        wait_until(lambda: qc.stats("m").in_flight == 1, timeout_s=10, every_s=0.1)
         # --parent: only this test's child, never another worker on this machine.
         started = time.monotonic()
         assert probe("drain", "--parent", str(os.getpid())) == 0
         assert time.monotonic() - started < BATCH_S / 2, "a preStop hook must not wait"
-        wait_for(lambda: probe("worker-ready", str(port)) == 1, timeout_s=BATCH_S / 2)
+        wait_until(
+            lambda: probe("worker-ready", str(port)) == 1, timeout_s=BATCH_S / 2, every_s=0.1
+        )
         assert proc.poll() is None, "still finishing the batch it holds"
         assert proc.wait(timeout=3 * BATCH_S) == 0
         stats = qc.stats("m")
@@ -223,14 +217,19 @@ def test_real_notifier_answers_its_probes_and_stops_on_sigterm(
     )
     try:
         for p in sorted(paths):
-            wait_for(lambda p=p: probe("url", f"http://127.0.0.1:{port}{p}") == 0, timeout_s=30)
+            wait_until(
+                lambda p=p: probe("url", f"http://127.0.0.1:{port}{p}") == 0,
+                timeout_s=30,
+                every_s=0.1,
+            )
         series = _absence_alert_series()
-        wait_for(
+        wait_until(
             lambda: (
                 f'{series}{{model="m"}}'
                 in sluice_probe.fetch(f"http://127.0.0.1:{port}/metrics")[1]
             ),
             timeout_s=15,
+            every_s=0.1,
         )
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)

@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sluice import keys
 from sluice.client import Client
-from tests.e2e.upstack import Up, launch, shut_down, wait_for
+from tests.e2e.upstack import Up, launch, shut_down
+from tests.waits import wait_until
 from tests.webhooks.receiver import receiving
 
 pytestmark = [pytest.mark.slow]
@@ -140,7 +141,12 @@ def test_killing_the_coordinator_loses_and_duplicates_nothing(up: Up, tmp_path: 
         before = q.stats(MODEL).counters.get("succeeded", 0)
     with Client(up.gateway) as c:
         view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
-        wait_for(lambda: c.bulk_get(view["id"])["counts"]["done"] >= 800, 60, "800 lines done")
+        wait_until(
+            lambda: c.bulk_get(view["id"])["counts"]["done"] >= 800,
+            60,
+            "800 lines done",
+            every_s=0.2,
+        )
         horse = coordinator_horse(up)
         assert horse is not None, "no coordinator slice is running"
         done_at_kill = c.bulk_get(view["id"])["counts"]["done"]
@@ -160,7 +166,12 @@ def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
     bulk_file(tmp_path / "in.jsonl", 30000)
     with Client(up.gateway) as c:
         view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
-        wait_for(lambda: c.bulk_get(view["id"])["counts"]["done"] >= 200, 60, "200 lines done")
+        wait_until(
+            lambda: c.bulk_get(view["id"])["counts"]["done"] >= 200,
+            60,
+            "200 lines done",
+            every_s=0.2,
+        )
         cancel = sluice("bulk", "cancel", view["id"], "--url", up.gateway)
         assert cancel.returncode == 0, cancel.stderr
         assert json.loads(cancel.stdout)["previous_state"] == "running"
@@ -205,15 +216,21 @@ def test_the_notifier_and_the_bulk_worker_serve_metrics_named_in_the_banner(up: 
             timeout=30,
         )
         assert r.status_code == 202, r.text
-        wait_for(lambda: c.bulk_get(r.json()["id"])["state"] == "completed", 120, "completed")
-        wait_for(lambda: len(rx.calls) >= 1, 60, "the bulk job's webhook")
+        wait_until(
+            lambda: c.bulk_get(r.json()["id"])["state"] == "completed",
+            120,
+            "completed",
+            every_s=0.2,
+        )
+        wait_until(lambda: len(rx.calls) >= 1, 60, "the bulk job's webhook", every_s=0.2)
     delivered = (("model", MODEL), ("outcome", "delivered"))
-    wait_for(
+    wait_until(
         lambda: (
             scrape(named["notifier"]).get(("sluice_webhook_deliveries_total", delivered), 0) >= 1
         ),
         30,
         "the delivery counted on the notifier's /metrics",
+        every_s=0.2,
     )
     bulk = scrape(named["bulk-worker-0"])
     assert bulk[("sluice_bulk_slices_total", (("outcome", "finished"),))] >= 1, bulk

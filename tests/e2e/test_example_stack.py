@@ -17,7 +17,8 @@ import yaml
 from sluice.config import load_config
 from sluice.cores import cores_per_worker, machine_cores
 from tests.conftest import EXAMPLE_CONFIG
-from tests.e2e.upstack import Up, launch, shut_down, wait_for
+from tests.e2e.upstack import Up, launch, shut_down
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -82,5 +83,5 @@ def test_the_example_stack_never_oversubscribes_the_cores(example: Up) -> None:
         assert all(t == per for t in threads), threads
         return len(ready) >= most
 
-    wait_for(threads_at_most_cores_until_scaled, 240, f"{most} MiniLM workers")
+    wait_until(threads_at_most_cores_until_scaled, 240, f"{most} MiniLM workers", every_s=0.2)
     assert max(held) == most * per <= cores

@@ -22,7 +22,8 @@ import pytest
 from standardwebhooks.webhooks import Webhook as Verifier
 
 from sluice.client import Client
-from tests.e2e.upstack import Up, launch, shut_down, wait_for
+from tests.e2e.upstack import Up, launch, shut_down
+from tests.waits import wait_until
 from tests.webhooks.receiver import receiving
 
 pytestmark = [pytest.mark.slow]
@@ -116,8 +117,12 @@ def test_burst_scales_up_and_survives_a_killed_worker(up: Up) -> None:
             chunk = [" ".join(["w"] * n) for n in sizes[start : start + 50]]
             jobs += c.submit_many("synthetic", chunk)
         assert len({j["id"] for j in jobs}) == len(sizes)
-        wait_for(lambda: up.ready("synthetic") >= 2, 60, "the autoscaler to add workers")
-        wait_for(lambda: any(w.busy for w in up.workers("synthetic")), 10, "a busy worker")
+        wait_until(
+            lambda: up.ready("synthetic") >= 2, 60, "the autoscaler to add workers", every_s=0.2
+        )
+        wait_until(
+            lambda: any(w.busy for w in up.workers("synthetic")), 10, "a busy worker", every_s=0.2
+        )
         victim = next(w for w in up.workers("synthetic") if w.busy)
         os.kill(victim.pid, signal.SIGKILL)
         finished = [c.result(j["id"], timeout_s=120) for j in jobs]
@@ -188,7 +193,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
         )
         assert r.status_code == 202, r.text
         job_id = r.json()["id"]
-        wait_for(lambda: len(rx.calls) >= 1, 60, "the job's webhook")
+        wait_until(lambda: len(rx.calls) >= 1, 60, "the job's webhook", every_s=0.2)
         body = verifier.verify(rx.calls[0].body, rx.calls[0].headers)
         assert body["type"] == "job.succeeded" and body["data"]["id"] == job_id
         assert body["data"]["result"] == {"tokens": 3}
@@ -202,7 +207,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
         )
         assert r.status_code == 202, r.text
         bulk_id = r.json()["id"]
-        wait_for(lambda: len(rx.calls) >= 2, 120, "the bulk job's webhook")
+        wait_until(lambda: len(rx.calls) >= 2, 120, "the bulk job's webhook", every_s=0.2)
         body = verifier.verify(rx.calls[1].body, rx.calls[1].headers)
         assert body["type"] == "bulk.completed" and body["data"]["id"] == bulk_id
         assert body["data"]["counts"]["succeeded"] == 3
@@ -210,7 +215,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
     def hook() -> dict[str, object]:
         return dict(httpx.get(f"{up.gateway}/v1/jobs/{job_id}", timeout=30).json()["webhook"])
 
-    wait_for(lambda: hook()["state"] == "delivered", 30, "the delivery recorded")
+    wait_until(lambda: hook()["state"] == "delivered", 30, "the delivery recorded", every_s=0.2)
     assert hook()["last_status"] == 200 and hook()["attempts"] == 1
 
 

@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from sluice.config import SluiceConfig, parse_config
 from sluice.local.redis_server import RedisServer, free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.waits import wait_until
 
 MODEL = "m"
 STAMPED = "tests.faults.handlers:StampedHandler"
@@ -67,16 +67,6 @@ def fault_config(
         },
         "gateway": {"redis_timeout_s": 1.0, "stats_refresh_s": 0.5, **(gateway or {})},
     }
-
-
-def wait_for(cond: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 @dataclass
@@ -151,7 +141,9 @@ class Proc:
         """
         self.signal(signal.SIGSTOP)
         stat = Path(f"/proc/{self.pid}/stat")
-        wait_for(lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 10, "stopped", 0.001)
+        wait_until(
+            lambda: stat.read_text().rsplit(")", 1)[1].split()[0] == "T", 10, "stopped", 0.001
+        )
 
     def text(self) -> str:
         return self.log.read_text(errors="replace")
@@ -202,7 +194,9 @@ class Stack:
         ]
         proc = self._spawn("gateway", cmd)
         url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: ready(url) or not proc.alive(), 30, "the gateway to be ready")
+        wait_until(
+            lambda: ready(url) or not proc.alive(), 30, "the gateway to be ready", every_s=0.1
+        )
         assert proc.alive(), proc.text()
         return proc, url
 
@@ -226,8 +220,11 @@ class Stack:
         ]
         proc = self._spawn("worker", cmd)
         if wait_ready:
-            wait_for(
-                lambda: " ready: " in proc.text() or not proc.alive(), 30, "the worker to be ready"
+            wait_until(
+                lambda: " ready: " in proc.text() or not proc.alive(),
+                30,
+                "the worker to be ready",
+                every_s=0.1,
             )
             assert proc.alive(), proc.text()
         return proc
@@ -313,7 +310,17 @@ def wait_gateway_sees(
 ) -> None:
     """Wait until the gateway admits jobs for ``n`` ready workers. ``metrics_url``:
     where /metrics is served (the admin port's, when ``gateway.admin_port`` is set)."""
-    wait_for(lambda: ready_workers(url) >= n, timeout_s, f"Redis to list {n} ready worker(s)")
+    wait_until(
+        lambda: ready_workers(url) >= n,
+        timeout_s,
+        f"Redis to list {n} ready worker(s)",
+        every_s=0.1,
+    )
     # Submit checks the gateway's snapshot, refreshed in the background: wait for it.
     metrics = metrics_url or f"{url}/metrics"
-    wait_for(lambda: snapshot_ready_workers(metrics) >= n, timeout_s, "the gateway's snapshot")
+    wait_until(
+        lambda: snapshot_ready_workers(metrics) >= n,
+        timeout_s,
+        "the gateway's snapshot",
+        every_s=0.1,
+    )

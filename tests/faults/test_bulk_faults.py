@@ -15,7 +15,8 @@ import psutil
 import pytest
 
 from sluice.client import Client
-from tests.faults.conftest import MODEL, SLUICE, Proc, Stack, fault_config, wait_for
+from tests.faults.conftest import MODEL, SLUICE, Proc, Stack, fault_config
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.slow]
 LINES = 8000  # several seconds of work at ~1,000 lines/s: the faults land mid-run
@@ -34,7 +35,9 @@ def bulk_config() -> dict[str, Any]:
 def spawn_bulk_worker(stack: Stack, cfg_path: Path) -> Proc:
     cmd = [*SLUICE, "bulk", "worker", "-c", str(cfg_path), "--redis-url", stack.redis.url]
     proc = stack._spawn("bulk", cmd)
-    wait_for(lambda: "Listening on" in proc.text() or not proc.alive(), 30, "the RQ worker")
+    wait_until(
+        lambda: "Listening on" in proc.text() or not proc.alive(), 30, "the RQ worker", every_s=0.1
+    )
     assert proc.alive(), proc.text()
     return proc
 
@@ -57,10 +60,11 @@ def horse_of(proc: Proc) -> psutil.Process | None:
 
 
 def check_done(stack: Stack, cfg: dict[str, Any], url: str, bulk_id: str) -> None:
-    final = wait_for(
+    final = wait_until(
         lambda: (p := progress(url, bulk_id))["state"] == "completed" and p,
         120,
         "the bulk job to complete",
+        every_s=0.1,
     )
     assert final["counts"]["succeeded"] == LINES
     with Client(url) as c:
@@ -90,7 +94,9 @@ def start(stack_factory: Any, bulk_workers: int) -> Running:
     stack.spawn_worker(path)
     workers = [spawn_bulk_worker(stack, path) for _ in range(bulk_workers)]
     bulk_id = upload(url)
-    wait_for(lambda: progress(url, bulk_id)["counts"]["done"] >= 200, 60, "200 lines done")
+    wait_until(
+        lambda: progress(url, bulk_id)["counts"]["done"] >= 200, 60, "200 lines done", every_s=0.1
+    )
     return Running(stack, cfg, path, url, workers, bulk_id)
 
 
@@ -114,7 +120,9 @@ def test_a_hung_coordinator_is_superseded_and_changes_nothing_when_it_wakes(
 ) -> None:
     run = start(stack_factory, 2)
     stack, cfg, url, bulk_id, workers = run.stack, run.cfg, run.url, run.bulk_id, run.bulk_workers
-    busy = wait_for(lambda: next((w for w in workers if horse_of(w)), None), 10, "a slice")
+    busy = wait_until(
+        lambda: next((w for w in workers if horse_of(w)), None), 10, "a slice", every_s=0.1
+    )
     horse = horse_of(busy)
     assert horse is not None
     horse.send_signal(signal.SIGSTOP)
@@ -122,10 +130,11 @@ def test_a_hung_coordinator_is_superseded_and_changes_nothing_when_it_wakes(
         # The other worker's reaper sees the lease lapse and queues a new slice,
         # which that worker runs; progress resumes while the old one is frozen.
         at_stop = progress(url, bulk_id)["counts"]["done"]
-        wait_for(
+        wait_until(
             lambda: progress(url, bulk_id)["counts"]["done"] > at_stop + 100,
             60,
             "progress without the hung coordinator",
+            every_s=0.1,
         )
     finally:
         horse.send_signal(signal.SIGCONT)

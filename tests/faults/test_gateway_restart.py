@@ -17,7 +17,8 @@ import pytest
 
 from sluice.client import Client
 from sluice.local.redis_server import free_port
-from tests.faults.conftest import MODEL, Proc, Stack, fault_config, wait_for, wait_gateway_sees
+from tests.faults.conftest import MODEL, Proc, Stack, fault_config, wait_gateway_sees
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.slow]
 LISTENERS = pytest.mark.parametrize("admin", [False, True], ids=["one-port", "admin-port"])
@@ -85,10 +86,11 @@ def test_clients_long_polling_through_a_gateway_restart_get_their_results(
     for t in threads:
         t.start()
     metrics = _metrics_url(url, cfg)
-    wait_for(
+    wait_until(
         lambda: longpoll_waiters(metrics) >= len(ids) - len(got),
         20,
         "every client to be inside a long-poll",
+        every_s=0.1,
     )
     assert len(got) < len(ids) - 4  # most are still waiting when the gateway goes
     gw.signal(sig)
@@ -133,8 +135,11 @@ def test_sigterm_answers_every_open_long_poll_503_with_retry_after(
     threads = [threading.Thread(target=poll, args=(j,), daemon=True) for j in ids]
     for t in threads:
         t.start()
-    wait_for(
-        lambda: longpoll_waiters(_metrics_url(url, cfg)) == len(ids), 20, "every poll to be waiting"
+    wait_until(
+        lambda: longpoll_waiters(_metrics_url(url, cfg)) == len(ids),
+        20,
+        "every poll to be waiting",
+        every_s=0.1,
     )
     gw.signal(signal.SIGTERM)
     for t in threads:

@@ -25,9 +25,9 @@ from tests.faults.conftest import (
     fault_config,
     ready,
     submit,
-    wait_for,
     wait_gateway_sees,
 )
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.slow]
 REDIS_TIMEOUT_S = 1.0  # gateway.redis_timeout_s in these tests (fault_config)
@@ -125,17 +125,18 @@ def test_redis_killed_and_restarted_from_its_aof(
     wait_gateway_sees(url)
     load = Submitter(url).start()
     try:
-        wait_for(lambda: len(load.accepted) >= 100, 20, "100 accepted jobs")
+        wait_until(lambda: len(load.accepted) >= 100, 20, "100 accepted jobs", every_s=0.1)
         time.sleep(max(0.0, 3.0 - (time.monotonic() - load.accepted[0][0])))  # 3 s of load
         s.redis.kill9()  # mid-load: submits, claims and completes in flight
         killed_at = time.monotonic()
         time.sleep(1.5)
         s.redis.start()  # same port, same data dir: it replays the AOF
-        wait_for(lambda: ready(url), 15, "the gateway to be ready again")
-        wait_for(
+        wait_until(lambda: ready(url), 15, "the gateway to be ready again", every_s=0.1)
+        wait_until(
             lambda: any(t > killed_at + 1.5 for t, _ in load.accepted),
             15,
             "a submit accepted after the restart",
+            every_s=0.1,
         )
     finally:
         load.stop()
@@ -155,10 +156,11 @@ def test_redis_killed_and_restarted_from_its_aof(
         recent = [j for t, j in load.accepted if killed_at - 2.0 <= t <= killed_at]
         assert set(lost) <= set(recent)
     kept = [j for j in accepted if j not in lost]
-    wait_for(
+    wait_until(
         lambda: qc.stats(MODEL).counters.get("succeeded", 0) >= len(kept),
         40,
         "every accepted job to complete",
+        every_s=0.1,
     )
     assert all(qc.get(j).status == JobStatus.SUCCEEDED for j in kept)  # type: ignore[union-attr]
     assert qc.stats(MODEL).counters.get("failed", 0) == 0
@@ -197,7 +199,7 @@ def test_redis_slow_or_unreachable_gives_fast_503_and_recovers_without_restart(
             s.redis.resume()
         else:
             s.redis.start()  # same port, empty: workers re-register by their heartbeats
-    wait_for(lambda: ready(url), 15, "readiness to come back")
+    wait_until(lambda: ready(url), 15, "readiness to come back", every_s=0.1)
     wait_gateway_sees(url, timeout_s=15)
     resp = submit(url, " ".join(["word"] * 200))
     assert resp.status_code == 202, resp.text
@@ -222,8 +224,12 @@ def test_a_worker_started_while_redis_is_down_waits_for_it(
     assert w.alive(), w.text()
     assert w.count("retrying with backoff") == 1
     s.redis.start()
-    wait_for(lambda: " ready: " in w.text(), 15, "the worker to start once Redis is back")
+    wait_until(
+        lambda: " ready: " in w.text(), 15, "the worker to start once Redis is back", every_s=0.1
+    )
     qc = s.queue(cfg)
     [job] = qc.submit(MODEL, [NewJob("hello", "32", 1)])
-    wait_for(lambda: qc.get(job.id).status == JobStatus.SUCCEEDED, 10, "the job to run")  # type: ignore[union-attr]
+    wait_until(
+        lambda: qc.get(job.id).status == JobStatus.SUCCEEDED, 10, "the job to run", every_s=0.1
+    )  # type: ignore[union-attr]
     assert w.count("Redis answers again") == 1

@@ -23,10 +23,10 @@ from tests.faults.conftest import (
     Stack,
     fault_config,
     submit,
-    wait_for,
     wait_gateway_sees,
 )
 from tests.faults.results import Watcher
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.slow]
 
@@ -85,14 +85,14 @@ def test_kill9_mid_batch_every_job_completes_and_shows_one_result(
     watcher = Watcher(url, ids).start()  # reading from before the kill to the end
     looker = s.queue(cfg)  # one client for the polling, closed at the end
     try:
-        held = wait_for(
+        held = wait_until(
             lambda: _frozen_holding(looker, a, ids),
             20,
             "worker A frozen holding jobs",
             every_s=0.01,
         )
         a.signal(signal.SIGKILL)
-        wait_for(lambda: watcher.ended() == len(ids), 40, "every job to end")
+        wait_until(lambda: watcher.ended() == len(ids), 40, "every job to end", every_s=0.1)
         time.sleep(2.0)  # past a lease: a wrongly requeued job would run (and show) again
     finally:
         watcher.stop()
@@ -130,26 +130,28 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
     watcher = Watcher(url, ids, threads=2).start()
     looker = s.queue(cfg)
     try:
-        held = wait_for(
+        held = wait_until(
             lambda: _held_by(looker, "fault-a", ids), 10, "worker A to hold jobs", every_s=0.01
         )
         a.signal(signal.SIGSTOP)  # hung mid-batch: no heartbeats, no renewals, no result
         b = s.spawn_worker(path, "--worker-id", "fault-b")
         qc = s.queue(cfg)
-        wait_for(
+        wait_until(
             lambda: all(qc.get(j).status == JobStatus.SUCCEEDED for j in held),
             20,  # type: ignore[union-attr]
             "the hung worker's jobs to finish elsewhere",
+            every_s=0.1,
         )
         first = {j: qc.get(j).result for j in held}  # type: ignore[union-attr]
         assert all(_pid_of(r) == b.pid for r in first.values())
         a.signal(signal.SIGCONT)  # its batch ends now and it sends its (late) results
-        wait_for(
+        wait_until(
             lambda: "lost the lease" in a.text() or "stale" in a.text(),
             10,
             "the late worker to notice it lost its leases",
+            every_s=0.1,
         )
-        wait_for(lambda: watcher.ended() == len(ids), 20, "every job to end")
+        wait_until(lambda: watcher.ended() == len(ids), 20, "every job to end", every_s=0.1)
         time.sleep(1.0)  # let any late write land before we look
     finally:
         watcher.stop()
@@ -163,10 +165,11 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
     b.signal(signal.SIGTERM)
     assert b.popen.wait(15) == 0
     more = _submit_all(url, 2)
-    wait_for(
+    wait_until(
         lambda: all(qc.get(j).status == JobStatus.SUCCEEDED for j in more),
         15,  # type: ignore[union-attr]
         "the late worker to run new jobs",
+        every_s=0.1,
     )
     assert all(_pid_of(qc.get(j).result) == a.pid for j in more)  # type: ignore[union-attr]
     assert a.alive() and "Traceback" not in a.text()
@@ -189,10 +192,11 @@ def test_broken_model_quarantines_and_the_queue_is_not_drained_into_errors(
     touched = [j for j in ids if qc.get(j).attempts > 0]  # type: ignore[union-attr]
     assert 0 < len(touched) <= 2 * 4  # two failed batches of at most max_batch (4)
     s.spawn_worker(good, "--worker-id", "fault-healthy")
-    wait_for(
+    wait_until(
         lambda: qc.stats(MODEL).counters.get("succeeded", 0) == len(ids),
         30,
         "the healthy worker to run every job",
+        every_s=0.1,
     )
     counters = qc.stats(MODEL).counters
     assert counters.get("failed", 0) == 0 and qc.dead_letters(MODEL) == []
@@ -226,6 +230,6 @@ def test_broken_worker_beside_a_healthy_one_costs_no_job_with_default_settings(
         c = qc.stats(MODEL).counters
         return int(c.get("succeeded", 0)) + int(c.get("failed", 0))
 
-    wait_for(lambda: ended() == len(ids), 30, "every job to end")
+    wait_until(lambda: ended() == len(ids), 30, "every job to end", every_s=0.1)
     assert qc.stats(MODEL).counters.get("failed", 0) == 0 and qc.dead_letters(MODEL) == []
     assert qc.stats(MODEL).counters.get("retried", 0) >= 5  # it did fail batches first

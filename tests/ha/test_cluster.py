@@ -21,7 +21,8 @@ from redis.crc import key_slot
 from sluice.client import Client
 from sluice.local.redis_server import RedisServer, start_redis
 from sluice.local.redis_topology import LocalCluster
-from tests.e2e.upstack import Up, launch, shut_down, wait_for
+from tests.e2e.upstack import Up, launch, shut_down
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.slow]
 SLUICE = [sys.executable, "-m", "sluice"]
@@ -65,7 +66,7 @@ def up(
     stack = launch(config, tmp_path_factory.mktemp("cluster"), {"SLUICE_REDIS_URL": cluster.url})
     try:
         for m in models:
-            wait_for(lambda m=m: stack.ready(m) >= 1, 60, f"a ready worker of {m}")
+            wait_until(lambda m=m: stack.ready(m) >= 1, 60, f"a ready worker of {m}", every_s=0.2)
         yield stack
     finally:
         shut_down(stack)
