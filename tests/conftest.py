@@ -1,13 +1,27 @@
-"""Shared fixtures: one real redis-server per session, flushed per test."""
+"""Shared fixtures: one real redis-server per session (per xdist worker), flushed
+per test; the suite's tiers, chosen by environment variable:
+
+- ``SLUICE_TEST_GATEWAY_REDIS`` (``real``, ``fake`` or ``both``, the default): the
+  Redis the gateway tests' ``["fake", "real"]`` fixtures run on. ``make test`` sets
+  ``real`` (each gateway test once, on a real server), ``make test-fast`` ``fake``.
+- ``SLUICE_HYPOTHESIS_PROFILE`` (``fast``, ``ci``, the default, or ``thorough``):
+  every property's example budget.
+- ``SLUICE_TEST_REDIS=cluster``: the ``redis_server`` fixture is a Redis Cluster.
+
+Every test has pyproject's 60 s timeout but those marked ``system`` (several
+processes, a model load, a stack), which get ``SYSTEM_TIMEOUT_S``.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, settings
 
 from sluice.config import SluiceConfig, load_config, parse_config
 from sluice.errors import SluiceError
@@ -53,9 +67,54 @@ _OWN_SERVER_TESTS = (
     "unit/test_bench_scripts.py::test_a_script_whose_benchmark_spawns_processes_runs",
 )
 # The parameter value that puts a test on a real Redis: fixtures parametrized
-# ["fake", "real"] (tests/gateway/conftest.py's `kind`, the fuzz tests' servers)
-# run each test on fakeredis and on a real server.
+# with gateway_kinds() (tests/gateway/conftest.py's `kind`, the fuzz tests'
+# servers) run each test on fakeredis, on a real server, or both.
 _REAL_REDIS_PARAM = "real"
+
+GATEWAY_REDIS_ENV = "SLUICE_TEST_GATEWAY_REDIS"
+_GATEWAY_KINDS = {"fake": ["fake"], "real": ["real"], "both": ["fake", "real"]}
+
+
+def gateway_kinds() -> list[str]:
+    """The params of every fake-or-real gateway fixture: ``make test`` runs them on
+    real Redis only, ``make test-fast`` on fakeredis only, a bare pytest on both."""
+    choice = os.environ.get(GATEWAY_REDIS_ENV, "both")
+    if choice not in _GATEWAY_KINDS:
+        raise pytest.UsageError(f"{GATEWAY_REDIS_ENV}={choice!r}: one of {sorted(_GATEWAY_KINDS)}")
+    return _GATEWAY_KINDS[choice]
+
+
+# Hypothesis budgets, one per tier (`ci`, hypothesis's own default of 100, is what
+# most properties ran before). No property sets max_examples itself: one whose
+# examples are costly takes a share through budget(); one that needs another
+# setting (derandomize, a health check) says why beside it.
+HYPOTHESIS_PROFILE_ENV = "SLUICE_HYPOTHESIS_PROFILE"
+# too_slow measures data generation against the wall clock: with xdist's workers
+# sharing the cores it fails a property for the machine's load, not the code's.
+_QUIET = [HealthCheck.too_slow]
+settings.register_profile("fast", max_examples=10, deadline=None, suppress_health_check=_QUIET)
+settings.register_profile("ci", max_examples=100, deadline=None, suppress_health_check=_QUIET)
+settings.register_profile(
+    "thorough", max_examples=1000, deadline=None, suppress_health_check=_QUIET
+)
+settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_ENV, "ci"))
+
+
+def budget(share: float, **other: Any) -> settings:
+    """Settings for a property whose examples cost far more than most (a simulated
+    trace, a round of Redis calls): ``share`` of the profile's budget, at least 5,
+    so ``thorough`` searches it harder and ``fast`` lightly. Say why beside it."""
+    return settings(max_examples=max(5, round(settings.default.max_examples * share)), **other)
+
+
+# Pyproject's timeout (60 s) is for one test; a `system` test (several processes,
+# a model load, a whole stack) gets this instead, unless it names its own.
+SYSTEM_TIMEOUT_S = 300
+
+
+def _give_system_tests_their_timeout(item: pytest.Item) -> None:
+    if item.get_closest_marker("system") and not item.get_closest_marker("timeout"):
+        item.add_marker(pytest.mark.timeout(SYSTEM_TIMEOUT_S))
 
 
 def _starts_a_server(path: Path, starts: dict[Path, bool]) -> bool:
@@ -82,7 +141,8 @@ def _on_real_redis(item: pytest.Item, rel: str, starts: dict[Path, bool]) -> boo
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that runs on a real redis-server ``redis``, so that
     ``make test-redis62`` can run them all again on another Redis version and
-    ``make test-fast`` (``-m "not redis"``) runs none of them."""
+    ``make test-fast`` (``-m "not redis"``) runs none of them; give each
+    ``system`` test its longer timeout."""
     tests_dir = Path(__file__).resolve().parent
     stale = [t for t in _OWN_SERVER_TESTS if not (tests_dir / t.split("::")[0]).exists()]
     if stale:
@@ -92,6 +152,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
         if _on_real_redis(item, rel, starts):
             item.add_marker(pytest.mark.redis)
+        _give_system_tests_their_timeout(item)
 
 
 # SLUICE_TEST_REDIS=cluster: the redis_server fixture is a 3-shard Redis Cluster

@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from autoscaler.observation import Observation
@@ -246,7 +246,6 @@ def _with(o: Observation, bulk: tuple[int, float]) -> Observation:
     return replace(o, bulk_queued=bulk[0], bulk_backlog_cost=bulk[1])
 
 
-@settings(max_examples=300, deadline=None)
 @given(policies, observations, states, bulks)
 def test_bulk_never_lowers_desired(
     p: AutoscalingConfig, o: Observation, s: PolicyState, bulk: tuple[int, float]
@@ -254,7 +253,6 @@ def test_bulk_never_lowers_desired(
     assert decide(p, _with(o, bulk), s, NOW).desired >= decide(p, o, s, NOW).desired
 
 
-@settings(max_examples=300, deadline=None)
 @given(policies, observations, states, bulks)
 def test_bulk_raises_desired_only_up_to_the_cap(
     p: AutoscalingConfig, o: Observation, s: PolicyState, bulk: tuple[int, float]
@@ -265,7 +263,6 @@ def test_bulk_raises_desired_only_up_to_the_cap(
     assert decide(p, _with(o, bulk), s, NOW).desired <= max(base, cap)
 
 
-@settings(max_examples=300, deadline=None)
 @given(policies, observations, states, bulks)
 def test_cap_zero_ignores_bulk(
     p: AutoscalingConfig, o: Observation, s: PolicyState, bulk: tuple[int, float]
@@ -274,7 +271,6 @@ def test_cap_zero_ignores_bulk(
     assert decide(p, _with(o, bulk), s, NOW) == decide(p, o, s, NOW)
 
 
-@settings(max_examples=300, deadline=None)
 @given(observations, st.integers(1, 20), st.none() | st.floats(0, 50_000), bulks)
 def test_cap_none_wakes_a_sleeping_model_to_one(
     o: Observation, top: int, lam: float | None, bulk: tuple[int, float]

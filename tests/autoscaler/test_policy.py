@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from autoscaler.observation import Observation
@@ -14,6 +14,7 @@ from autoscaler.policy import Decision, PolicyState, decide
 from autoscaler.sim import simulator, traces
 from autoscaler.sim.controllers import SluicePolicy
 from sluice.config import AutoscalingConfig
+from tests.conftest import budget
 
 NOW = 10_000.0
 # One replica serves mu = 1000 cost/s; at u = 0.5 it is sized for 500 cost/s.
@@ -531,7 +532,6 @@ states = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
 @given(policies, observations, states)
 def test_bounds_hold(p: AutoscalingConfig, o: Observation, s: PolicyState) -> None:
     o = replace(o, current=min(max(o.current, p.min_replicas), p.max_replicas))
@@ -539,7 +539,6 @@ def test_bounds_hold(p: AutoscalingConfig, o: Observation, s: PolicyState) -> No
     assert p.min_replicas <= d.desired <= p.max_replicas
 
 
-@settings(max_examples=300, deadline=None)
 @given(policies, observations, states, st.integers(0, 2_000_000), st.integers(0, 2000))
 def test_more_backlog_never_fewer_replicas(
     p: AutoscalingConfig, o: Observation, s: PolicyState, extra_cost: int, extra_jobs: int
@@ -552,7 +551,6 @@ def test_more_backlog_never_fewer_replicas(
     assert decide(p, more, s, NOW).desired >= decide(p, o, s, NOW).desired
 
 
-@settings(max_examples=300, deadline=None)
 @given(policies, observations, st.floats(0, 1), st.integers(0, 10))
 def test_no_scale_down_inside_the_window(
     p: AutoscalingConfig, o: Observation, frac: float, above: int
@@ -566,7 +564,6 @@ def test_no_scale_down_inside_the_window(
     assert d.desired >= min(o.current, p.max_replicas)
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     observations,
     st.none() | st.floats(0, 50_000),
@@ -599,9 +596,7 @@ def test_jobs_held_by_nobody_always_wake_a_model_at_zero(
     assert 1 <= d.desired <= top
 
 
-# About 0.08 s per 15-minute trace here: 100 of them take ~8 s, and there is no
-# per-example deadline (a loaded CI box may take several times that for one).
-@settings(max_examples=100, deadline=None)
+# About 0.08 s per 15-minute trace here: the `ci` profile's 100 take ~8 s.
 @given(st.integers(1, 10_000), st.floats(0.05, 0.25))
 def test_no_flapping_on_a_noisy_steady_trace(seed: int, noise: float) -> None:
     p = pol(max_replicas=50, target_utilization=0.65)
@@ -625,13 +620,14 @@ def test_only_a_burst_gets_the_warm_pool_short_window() -> None:
     assert burst.desired > 6 and burst.state.before_burst == 6
 
 
-# 0.15-0.4 s per trace here (decisions every 2 s): 40 examples take 6-15 s, the same
-# 40 every run (derandomize: a rare seed found at random would fail CI by chance;
-# widen max_examples by hand to search, and keep what it finds as an @example).
+# 0.15-0.4 s per trace here (decisions every 2 s): two fifths of the profile's budget
+# (40 in `ci`) takes 6-15 s, the same 40 every run (derandomize: a rare seed found at
+# random would fail CI by chance; search with SLUICE_HYPOTHESIS_PROFILE=thorough, and
+# keep what it finds as an @example).
 # seed 695 / noise 0.25 once flapped: a steady-load scale-up (the 60 s rate just past
 # the tolerance band) got the pool's short scale-down window and went back a minute
 # after the rate eased; only a burst's replicas get that window now (policy._burst_base).
-@settings(max_examples=40, deadline=None, derandomize=True)
+@budget(0.4, derandomize=True)
 @example(seed=695, noise=0.25)
 @given(st.integers(1, 10_000), st.floats(0.05, 0.25))
 def test_no_flapping_on_a_noisy_steady_trace_with_a_warm_pool(seed: int, noise: float) -> None:

@@ -21,6 +21,7 @@ from sluice.config import SluiceConfig, parse_config
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
 from sluice.registry import WorkerInfo
+from tests.conftest import gateway_kinds
 
 
 def gateway_config(gateway: dict[str, Any] | None = None, **model: Any) -> SluiceConfig:
@@ -75,7 +76,7 @@ class Harness:
 HarnessFactory = Callable[..., Any]
 
 
-@pytest.fixture(params=["fake", "real"])
+@pytest.fixture(params=gateway_kinds())
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from gateway.strict_json import MAX_DEPTH
 from sluice.local.redis_server import RedisServer
+from tests.conftest import gateway_kinds
 from tests.gateway.test_fuzz_schema import FUZZ_LIMIT, serve
 
 EXAMPLES = {"fake": 300, "real": 50}
@@ -51,7 +52,7 @@ CONTENT_TYPES = [
 ]
 
 
-@pytest.fixture(scope="module", params=["fake", "real"])
+@pytest.fixture(scope="module", params=gateway_kinds())
 def gw(request: pytest.FixtureRequest) -> Iterator[tuple[str, httpx.Client]]:
     url = None
     if request.param == "real":

@@ -34,6 +34,7 @@ from schemathesis.specs.openapi.checks import (
 from gateway.app import create_app
 from sluice.config import SluiceConfig, parse_config
 from sluice.local.redis_server import RedisServer
+from tests.conftest import gateway_kinds
 from tests.gateway.conftest import error_keys, waited_out
 
 FUZZ_LIMIT = 65_536
@@ -109,7 +110,7 @@ CHECKS = [
 ]
 
 
-@pytest.fixture(scope="module", params=["fake", "real"])
+@pytest.fixture(scope="module", params=gateway_kinds())
 def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     url = None
     if request.param == "real":

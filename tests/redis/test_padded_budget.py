@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from sluice.jobs import BULK, NewJob, Outcome
 from sluice.queue import QueueClient
-from tests.conftest import make_config
+from tests.conftest import budget, make_config
 from workers.handlers.base import warmup_shapes
 
 pytestmark = pytest.mark.redis
@@ -20,9 +20,9 @@ def _bucket(cost: int) -> str:
     return str(next(b for b in BOUNDS if cost <= b))
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# A submit and claims on a real Redis per example: two fifths of the profile's budget.
+# The `r` fixture is flushed once per test, not per example: each example flushes itself.
+@budget(0.4, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     costs=st.lists(st.integers(min_value=1, max_value=512), min_size=1, max_size=60),
     max_batch=st.integers(min_value=1, max_value=40),

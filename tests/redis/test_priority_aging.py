@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from sluice import keys
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
-from tests.conftest import make_config
+from tests.conftest import budget, make_config
 
 pytestmark = pytest.mark.redis
 BOUND_MS = 1000
@@ -33,9 +33,9 @@ def _enq(r: redis.Redis, jid: str) -> int:
     return int(r.hget(keys.job_key("m", jid), "enq") or 0)
 
 
-@settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# Rounds of claims on a real Redis per example: 15% of the profile's budget. The
+# `r` fixture is flushed once per test, not per example: each example flushes itself.
+@budget(0.15, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     max_batch=st.integers(min_value=1, max_value=6),
     extra=st.integers(min_value=1, max_value=3),

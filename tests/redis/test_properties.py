@@ -6,19 +6,19 @@ import time
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
-from tests.conftest import make_config
+from tests.conftest import budget, make_config
 
 pytestmark = pytest.mark.redis
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# A submit and claims on a real Redis per example: two fifths of the profile's budget.
+# The `r` fixture is flushed once per test, not per example: each example flushes itself.
+@budget(0.4, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     costs=st.lists(st.integers(min_value=1, max_value=512), min_size=1, max_size=60),
     max_batch=st.integers(min_value=1, max_value=16),
@@ -45,9 +45,8 @@ def test_token_budget_is_never_exceeded(
     assert sorted(seen) == sorted(ids)
 
 
-@settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+# As above, a quarter of the budget (the batch is one claim).
+@budget(0.25, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(prios=st.lists(st.sampled_from(["high", "normal", "low"]), min_size=1, max_size=30))
 def test_within_a_bucket_priority_then_arrival_order(r: redis.Redis, prios: list[str]) -> None:
     r.flushall()

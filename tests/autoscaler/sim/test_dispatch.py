@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -21,6 +21,7 @@ from sluice.cli import app
 from sluice.config import AutoscalingConfig
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
+from tests.conftest import budget
 
 ROOT = Path(__file__).resolve().parents[3]
 SIM_CONFIG = ROOT / "bench" / "autoscaler_sim.yaml"
@@ -120,7 +121,8 @@ def test_pull_never_leaves_a_worker_idle_while_work_waits_and_push_does() -> Non
         assert idle_while_waiting(dispatch.run(s, tr, fleet, seed=2)), s
 
 
-@settings(max_examples=40, deadline=None)
+# Each example simulates a trace through the dispatcher: two fifths of the budget.
+@budget(0.4)
 @given(
     st.lists(
         st.tuples(st.floats(0, 2), st.sampled_from([8, 24, 100, 240, 500])), min_size=1, max_size=60
