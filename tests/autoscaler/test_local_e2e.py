@@ -25,7 +25,7 @@ from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.redis, pytest.mark.system]
 
 # One worker serves about 1000 cost units/s (1 ms per padded token, batches of 8).
 CONFIG = {

@@ -25,7 +25,7 @@ from sluice.queue.client import connect
 from sluice.registry import WorkerInfo
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.redis, pytest.mark.system]
 
 CONFIG = {
     "models": {

@@ -10,7 +10,7 @@ import pytest
 from sluice.errors import SluiceError
 from sluicebench.queue_hop import main, parse_sizes
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 
 
 def test_queue_hop_runs_and_writes_json(tmp_path: Path) -> None:

@@ -32,7 +32,7 @@ from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.browser.chromium import CHROMIUM, FLAGS, sync_api, wait_js
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
 CHARTS = ("backlog", "throughput", "wait", "e2e", "replicas")

@@ -20,7 +20,7 @@ from sluice import registry
 from sluice.registry import WorkerInfo
 from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(90)]
 CONFIG = {
     "models": {
         "big": {"handler": "synthetic", "buckets": [32, 128]},

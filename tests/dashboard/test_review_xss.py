@@ -24,7 +24,7 @@ from sluice.queue import QueueClient
 from sluice.registry import WorkerInfo
 from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(90)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(90)]
 EVIL = '<img src=x onerror="window.__xss=1">'
 CONFIG = {"models": {"m": {"handler": "synthetic", "buckets": [32, 128]}}}
 

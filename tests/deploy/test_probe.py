@@ -120,7 +120,7 @@ BATCH_S = 20
 
 
 @pytest.mark.redis
-@pytest.mark.slow
+@pytest.mark.system
 def test_real_worker_is_ready_after_warmup_and_not_while_draining(
     tmp_path: Path, redis_url: str, r: redis.Redis
 ) -> None:
@@ -189,7 +189,7 @@ def _absence_alert_series() -> str:
 
 
 @pytest.mark.redis
-@pytest.mark.slow
+@pytest.mark.system
 def test_real_notifier_answers_its_probes_and_stops_on_sigterm(
     tmp_path: Path, redis_url: str, rendered: dict[str, list[dict[str, Any]]]
 ) -> None:

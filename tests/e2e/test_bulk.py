@@ -27,7 +27,7 @@ from tests.e2e.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 from tests.webhooks.receiver import receiving
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 MODEL = "syn"
 CONFIG = {
     "models": {

@@ -20,7 +20,7 @@ from tests.conftest import EXAMPLE_CONFIG
 from tests.e2e.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from sluice.queue.client import connect
 from sluice.registry import WorkerInfo
 from tests.faults.conftest import Redis
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 
 
 class Fixed(DryRunBackend):

@@ -18,7 +18,7 @@ from sluice.client import Client
 from tests.faults.conftest import MODEL, SLUICE, Proc, Stack, fault_config
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 LINES = 8000  # several seconds of work at ~1,000 lines/s: the faults land mid-run
 
 

@@ -20,7 +20,7 @@ from sluice.local.redis_server import free_port
 from tests.faults.conftest import MODEL, Proc, Stack, fault_config, wait_gateway_sees
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 LISTENERS = pytest.mark.parametrize("admin", [False, True], ids=["one-port", "admin-port"])
 # What uvicorn logs when open requests held its shutdown for the whole graceful timeout.
 GRACE_EXCEEDED = "timeout graceful shutdown exceeded"

@@ -29,7 +29,7 @@ from tests.faults.conftest import (
 )
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 REDIS_TIMEOUT_S = 1.0  # gateway.redis_timeout_s in these tests (fault_config)
 # Answered within this during an outage: ten times the Redis timeout, so a loaded
 # machine passes; a gateway that does not bound its Redis calls never answers while

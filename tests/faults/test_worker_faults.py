@@ -28,7 +28,7 @@ from tests.faults.conftest import (
 from tests.faults.results import Watcher
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 
 
 def _submit_all(url: str, n: int) -> list[str]:

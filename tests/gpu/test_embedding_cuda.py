@@ -21,7 +21,7 @@ from workers.handlers import Handler, HandlerContext, make_handler
 from workers.main import build_worker
 from workers.worker import EXIT_OK, WorkerOptions
 
-pytestmark = [needs_cuda, pytest.mark.slow]
+pytestmark = [needs_cuda, pytest.mark.system]
 TEXTS = mixed_texts(24, seed=7)  # 2 to 290 words
 # fp32 on CUDA differs from CPU only by kernel order (TF32 stays off for matmuls by
 # default); half types keep about 3 (fp16) or 2 (bf16) significant digits per

@@ -13,7 +13,7 @@ from sluice.config import parse_config
 from tests.gpu.cuda import needs_cuda
 from workers.handlers import HandlerContext, make_handler
 
-pytestmark = [needs_cuda, pytest.mark.slow]
+pytestmark = [needs_cuda, pytest.mark.system]
 TEXTS = ["a warm pool keeps workers loaded", "promotion copies the weights back", "x"]
 
 

@@ -24,7 +24,7 @@ from sluice.local.redis_topology import LocalCluster
 from tests.e2e.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 SLUICE = [sys.executable, "-m", "sluice"]
 
 

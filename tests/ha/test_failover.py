@@ -21,7 +21,7 @@ from sluice.local.redis_topology import SentinelGroup
 from sluicebench.failover import run_failover
 from tests.waits import HUNG_S, wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 
 
 def test_replica_durability_loses_nothing_across_a_failover(tmp_path: Path) -> None:

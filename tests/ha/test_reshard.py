@@ -26,7 +26,7 @@ from sluice.queue.client import connect
 from sluice.queue.scripts import Call
 from tests.waits import HUNG_S, wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 MODEL = "m0"
 MODELS = dict(parse_config({"models": {MODEL: {"handler": "synthetic", "buckets": [32]}}}).models)
 

@@ -21,7 +21,7 @@ from sluice.connection import parse_url, sync_client
 from tests.conftest import EXAMPLE_CONFIG
 from tests.waits import HUNG_S, wait_until
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 SLUICE = [sys.executable, "-m", "sluice"]
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from sluicebench.loadgen.stack import Stack
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+pytestmark = [pytest.mark.system, pytest.mark.redis]
 
 CONFIG = {
     "models": {

@@ -14,7 +14,7 @@ from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.conftest import make_config
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.redis, pytest.mark.system]
 
 JOBS = 3000
 

@@ -26,7 +26,7 @@ import yaml
 from sluice.apikeys import hash_key
 from sluice.local.redis_server import free_port, start_redis
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.system]
 
 API_KEY = "sk_LOGAUDIT-user-key-6b0e2f9a41c7d3"
 ADMIN_KEY = "sk_LOGAUDIT-admin-key-0c4d1e8b77aa"

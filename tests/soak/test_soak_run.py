@@ -21,7 +21,7 @@ import pytest
 
 from sluicebench.loadgen.soak import quick_params, run_soak
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+pytestmark = [pytest.mark.system, pytest.mark.redis]
 
 
 def test_sixty_second_soak_stays_bounded(tmp_path: Path) -> None:

@@ -43,7 +43,7 @@ def loaded(handler: str, **params: object) -> Handler:
     return h
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_bfloat16_embedding_halves_weight_memory_and_keeps_its_answers() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     full, half = loaded("embedding"), loaded("embedding", dtype="bfloat16")

@@ -16,7 +16,7 @@ from sluice.queue import QueueClient
 from tests.workers.conftest import MODEL, Running, submit
 from workers.handlers import HandlerContext, make_handler
 
-pytestmark = [pytest.mark.slow, pytest.mark.redis]
+pytestmark = [pytest.mark.system, pytest.mark.redis]
 WORDS = (
     "queue worker batch model token padding latency gpu request the a of to and "
     "serving throughput bucket scale replica embedding sentence"

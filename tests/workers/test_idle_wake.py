@@ -82,7 +82,7 @@ def test_drain_stops_an_idle_worker_within_its_wait(
     assert time.monotonic() - t0 < STOP_BOUND_S
 
 
-@pytest.mark.slow
+@pytest.mark.system
 def test_sigterm_stops_an_idle_worker_process_within_about_a_second(
     r: redis.Redis,
     spawn: Callable[..., subprocess.Popen[bytes]],  # noqa: F811

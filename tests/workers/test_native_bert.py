@@ -18,7 +18,7 @@ from sluice.errors import ConfigError
 from workers.handlers import HandlerContext, make_handler
 from workers.handlers.embedding import EmbeddingHandler
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.system
 TEXTS = [
     "hello world",
     "Queues balance load; workers pull batches when they have capacity. " * 4,

@@ -20,7 +20,7 @@ from sluice.queue import QueueClient
 from tests.waits import wait_until
 from tests.workers.conftest import MODEL, Running, submit, worker_config
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.redis, pytest.mark.system]
 SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
 
 
