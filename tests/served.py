@@ -4,14 +4,13 @@ that need a real HTTP server (raw sockets, the load loops)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import uvicorn
 
-from tests.waits import HUNG_S
+from tests.waits import HUNG_S, wait_until
 
 
 @contextmanager
@@ -21,10 +20,8 @@ def served(app: Any, **config: Any) -> Iterator[int]:
     server = uvicorn.Server(uvicorn.Config(app, **options))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + HUNG_S
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.02)
+    wait_until(lambda: server.started or not thread.is_alive(), HUNG_S, "uvicorn to start", 0.02)
+    assert server.started, "uvicorn did not start"
     try:
         yield server.servers[0].sockets[0].getsockname()[1]
     finally:

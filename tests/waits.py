@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
 
+import httpx
 import redis
 
 from sluice.connection import is_cluster
@@ -72,6 +74,25 @@ async def async_wait_until(
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         await asyncio.sleep(every_s)
+
+
+def wait_http(
+    url: str,
+    proc: subprocess.Popen[Any] | None = None,
+    timeout_s: float = HUNG_S,
+    status: int = 200,
+) -> None:
+    """Wait until a GET of ``url`` answers ``status`` (a server starting up); fail at
+    once if ``proc``, the server's process, exits first."""
+
+    def answers() -> bool:
+        assert proc is None or proc.poll() is None, f"the server for {url} exited"
+        try:
+            return httpx.get(url, timeout=1).status_code == status
+        except httpx.HTTPError:  # not listening yet
+            return False
+
+    wait_until(answers, timeout_s, f"{url} to answer {status}", every_s=0.1)
 
 
 def redis_now_ms(r: redis.Redis) -> float:

@@ -67,14 +67,13 @@ def _backend(  # type: ignore[no-untyped-def]
 
 
 def _wait_files(tmp_path: Path, n: int) -> list[dict[str, object]]:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def started() -> list[Path]:
         files = sorted(tmp_path.glob("local-*.json"))
-        if len(files) >= n:
-            time.sleep(0.05)
-            return [json.loads(f.read_text()) for f in files]
-        time.sleep(0.05)
-    raise AssertionError(f"fewer than {n} workers started")
+        return files if len(files) >= n else []
+
+    files = wait_until(started, 10, f"{n} workers to start", every_s=0.05)
+    time.sleep(0.05)  # the newest file may be mid-write
+    return [json.loads(f.read_text()) for f in files]
 
 
 def _info(

@@ -12,17 +12,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from sluice.local.redis_server import free_port
+from tests.waits import wait_http, wait_until
 
 CHROMIUM = os.environ.get("SLUICE_CHROMIUM", "/usr/bin/chromium")
 # Without the background-networking flags chromium keeps dialling hosts this
@@ -46,14 +45,11 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not 
 
 
 def wait_js(page: Any, expr: str, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = page.evaluate(expr)
-        if value:
-            return value
-        time.sleep(0.25)
-    state = page.evaluate(DIAGNOSE)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}; page: {state}")
+    """``wait_until`` the page's ``expr`` is truthy; a timeout says what the page knew."""
+    try:
+        return wait_until(lambda: page.evaluate(expr), timeout_s, what, every_s=0.25)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; page: {page.evaluate(DIAGNOSE)}") from None
 
 
 # What the page knew, for a failure message: polls, banner, chart points, workers.
@@ -94,13 +90,7 @@ def gateway_process(config: dict[str, Any], redis_url: str, tmp_path: Path) -> I
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
+        wait_http(url + "/healthz", timeout_s=30)
         yield url
     finally:
         proc.send_signal(signal.SIGTERM)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 
@@ -13,13 +12,14 @@ from sluice.local.redis_server import start_redis
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
 from tests.gateway.conftest import gateway_config
+from tests.waits import async_wait_until
 
 
 async def _until(c: httpx.AsyncClient, path: str, status: int, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while (await c.get(path)).status_code != status:
-        assert time.monotonic() < deadline, f"{path} never answered {status}"
-        await asyncio.sleep(0.1)
+    async def answers() -> bool:
+        return (await c.get(path)).status_code == status
+
+    await async_wait_until(answers, timeout_s, f"{path} to answer {status}", every_s=0.1)
 
 
 async def test_gateway_recovers_after_redis_restarts() -> None:

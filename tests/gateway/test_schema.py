@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from schemathesis import GenerationMode
 
 from sluice.local.redis_server import RedisServer
 from tests.gateway.conftest import error_keys, waited_out
+from tests.waits import wait_http
 
 CONFIG = {
     "models": {
@@ -66,17 +66,7 @@ def gateway_url(
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert proc.poll() is None, "sluice gateway exited"
-            time.sleep(0.1)
-        else:
-            pytest.fail("sluice gateway did not become ready in 30 s")
+        wait_http(f"{url}/readyz", proc, 30)
         yield url
     finally:
         proc.terminate()

@@ -10,7 +10,6 @@ read and the prune keeps its worker.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -21,6 +20,7 @@ from sluice import keys, registry
 from sluice.queue import QueueClient
 from sluice.registry import WorkerInfo
 from tests.gateway.conftest import HarnessFactory, gateway_config
+from tests.waits import async_wait_until, wait_until
 from workers.housekeeping import Housekeeper
 from workers.status import WorkerStatus
 
@@ -64,12 +64,6 @@ async def _listed(snaps: Snapshots) -> list[str]:
     return [w.id for w in (await snaps.refresh())["m"].workers]
 
 
-async def _until(cond: Callable[[], Any], what: str, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-
-
 @SKEWS
 async def test_a_worker_with_a_skewed_clock_lists_while_it_heartbeats(
     make_gateway: HarnessFactory, r: redis.Redis, skew_s: float
@@ -90,7 +84,7 @@ async def test_a_worker_with_a_skewed_clock_lapses_once_it_stops(
         async def forgotten() -> bool:
             return await _listed(h.state.snapshots) == [] and not r.hlen(keys.workers_info_key("m"))
 
-        await _until(forgotten, "the stopped worker to lapse and be pruned")
+        await async_wait_until(forgotten, 10, "the stopped worker to lapse and be pruned")
 
 
 def _server_passed(r: redis.Redis, worker_id: str) -> bool:
@@ -106,9 +100,8 @@ async def test_a_heartbeat_between_the_read_and_the_prune_keeps_the_worker(
     async with make_gateway(gateway_config(QUIET)) as h:
         snaps = h.state.snapshots
         _worker(r, ttl_s=0.1).beat()
-        deadline = time.monotonic() + 10
-        while not _server_passed(r, "w1"):  # lapsed now, as the next read will see it
-            assert time.monotonic() < deadline, "the heartbeat never lapsed"
+        # lapsed now, as the next read will see it
+        wait_until(lambda: _server_passed(r, "w1"), 10, "the heartbeat to lapse")
         prune = snaps._prune
         interleaved: list[bool] = []
 
@@ -128,9 +121,12 @@ def test_prune_forgets_only_ids_still_lapsed(r: redis.Redis) -> None:
     """The autoscaler prunes through the same commands (``registry.prune``)."""
     qc = QueueClient(r, dict(gateway_config().models))
     _worker(r, ttl_s=0.1).beat()
-    deadline = time.monotonic() + 10
-    while "w1" not in (stale := qc.run(registry.list_workers_call("m"))[1]):
-        assert time.monotonic() < deadline, "the heartbeat never lapsed"
+
+    def lapsed() -> list[str]:
+        stale = qc.run(registry.list_workers_call("m"))[1]
+        return stale if "w1" in stale else []
+
+    stale = wait_until(lapsed, 10, "the heartbeat to lapse")
     _worker(r, ttl_s=30).beat()
     never_seen = "w-gone"  # an id with no score at all is forgotten
     r.hset(keys.workers_info_key("m"), never_seen, "{}")

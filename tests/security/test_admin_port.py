@@ -5,13 +5,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import yaml
 
 from sluice.local.redis_server import free_port
+from tests.waits import wait_http
 
 
 def _write(tmp: Path, gateway: dict[str, object]) -> Path:
@@ -19,18 +19,6 @@ def _write(tmp: Path, gateway: dict[str, object]) -> Path:
     model = {"handler": "synthetic", "autoscaling": {"min_replicas": 0}}
     cfg.write_text(yaml.safe_dump({"models": {"m": model}, "gateway": gateway}))
     return cfg
-
-
-def _wait_up(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the gateway exited at start"
-        try:
-            if httpx.get(url, timeout=1).status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer")
 
 
 def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
@@ -42,8 +30,8 @@ def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
         [sys.executable, "-m", "sluice", "gateway", "--config", str(cfg), "--redis-url", redis_url]
     )
     try:
-        _wait_up(f"http://127.0.0.1:{port}/healthz", proc)
-        _wait_up(f"http://127.0.0.1:{admin}/healthz", proc)
+        wait_http(f"http://127.0.0.1:{port}/healthz", proc, 30)
+        wait_http(f"http://127.0.0.1:{admin}/healthz", proc, 30)
         api, adm = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
         assert httpx.get(f"{api}/metrics").status_code == 404
         assert httpx.get(f"{api}/dashboard/api/state").status_code == 404
