@@ -34,6 +34,7 @@ from tests.autoscaler.k8s_stub import (
     StubApi,
     serve,
 )
+from tests.factories import worker_info
 
 Stub = tuple[StubApi, str]
 
@@ -77,15 +78,11 @@ def _worker(
     pod: str | None = None,
     parked: bool = False,
 ) -> WorkerInfo:
-    return WorkerInfo(
+    return worker_info(
         id=name,
         model="minilm",
         host=host or name,
-        pid=1,
-        device="cpu",
-        buckets=["32"],
         state=state,
-        started_at=0.0,
         busy=busy,
         jobs=jobs,
         pod_name=name if pod is None else pod,

@@ -17,6 +17,7 @@ from autoscaler.backends.local import LocalBackend
 from sluice.config import WarmPoolConfig, parse_config
 from sluice.errors import RedisUnavailable
 from sluice.registry import PARK, PROMOTE, WorkerInfo
+from tests.factories import worker_info
 from tests.waits import wait_until
 
 # Writes its arguments and CUDA_VISIBLE_DEVICES to <dir>/<worker id>.json, then waits
@@ -79,18 +80,8 @@ def _wait_files(tmp_path: Path, n: int) -> list[dict[str, object]]:
 def _info(
     wid: str, busy: bool = False, jobs: int = 0, state: str = "ready", parked: bool = False
 ) -> WorkerInfo:
-    return WorkerInfo(
-        id=wid,
-        model="m",
-        host="h",
-        pid=0,
-        device="cuda",
-        buckets=["32"],
-        state=state,
-        started_at=0.0,
-        busy=busy,
-        jobs=jobs,
-        parked=parked,
+    return worker_info(
+        id=wid, pid=0, device="cuda", state=state, busy=busy, jobs=jobs, parked=parked
     )
 
 

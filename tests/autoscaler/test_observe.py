@@ -18,8 +18,8 @@ from sluice.bulk.ops import BULK_REPORT_MAX_AGE_MS
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluice.registry import WorkerInfo
 from tests.conftest import make_config
+from tests.factories import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -42,20 +42,14 @@ def _read(ob: Observer, current: int = 0) -> Observation | None:
 
 
 def _heartbeat(r: redis.Redis, **kw: object) -> None:
-    info = WorkerInfo(
+    info = worker_info(
         **{
-            "id": "w1",
-            "model": "m",
-            "host": "h",
-            "pid": 1,
-            "device": "cpu",
             "buckets": ["32", "128", "512"],
-            "state": "ready",
             "started_at": time.time() - 12,
             "ready_at": time.time() - 2,
             **kw,
         }
-    )  # type: ignore[arg-type]
+    )
     pipe = r.pipeline(transaction=False)
     for cmd in registry.heartbeat(info, 10.0):
         pipe.execute_command(*cmd)

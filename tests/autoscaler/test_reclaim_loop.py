@@ -22,6 +22,7 @@ from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.registry import WorkerInfo
+from tests.factories import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -156,17 +157,7 @@ def test_a_period_prunes_the_lapsed_workers_its_read_found(
             return super().stats(model)
 
     client = Flaky(connect(redis_url), dict(cfg.models))
-    live = WorkerInfo(
-        id="w1",
-        model="m",
-        host="h",
-        pid=1,
-        device="cpu",
-        buckets=["32"],
-        state="ready",
-        started_at=time.time(),
-        ready_at=time.time(),
-    )
+    live = worker_info(started_at=time.time(), ready_at=time.time())
     pipe = r.pipeline(transaction=False)
     for cmd in registry.heartbeat(live, 30.0):
         pipe.execute_command(*cmd)

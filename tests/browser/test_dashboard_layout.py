@@ -17,8 +17,8 @@ import pytest
 import redis
 
 from sluice import registry
-from sluice.registry import WorkerInfo
 from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
+from tests.factories import worker_info
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(90)]
 CONFIG = {
@@ -34,7 +34,7 @@ def _heartbeats(r: redis.Redis, model: str, n: int) -> None:
     pipe = r.pipeline(transaction=False)
     for i in range(n):
         state = "quarantined" if i == 7 else "starting" if i % 10 == 9 else "ready"
-        info = WorkerInfo(
+        info = worker_info(
             id=f"gpu-node-{i // 8:02d}-{4000 + i}-{i:04x}",
             model=model,
             host=f"gpu-node-{i // 8:02d}",

@@ -11,6 +11,7 @@ from sluice import keys
 from sluice.jobs import BULK, NewJob
 from sluice.queue import QueueClient
 from tests.conftest import make_config
+from tests.factories import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -115,12 +116,8 @@ def register(
 
     now = time.time()
     for wid in worker_ids:
-        info = registry.WorkerInfo(
+        info = worker_info(
             id=wid,
-            model="m",
-            host="h",
-            pid=1,
-            device="cpu",
             buckets=[],
             state=state or ("standby" if parked else "ready"),
             started_at=now,

@@ -21,8 +21,8 @@ from sluice import registry
 from sluice.config import parse_config
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
-from sluice.registry import WorkerInfo
 from tests.browser.chromium import CHROMIUM, FLAGS, gateway_process, sync_api, wait_js
+from tests.factories import worker_info
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(90)]
 EVIL = '<img src=x onerror="window.__xss=1">'
@@ -31,14 +31,10 @@ CONFIG = {"models": {"m": {"handler": "synthetic", "buckets": [32, 128]}}}
 
 def _hostile_data(r: redis.Redis) -> None:
     now = time.time()
-    info = WorkerInfo(
+    info = worker_info(
         id="w" + EVIL,
-        model="m",
         host="h" + EVIL,
-        pid=1,
         device="cpu" + EVIL,
-        buckets=["32"],
-        state="ready",
         started_at=now,
         heartbeat_at=now,
         service_rate=1.0,

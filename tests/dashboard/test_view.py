@@ -17,6 +17,7 @@ from gateway.dashboard.view import (
     workers_view,
 )
 from sluice.registry import WorkerInfo
+from tests.factories import worker_info
 
 #        labels:  5  10  25  50 100 250 500 1000 2500 5000 10000 30000 60000 inf
 EMPTY = [0] * 14
@@ -82,13 +83,9 @@ def test_old_samples_are_dropped() -> None:
 
 
 def _worker(wid: str, state: str, started: float, rate: float = 0.0) -> WorkerInfo:
-    return WorkerInfo(
+    return worker_info(
         id=wid,
-        model="m",
-        host="h",
-        pid=1,
         device="cuda:0",
-        buckets=["32"],
         state=state,
         started_at=started,
         heartbeat_at=started + 5,

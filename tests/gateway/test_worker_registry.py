@@ -18,7 +18,7 @@ import redis
 from gateway.snapshots import Snapshots
 from sluice import keys, registry
 from sluice.queue import QueueClient
-from sluice.registry import WorkerInfo
+from tests.factories import worker_info
 from tests.gateway.conftest import HarnessFactory, gateway_config
 from tests.waits import async_wait_until, wait_until
 from workers.housekeeping import Housekeeper
@@ -37,17 +37,7 @@ def kind() -> str:
 def _worker(r: redis.Redis, ttl_s: float, skew_s: float = 0.0) -> Housekeeper:
     """A worker ``w1`` of model ``m`` whose clock is ``skew_s`` off; ``beat()`` publishes."""
     now = time.time() + skew_s
-    info = WorkerInfo(
-        id="w1",
-        model="m",
-        host="h",
-        pid=1,
-        device="cpu",
-        buckets=["32"],
-        state="ready",
-        started_at=now,
-        ready_at=now,
-    )
+    info = worker_info(started_at=now, ready_at=now)
     qc = QueueClient(r, dict(gateway_config().models))
     return Housekeeper(
         qc,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autoscaler.backends.local import EXITS_KEPT, LocalBackend, LocalWorker
-from sluice.registry import WorkerInfo
 from tests.conftest import make_config
+from tests.factories import worker_info
 from workers.housekeeping import LOST_KEPT, Housekeeper
 from workers.status import WorkerStatus
 
@@ -42,16 +42,7 @@ class LosesEveryLease:
 
 
 def test_a_worker_remembers_only_recently_lost_leases() -> None:
-    info = WorkerInfo(
-        id="w1",
-        model="m",
-        host="h",
-        pid=1,
-        device="cpu",
-        buckets=["32"],
-        state="ready",
-        started_at=0.0,
-    )
+    info = worker_info()
     status = WorkerStatus(info)
     hk = Housekeeper(
         LosesEveryLease(),

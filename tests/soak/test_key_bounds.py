@@ -17,7 +17,7 @@ import redis
 from sluice import keys, registry
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
-from sluice.registry import WorkerInfo
+from tests.factories import worker_info
 
 pytestmark = pytest.mark.redis
 
@@ -97,16 +97,7 @@ def _lapsed(q: QueueClient, worker_id: str) -> list[str]:
 
 def test_worker_keys_expire_and_lapsed_workers_are_pruned(queue_factory, r: redis.Redis) -> None:
     q: QueueClient = queue_factory()
-    info = WorkerInfo(
-        id="w1",
-        model="m",
-        host="h",
-        pid=1,
-        device="cpu",
-        buckets=["32"],
-        state="ready",
-        started_at=1000.0,
-    )
+    info = worker_info(started_at=1000.0)
     pipe = r.pipeline(transaction=False)
     for cmd in [*registry.heartbeat(info, 2.0), *registry.send_control("m", "w1")]:
         pipe.execute_command(*cmd)
@@ -133,16 +124,7 @@ async def test_the_gateway_prunes_lapsed_workers_without_an_autoscaler(redis_url
 
     r = connect(redis_url, 2.0)
     try:
-        crashed = WorkerInfo(
-            id="crashed",
-            model="m",
-            host="h",
-            pid=1,
-            device="cpu",
-            buckets=["32"],
-            state="ready",
-            started_at=900.0,
-        )
+        crashed = worker_info(id="crashed", started_at=900.0)
         pipe = r.pipeline(transaction=False)
         for cmd in [
             *registry.heartbeat(crashed, 0.001),  # lapses in 1 ms

@@ -16,6 +16,7 @@ from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.registry import WorkerInfo
+from tests.factories import worker_info
 from tests.workers.conftest import submit, worker_config
 from workers.handlers import HandlerContext, make_handler
 from workers.housekeeping import Housekeeper
@@ -25,16 +26,7 @@ from workers.worker import Worker, WorkerOptions
 
 
 def _info(worker_id: str) -> WorkerInfo:
-    return WorkerInfo(
-        id=worker_id,
-        model="m",
-        host="h",
-        pid=1,
-        device="cpu",
-        buckets=["32"],
-        state="ready",
-        started_at=0.0,
-    )
+    return worker_info(id=worker_id)
 
 
 class FinishesDuringRenewal:
