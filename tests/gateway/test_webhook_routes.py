@@ -11,8 +11,9 @@ import pytest
 
 from gateway.schemas import JobView
 from sluice.apikeys import hash_key
-from sluice.config import SluiceConfig, parse_config
+from sluice.config import SluiceConfig
 from sluice.jobs import Outcome
+from tests.factories import sluice_config
 from tests.gateway.conftest import Harness, HarnessFactory
 from tests.webhooks.conftest import SECRET, SECRET_ENV
 
@@ -24,19 +25,11 @@ def config(
     webhooks: dict[str, Any] | None = None, keys: list[dict[str, Any]] | None = None
 ) -> SluiceConfig:
     wh = {"secret_env": SECRET_ENV, "allow_networks": ["127.0.0.1/32"], "allow_http": True}
-    data: dict[str, Any] = {
-        "models": {
-            "m": {
-                "handler": "synthetic",
-                "buckets": [32, 128, 512],
-                "autoscaling": {"min_replicas": 0},  # admitted with no worker up
-            }
-        },
-        "webhooks": wh | (webhooks or {}),
-    }
+    sections: dict[str, Any] = {"webhooks": wh | (webhooks or {})}
     if keys is not None:
-        data["auth"] = {"keys": keys}
-    return parse_config(data)
+        sections["auth"] = {"keys": keys}
+    # min_replicas 0: admitted with no worker up
+    return sluice_config({"autoscaling": {"min_replicas": 0}}, **sections)
 
 
 @pytest.fixture(autouse=True)

@@ -13,9 +13,10 @@ import pytest_asyncio
 from gateway.app import create_app
 from gateway.state import GatewayState
 from sluice.apikeys import hash_key
-from sluice.config import SluiceConfig, parse_config
+from sluice.config import SluiceConfig
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
+from tests.factories import sluice_config
 
 ALICE, BOB, ROOT = "sk_alice-0123456789abcdef", "sk_bob-0123456789abcdef", "sk_root-0123456789"
 
@@ -37,15 +38,8 @@ def keyed_config(
             {"name": "root", "hash": hash_key(ROOT), "admin": True},
         ]
     )
-    model = {
-        "handler": "synthetic",
-        "buckets": [32, 128, 512],
-        "cost": {"method": "words"},
-        "autoscaling": {"min_replicas": 0, "max_replicas": 2},
-    }
-    return parse_config(
-        {"models": {"m": model}, "auth": {"keys": entries}, "gateway": gateway or {}}
-    )
+    model = {"cost": {"method": "words"}, "autoscaling": {"min_replicas": 0, "max_replicas": 2}}
+    return sluice_config(model, auth={"keys": entries}, gateway=gateway or {})
 
 
 @dataclass
