@@ -1,4 +1,4 @@
-"""Review: hostile strings in the dashboard's data render as text, never as HTML.
+"""Hostile strings in the dashboard's data render as text, never as HTML.
 
 Worker ids, hosts and devices come from whatever registered in Redis; dead-letter
 errors are job data; decision reasons come from the autoscaler. Each carries an

@@ -1,4 +1,4 @@
-"""Review: a Redis URL password is redacted whole from free text, even with an '@'."""
+"""A Redis URL password is redacted whole from free text, even with an '@'."""
 
 from __future__ import annotations
 

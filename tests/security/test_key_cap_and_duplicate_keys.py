@@ -1,4 +1,5 @@
-"""Review fixes for the API-key layer (each test fails without its fix)."""
+"""API keys: a batch over a key's job cap, and one key listed under two names
+(each test fails without its fix)."""
 
 from __future__ import annotations
 

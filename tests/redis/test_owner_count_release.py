@@ -1,4 +1,4 @@
-"""Review: the per-owner unfinished-job counter on the paths the fuzz in
+"""The per-owner unfinished-job counter on the paths the fuzz in
 tests/security/test_owner_queue.py does not take (claim's malformed-record check,
 reclaim dead-lettering on the last attempt)."""
 
