@@ -12,25 +12,22 @@ refused with a clear message, the admin key opens it.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from sluice.apikeys import hash_key
 from sluice.config import load_config
 from sluice.jobs import NewJob, Outcome
-from sluice.local.redis_server import free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.browser.chromium import CHROMIUM, FLAGS, sync_api, wait_js
+from tests.e2e.upstack import launch, shut_down
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
@@ -65,24 +62,6 @@ CONFIG = {
 }
 
 
-def _read_banner(proc: subprocess.Popen[str], timeout_s: float) -> tuple[str, str]:
-    """`sluice up` prints its banner once a worker is ready: the Redis and dashboard URLs."""
-    assert proc.stdout is not None
-    deadline, redis_url, dashboard = time.monotonic() + timeout_s, "", ""
-    lines: list[str] = []
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        assert line, "sluice up exited before it was up:\n" + "".join(lines)
-        lines.append(line)
-        if line.strip().startswith("redis "):
-            redis_url = line.split()[1]
-        if line.strip().startswith("dashboard "):
-            dashboard = line.split()[1]
-        if line.startswith("Ctrl-C"):
-            return redis_url, dashboard
-    raise AssertionError("sluice up was not up in time:\n" + "".join(lines))
-
-
 def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, wait_s: float = 20) -> None:
     if proc.poll() is None:
         proc.send_signal(sig)
@@ -98,19 +77,11 @@ def _stop(proc: subprocess.Popen[Any], sig: int = signal.SIGTERM, wait_s: float 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    path = tmp_path_factory.mktemp("dash") / "sluice.yaml"
-    path.write_text(yaml.safe_dump(CONFIG))
-    port = free_port()
-    up = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "up", "--config", str(path), "--port", str(port)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1"},
-    )
+    up = launch(CONFIG, tmp_path_factory.mktemp("dash"))
     try:
-        redis_url, dashboard = _read_banner(up, 40)
-        url = f"http://127.0.0.1:{port}"
+        banner = (line.split() for line in up.printed if line.strip().startswith("dashboard "))
+        dashboard = next((words[1] for words in banner), "")
+        url, redis_url, path = up.gateway, up.redis_url, up.config_path
         assert dashboard == url + "/dashboard"
         # Bounded open loop on loopback: 40 jobs/s for at most 45 s.
         load = subprocess.Popen(
@@ -140,7 +111,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         yield {"url": url, "dashboard": dashboard, "redis_url": redis_url, "config": path}
         _stop(load, signal.SIGINT, 10)
     finally:
-        _stop(up, signal.SIGINT, 30)
+        shut_down(up)
 
 
 def _dead_letter(redis_url: str, config: Path) -> str:
