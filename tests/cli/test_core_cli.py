@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
@@ -14,6 +13,7 @@ import pytest
 import redis
 
 from tests.conftest import EXAMPLE_CONFIG
+from tests.waits import wait_until
 
 SLUICE = [sys.executable, "-m", "sluice"]
 
@@ -149,11 +149,12 @@ def test_redis_dies_with_a_killed_parent() -> None:
     parent.kill()
     parent.wait(10)
     _reap(parent)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and psutil.pid_exists(server_pid):
-        if psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE:
-            break
-        time.sleep(0.1)
-    assert not psutil.pid_exists(server_pid) or (
-        psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE
+    wait_until(
+        lambda: (
+            not psutil.pid_exists(server_pid)
+            or psutil.Process(server_pid).status() == psutil.STATUS_ZOMBIE
+        ),
+        10,
+        "the redis-server to die with its parent",
+        every_s=0.1,
     )

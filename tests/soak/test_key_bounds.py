@@ -18,6 +18,7 @@ from sluice import keys, registry
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from tests.factories import worker_info
+from tests.waits import wait_until
 
 pytestmark = pytest.mark.redis
 
@@ -85,14 +86,13 @@ def test_a_wake_list_holds_at_most_64_tokens(queue_factory, r: redis.Redis) -> N
 
 
 def _lapsed(q: QueueClient, worker_id: str) -> list[str]:
-    """Poll until the registry reads ``worker_id`` as lapsed (Redis server clock)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        live, stale = q.run(registry.list_workers_call("m"))
-        if worker_id in stale:
-            return stale
-        time.sleep(0.01)
-    raise AssertionError(f"{worker_id} never lapsed")
+    """Wait until the registry reads ``worker_id`` as lapsed (Redis server clock)."""
+
+    def stale() -> list[str]:
+        found = q.run(registry.list_workers_call("m"))[1]
+        return found if worker_id in found else []
+
+    return wait_until(stale, 10, f"{worker_id} to lapse")
 
 
 def test_worker_keys_expire_and_lapsed_workers_are_pruned(queue_factory, r: redis.Redis) -> None:
