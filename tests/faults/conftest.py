@@ -1,5 +1,6 @@
 """Real processes for fault tests: a private redis-server per test, and ``sluice
-gateway`` / ``sluice worker`` started through the CLI, each logging to a file.
+gateway`` / ``sluice worker`` started through the CLI by ``sluice.local.children``
+(as ``sluice up`` starts them), each logging to a file.
 
 Every wait has a deadline; teardown kills (after SIGCONT) every process a test
 started, by its own pid.
@@ -11,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +23,7 @@ import redis
 import yaml
 
 from sluice.config import SluiceConfig, parse_config
+from sluice.local.children import Child, Children
 from sluice.local.redis_server import RedisServer, free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
@@ -31,7 +32,6 @@ from tests.waits import wait_until
 MODEL = "m"
 STAMPED = "tests.faults.handlers:StampedHandler"
 BROKEN = "tests.faults.handlers:BrokenHandler"
-SLUICE = [sys.executable, "-m", "sluice"]
 
 
 def fault_config(
@@ -117,10 +117,20 @@ class Redis:
 
 @dataclass
 class Proc:
-    name: str
-    popen: subprocess.Popen[bytes]
-    log: Path
-    cmd: list[str] = field(default_factory=list)
+    child: Child
+    args: list[str]  # its ``sluice`` arguments, to start it again
+
+    @property
+    def name(self) -> str:
+        return self.child.role
+
+    @property
+    def popen(self) -> subprocess.Popen[bytes]:
+        return self.child.proc
+
+    @property
+    def log(self) -> Path:
+        return self.child.log_path
 
     @property
     def pid(self) -> int:
@@ -161,6 +171,10 @@ class Stack:
     procs: list[Proc] = field(default_factory=list)
     configs: int = 0
     clients: list[QueueClient] = field(default_factory=list)  # closed at teardown
+    children: Children = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.children = Children(self.tmp)
 
     def write_config(self, cfg: dict[str, Any]) -> Path:
         self.configs += 1
@@ -168,20 +182,17 @@ class Stack:
         path.write_text(yaml.safe_dump(cfg))
         return path
 
-    def _spawn(self, name: str, cmd: list[str]) -> Proc:
-        log = self.tmp / f"{name}-{len(self.procs)}.log"
-        with log.open("wb") as out:  # a file, never a pipe: a full pipe would block the child
-            popen = subprocess.Popen(
-                cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-        proc = Proc(name, popen, log, cmd)
+    def spawn(self, name: str, args: list[str]) -> Proc:
+        """``sluice ARGS``, logging to ``<tmp>/<name>-<n>.log`` (a file, never a pipe:
+        a full pipe would block the child)."""
+        child = self.children.spawn(f"{name}-{len(self.procs)}", args, role=name)
+        proc = Proc(child, args)
         self.procs.append(proc)
         return proc
 
     def spawn_gateway(self, cfg_path: Path, port: int | None = None) -> tuple[Proc, str]:
         port = port or free_port()
-        cmd = [
-            *SLUICE,
+        args = [
             "gateway",
             "-c",
             str(cfg_path),
@@ -192,7 +203,7 @@ class Stack:
             "--log-level",
             "info",
         ]
-        proc = self._spawn("gateway", cmd)
+        proc = self.spawn("gateway", args)
         url = f"http://127.0.0.1:{port}"
         wait_until(
             lambda: ready(url) or not proc.alive(), 30, "the gateway to be ready", every_s=0.1
@@ -202,11 +213,10 @@ class Stack:
 
     def restart(self, proc: Proc) -> Proc:
         """The same command again (same port, same config)."""
-        return self._spawn(proc.name, proc.cmd)
+        return self.spawn(proc.name, proc.args)
 
     def spawn_worker(self, cfg_path: Path, *extra: str, wait_ready: bool = True) -> Proc:
-        cmd = [
-            *SLUICE,
+        args = [
             "worker",
             "-c",
             str(cfg_path),
@@ -218,7 +228,7 @@ class Stack:
             "-1",
             *extra,
         ]
-        proc = self._spawn("worker", cmd)
+        proc = self.spawn("worker", args)
         if wait_ready:
             wait_until(
                 lambda: " ready: " in proc.text() or not proc.alive(),
@@ -247,6 +257,7 @@ class Stack:
                 p.popen.wait(10)
             except subprocess.TimeoutExpired:
                 pass
+            p.child.log.close()
         self.redis.stop()
 
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from sluice.client import Client
-from tests.faults.conftest import MODEL, SLUICE, Proc, Stack, fault_config
+from tests.faults.conftest import MODEL, Proc, Stack, fault_config
 from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
@@ -33,8 +33,8 @@ def bulk_config() -> dict[str, Any]:
 
 
 def spawn_bulk_worker(stack: Stack, cfg_path: Path) -> Proc:
-    cmd = [*SLUICE, "bulk", "worker", "-c", str(cfg_path), "--redis-url", stack.redis.url]
-    proc = stack._spawn("bulk", cmd)
+    args = ["bulk", "worker", "-c", str(cfg_path), "--redis-url", stack.redis.url]
+    proc = stack.spawn("bulk", args)
     wait_until(
         lambda: "Listening on" in proc.text() or not proc.alive(), 30, "the RQ worker", every_s=0.1
     )
