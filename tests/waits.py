@@ -12,7 +12,7 @@ import inspect
 import subprocess
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 import redis
@@ -20,13 +20,15 @@ import redis
 from sluice.connection import is_cluster
 
 T = TypeVar("T")
+# A predicate returns None or False until it holds, then the value waited for: the
+# signatures below type that value without them.
 
 HUNG_S = 20.0
 """Default bound: far above any normal latency, so it only fails a hung run."""
 
 
 def wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None | Literal[False]],
     timeout_s: float = HUNG_S,
     what: str = "condition",
     every_s: float = 0.01,
@@ -44,14 +46,14 @@ def wait_until(
 
 @overload
 async def async_wait_until(
-    predicate: Callable[[], Awaitable[T]],
+    predicate: Callable[[], Awaitable[T | None | Literal[False]]],
     timeout_s: float = ...,
     what: str = ...,
     every_s: float = ...,
 ) -> T: ...
 @overload
 async def async_wait_until(
-    predicate: Callable[[], T],
+    predicate: Callable[[], T | None | Literal[False]],
     timeout_s: float = ...,
     what: str = ...,
     every_s: float = ...,
