@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from sluice.local.children import Children
 from sluice.local.redis_server import free_port
 from tests.waits import wait_http, wait_until
 
@@ -66,35 +64,17 @@ DIAGNOSE = """() => ({
 
 @contextmanager
 def gateway_process(config: dict[str, Any], redis_url: str, tmp_path: Path) -> Iterator[str]:
-    """A real ``sluice gateway`` for ``config`` on a free port; yields its URL once healthy."""
+    """A real ``sluice gateway`` for ``config`` on a free port; yields its URL once
+    healthy. Its log: ``<tmp_path>/logs/gateway.log``."""
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(config))
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "sluice",
-            "gateway",
-            "--config",
-            str(path),
-            "--port",
-            str(port),
-            "--redis-url",
-            redis_url,
-            "--log-level",
-            "warning",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    children = Children(tmp_path / "logs")
+    args = ["gateway", "--config", str(path), "--port", str(port), "--redis-url", redis_url]
+    gateway = children.spawn("gateway", [*args, "--log-level", "warning"])
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http(url + "/healthz", timeout_s=30)
+        wait_http(url + "/healthz", gateway.proc, 30)
         yield url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        children.stop(children.all, timeout_s=15)  # SIGTERM, then SIGKILL after 15 s
