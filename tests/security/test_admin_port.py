@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import yaml
 
+from sluice.local.children import Children
 from sluice.local.redis_server import free_port
 from tests.waits import wait_http
 
@@ -26,9 +27,10 @@ def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
 ) -> None:
     port, admin = free_port(), free_port()
     cfg = _write(tmp_path, {"port": port, "admin_port": admin})
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sluice", "gateway", "--config", str(cfg), "--redis-url", redis_url]
-    )
+    children = Children(tmp_path / "logs")
+    proc = children.spawn(
+        "gateway", ["gateway", "--config", str(cfg), "--redis-url", redis_url]
+    ).proc
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz", proc, 30)
         wait_http(f"http://127.0.0.1:{admin}/healthz", proc, 30)
@@ -43,9 +45,7 @@ def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == -signal.SIGTERM  # re-raised, as uvicorn does with one listener
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        children.stop(children.all, timeout_s=0)  # SIGTERM then SIGKILL, if still running
 
 
 def test_workers_over_one_with_an_admin_port_is_refused(tmp_path: Path) -> None:
