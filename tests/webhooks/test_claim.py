@@ -5,11 +5,13 @@ however long that backlog (docs/adr/0139)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from importlib import resources
 
 import pytest
 
+from notifier.loop import IDLE_WAIT_S
 from sluice import keys
 from sluice.config import SluiceConfig
 from sluice.jobs import NewJob, Outcome, Webhook
@@ -245,6 +247,7 @@ def test_a_burst_to_one_host_is_leased_as_its_slots_free(q: QueueClient, redis_u
     )
     with receiving() as fast:
         ids = queued(q, fast.url, n, redis_now_ms(q.redis) - 1_000, "burst")
+        started = time.monotonic()
         with notifier(cfg, redis_url) as nt:
             wait_until(lambda: len(fast.calls) == n, what="the burst delivered", timeout_s=60)
             wait_until(
@@ -252,10 +255,12 @@ def test_a_burst_to_one_host_is_leased_as_its_slots_free(q: QueueClient, redis_u
                 what="every attempt recorded",
             )
             claims = nt.claims["m"]
+        elapsed_s = time.monotonic() - started
     states = {q.redis.hget(keys.delivery_key("m", j), "state") for j in ids}
     assert states == {"delivered"}
     # the first look moves the burst into the lane (n / 256 claims, leasing 2), then
     # one claim per slot freed at most (fewer when both free before a claim runs); no
     # claim runs that the lane's free slot did not call for (a claim finding nothing
-    # only on the idle tick, or after a wake token)
-    assert claims <= n + 8, claims
+    # only on the idle tick, once per IDLE_WAIT_S however long a loaded machine takes
+    # over the burst, or after a wake token)
+    assert claims <= n + 8 + elapsed_s / IDLE_WAIT_S, (claims, elapsed_s)
