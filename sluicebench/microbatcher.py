@@ -40,6 +40,9 @@ async def batcher(queue: Pending, encode: Any) -> None:
         batch = [await queue.get()]
         until = loop.time() + MAX_WAIT_MS / 1000
         while len(batch) < MAX_BATCH:
+            if not queue.empty():  # what is queued already is taken whatever the clock
+                batch.append(queue.get_nowait())
+                continue
             try:
                 batch.append(await asyncio.wait_for(queue.get(), until - loop.time()))
             except TimeoutError:

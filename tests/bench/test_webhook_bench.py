@@ -18,7 +18,10 @@ def test_the_webhook_bench_measures_both_sides_and_delivers_everything(tmp_path:
     hop, sub, lat = res["queue_hop"], res["gateway_submit"], res["delivery"]
     assert hop["plain_jobs_per_s"][0] > 0 and hop["webhook_jobs_per_s"][0] > 0
     assert sub["plain_rps"][0] > 0 and sub["webhook_rps"][0] > 0 and sub["errors"] == 0
-    assert lat["submitted"] == 10 and lat["delivered"] == 10 and lat["submit_errors"] == 0
+    # 20/s for 0.5 s is 10 submits; a loaded machine may fall behind the rate, never
+    # lose a delivery.
+    assert 0 < lat["submitted"] <= 10 and lat["submit_errors"] == 0
+    assert lat["delivered"] == lat["submitted"]
     assert lat["submit_to_webhook_ms"]["p50"] >= lat["complete_to_webhook_ms"]["p50"] > 0
     assert res["notifier_drain"]["delivered"] == 50
 
