@@ -271,8 +271,8 @@ def test_parked_workers_do_not_count_on_the_same_cores(tmp_path: Path, monkeypat
         be.close(timeout_s=5)
 
 
-def test_a_parked_worker_in_a_crash_loop_backs_off(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "crash").write_text("")
+def _clocked_backend(tmp_path: Path, monkeypatch) -> tuple[LocalBackend, list[float]]:  # type: ignore[no-untyped-def]
+    """A pool backend on an injected clock (``now[0]``), restarts backing off 1-30 s."""
     now = [0.0]
     be = _backend(
         tmp_path,
@@ -282,6 +282,12 @@ def test_a_parked_worker_in_a_crash_loop_backs_off(tmp_path: Path, monkeypatch) 
         restart_backoff_s=1.0,
         restart_backoff_max_s=30.0,
     )
+    return be, now
+
+
+def test_a_parked_worker_in_a_crash_loop_backs_off(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "crash").write_text("")
+    be, now = _clocked_backend(tmp_path, monkeypatch)
     try:
         for _ in range(30):  # 30 periods of 1 s, each parked worker exiting at once
             be.keep_pool("m", POOL)
@@ -301,15 +307,7 @@ def test_a_parked_worker_in_a_crash_loop_backs_off(tmp_path: Path, monkeypatch) 
 
 
 def test_a_healthy_standby_does_not_reset_a_crash_loop(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    now = [0.0]
-    be = _backend(
-        tmp_path,
-        monkeypatch,
-        control=FlakyControl(),
-        clock=lambda: now[0],
-        restart_backoff_s=1.0,
-        restart_backoff_max_s=30.0,
-    )
+    be, now = _clocked_backend(tmp_path, monkeypatch)
     try:
         be.keep_pool("m", POOL)  # the first slot: a worker that loads and parks
         healthy = be.models["m"].workers[0]
@@ -339,15 +337,7 @@ def test_a_healthy_standby_does_not_reset_a_crash_loop(tmp_path: Path, monkeypat
 
 def test_a_replacement_that_parks_resets_the_pools_backoff(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     (tmp_path / "crash").write_text("")
-    now = [0.0]
-    be = _backend(
-        tmp_path,
-        monkeypatch,
-        control=FlakyControl(),
-        clock=lambda: now[0],
-        restart_backoff_s=1.0,
-        restart_backoff_max_s=30.0,
-    )
+    be, now = _clocked_backend(tmp_path, monkeypatch)
     st = be.models["m"]
     try:
         for _ in range(3):  # three crashes: the next delay is 4-8 s
