@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sluice.config.base import PRIORITIES, StrictModel, known_priorities
+from sluice.config.generate import GenerateConfig
 
 
 class CostConfig(StrictModel):
@@ -180,6 +181,8 @@ class ModelConfig(StrictModel):
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     bulk: ModelBulkConfig = Field(default_factory=ModelBulkConfig)
+    # present: a generative model (token streams, slots; ADR 0144)
+    generate: GenerateConfig | None = None
 
     @field_validator("buckets")
     @classmethod
@@ -206,6 +209,10 @@ class ModelConfig(StrictModel):
                 f"({self.buckets[-1]}): a bulk item of that size could never be claimed"
             )
         return self
+
+    @property
+    def generative(self) -> bool:
+        return self.generate is not None
 
     @property
     def bucket_names(self) -> list[str]:

@@ -131,10 +131,13 @@ def test_the_generated_field_tables_are_the_enums_and_refuse_a_misspelling() -> 
         ("JOB", records.JobField),
         ("DELIVERY", records.DeliveryField),
         ("BULK", records.BulkField),
+        ("STREAM", records.StreamField),
+        ("STREAM_EVENT", records.StreamEvent),
     ):
         m = re.search(rf"local {table} = strict\('{table}', \{{([^}}]*)\}}\)", header)
         assert m is not None, table
-        assert dict(re.findall(r"(\w+) = '(\w+)'", m.group(1))) == {f.value: f.value for f in enum}
+        pairs = dict(re.findall(r"\['(\w+)'\] = '(\w+)'", m.group(1)))
+        assert pairs == {f.name.lower(): f.value for f in enum}
     assert "error(what .. ': no ' .. k)" in header  # __index on a field not declared
 
 
