@@ -3,6 +3,8 @@ generative model's config, job submission and the loop itself on a real Redis.""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +18,12 @@ from sluice.generate.params import GenerateInput, SamplingParams
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from workers.generate.engine import StepOutput
+from sluice.queue.client import connect
+from workers.generate.handler import EngineHandler
 from workers.generate.loop import SlotLoop
+from workers.generate.worker import GenerativeWorker
+from workers.handlers import HandlerContext
+from workers.worker import WorkerOptions
 
 MODEL = "gen"
 EOS = 0
@@ -41,6 +48,7 @@ class FakeEngine:
     max_seq_tokens: int = 256
     chunk: int = 8
     fail_next_step: bool = False
+    delay_s: float = 0.0  # each step takes this long (a model's compute)
     seqs: dict[str, _FakeSeq] = field(default_factory=dict)
     steps: int = 0
     aborted: list[str] = field(default_factory=list)
@@ -68,6 +76,8 @@ class FakeEngine:
 
     def step(self) -> list[StepOutput]:
         self.steps += 1
+        if self.delay_s:
+            time.sleep(self.delay_s)
         if self.fail_next_step:
             self.fail_next_step = False
             raise RuntimeError("the fake engine failed")
@@ -94,6 +104,12 @@ class FakeEngine:
 
 def expected_text(prompt: Sequence[int], n: int) -> str:
     return "".join(f"<{FakeEngine.token(prompt, k)}>" for k in range(n))
+
+
+@pytest.fixture(name="gen_config")
+def gen_config_fixture() -> Callable[..., SluiceConfig]:
+    """``gen_config(slots=4, admission='continuous', lease_s=5)``: model ``gen``."""
+    return gen_config
 
 
 def gen_config(slots: int = 4, admission: str = "continuous", lease_s: float = 5) -> SluiceConfig:
@@ -160,3 +176,62 @@ def gen(r: redis.Redis) -> Iterator[Callable[..., Gen]]:
         return Gen(cfg, qc, engine, loop)
 
     yield make
+
+
+class FakeHandler(EngineHandler):
+    """An EngineHandler whose engine is a FakeEngine (``params``: slots, delay_s)."""
+
+    def build_engine(self) -> FakeEngine:
+        gen = self.ctx.config.generate
+        assert gen is not None
+        return FakeEngine(slots=gen.slots, delay_s=float(self.params.get("delay_s", 0.0)))
+
+
+@dataclass
+class RunningWorker:
+    worker: GenerativeWorker
+    thread: threading.Thread
+    code: int | None = None
+
+    @property
+    def engine(self) -> FakeEngine:
+        engine = self.worker.engine_handler.engine
+        assert isinstance(engine, FakeEngine)
+        return engine
+
+    def join(self, timeout_s: float = 20.0) -> int:
+        self.thread.join(timeout_s)
+        assert not self.thread.is_alive(), "worker did not exit"
+        assert self.code is not None
+        return self.code
+
+
+@pytest.fixture
+def gen_worker(redis_url: str) -> Iterator[Callable[..., RunningWorker]]:
+    """``gen_worker(cfg, delay_s=0.0, **WorkerOptions fields) -> RunningWorker``: a
+    generative worker over a FakeEngine in a thread; drained at teardown."""
+    running: list[RunningWorker] = []
+
+    def start(cfg: SluiceConfig, delay_s: float = 0.0, **opts: Any) -> RunningWorker:
+        opts.setdefault("metrics_port", -1)
+        wopts = WorkerOptions(model=MODEL, **opts)
+        ctx = HandlerContext(MODEL, cfg.model(MODEL), params={"delay_s": delay_s})
+        client = QueueClient(connect(redis_url), dict(cfg.models))
+        run = RunningWorker(
+            GenerativeWorker(cfg, client, FakeHandler(ctx), wopts), threading.Thread()
+        )
+
+        def target() -> None:
+            run.code = run.worker.run()
+
+        run.thread = threading.Thread(target=target, daemon=True)
+        run.thread.start()
+        running.append(run)
+        return run
+
+    yield start
+    for run in running:
+        run.worker.drain("test teardown")
+    for run in running:
+        run.thread.join(10)
+        run.worker.client.redis.close()
