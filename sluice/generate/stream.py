@@ -27,6 +27,7 @@ import redis
 import redis.asyncio as aioredis
 
 from sluice import fastjson, keys
+from sluice.jobs import JobRecord, JobStatus
 from sluice.records import StreamEvent
 from sluice.records import StreamField as S
 
@@ -120,6 +121,19 @@ def read_stream_sync(
     return _entries(r.xread(**_xread_args(model, job_id, after, block_ms, count)))
 
 
+def entry_from_record(record: JobRecord) -> StreamEntry | None:
+    """The stream's last word for a job that has ended, from its record (None while
+    it runs or waits): for a stream that ended without one (see the module
+    docstring), or expired before its reader came."""
+    if record.status == JobStatus.SUCCEEDED:
+        result = record.result if isinstance(record.result, dict) else {}
+        return StreamEntry("", StreamEvent.END, record.attempts, result=result)
+    if record.status in (JobStatus.FAILED, JobStatus.EXPIRED, JobStatus.CANCELLED):
+        error = record.error or {"type": record.status.value, "message": f"the job {record.status}"}
+        return StreamEntry("", StreamEvent.ERROR, record.attempts, error=fastjson.dumps(error))
+    return None
+
+
 class Follower:
     """What a client has been shown of one job's stream (module docstring)."""
 
@@ -185,10 +199,10 @@ class Follower:
             self._attempt, self._run_text = e.attempt, 0
         start = self._run_text
         self._run_text += len(e.text)
+        if e.index > len(self._ids):
+            return []  # a gap (entries trimmed by MAXLEN): the end entry fills it
         text = e.text[max(0, len(self._text) - start) :]
-        skip = max(0, len(self._ids) - e.index) if e.index <= len(self._ids) else 0
-        ids = e.token_ids[skip:] if e.index <= len(self._ids) else ()
-        return self._deliver(text, ids, len(self._ids))
+        return self._deliver(text, e.token_ids[len(self._ids) - e.index :], len(self._ids))
 
     def _deliver(self, text: str, ids: tuple[int, ...], index: int) -> list[Delta]:
         if not text and not ids:

@@ -9,7 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice import fastjson
-from sluice.generate.stream import Follower, StreamEntry, parse_entry
+from sluice.generate.stream import Follower, StreamEntry, entry_from_record, parse_entry
+from sluice.jobs import JobRecord
 from sluice.records import StreamEvent
 from sluice.records import StreamField as S
 
@@ -114,3 +115,25 @@ def test_parse_entry_reads_the_stored_layout_text_or_bytes() -> None:
     assert parse_entry(b"5-1", raw) == e
     end = parse_entry("6-0", {S.TYPE: "end", S.ATTEMPT: "1", S.RESULT: fastjson.dumps({"a": 1})})
     assert end.result == {"a": 1} and end.type == StreamEvent.END
+
+
+def test_a_gap_in_the_stream_is_filled_by_the_end_entry() -> None:
+    f = Follower()
+    assert f.feed(StreamEntry("1-0", StreamEvent.TOKENS, 1, 2, (3,), "c")) == []  # trimmed
+    [rest] = f.feed(
+        StreamEntry("1-1", StreamEvent.END, 1, result={"text": "abc", "token_ids": [1, 2, 3]})
+    )
+    assert (rest.text, rest.token_ids, rest.index) == ("abc", (1, 2, 3), 0)
+
+
+def test_a_record_that_ended_gives_the_streams_last_word() -> None:
+    base = JobRecord.from_hash("m", {"id": "m.1", "status": "running", "att": "1"})
+    assert entry_from_record(base) is None
+    done = JobRecord.from_hash("m", {"id": "m.1", "status": "succeeded", "result": '{"text":"x"}'})
+    end = entry_from_record(done)
+    assert end is not None and end.type == StreamEvent.END and end.result == {"text": "x"}
+    gone = entry_from_record(JobRecord.from_hash("m", {"id": "m.1", "status": "cancelled"}))
+    assert gone is not None and gone.type == StreamEvent.ERROR and "cancelled" in (gone.error or "")
+    f = Follower()
+    f.feed(gone)
+    assert f.done and f.error
