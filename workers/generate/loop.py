@@ -233,31 +233,44 @@ class SlotLoop:
 
     # -- giving jobs back ------------------------------------------------------
     def hand_back(self, reason: str) -> int:
-        """Release every active sequence to the queue (requeued in place, the claim's
-        attempt undone) so another worker runs it again; its undelivered tokens are
-        dropped (the re-run streams them again). Returns how many."""
+        """Give every active sequence back to the queue so another worker runs it
+        again; its undelivered tokens are dropped (the re-run streams them again).
+        Returns how many.
+
+        One that has streamed no token is released (requeued in place, the claim's
+        attempt undone). One that has is retried: a new attempt, so its stream says
+        RESTART and a follower skips the offsets it has (a release would re-run it
+        under the same attempt number, which a follower cannot tell from the first
+        run)."""
         pending = [f for f in self.outbox.finished if f.job_id not in self.table.seqs]
         self.outbox = _Outbox(finished=pending)
-        ids = self.table.clear()
-        if ids:
-            log.info("handing back %d sequence(s): %s", len(ids), reason)
-            self._send([Outcome.release(j) for j in ids])
+        seqs = self.table.clear()
+        if seqs:
+            log.info("handing back %d sequence(s): %s", len(seqs), reason)
+            self._send(
+                [
+                    Outcome.retry(s.job_id, "worker_stopped", reason)
+                    if s.ids
+                    else Outcome.release(s.job_id)
+                    for s in seqs
+                ]
+            )
         if pending:  # ended jobs whose completion was not sent yet: send it now
             try:
                 self._round_trip(0)
                 self._delivered()
             except (RedisUnavailable, RedisError) as e:
                 log.warning("could not send %d ended job(s): %s", len(pending), e)
-        return len(ids)
+        return len(seqs)
 
     def _give_back_all(self, error: str) -> None:
         """The engine failed as a whole: every sequence is retried (an attempt used,
         so a job that crashes the engine ends in the dead-letter list)."""
-        ids = self.table.clear()
+        seqs = self.table.clear()
         self.outbox = _Outbox(finished=self.outbox.finished)
-        self._send([Outcome.retry(j, "worker_error", error) for j in ids])
+        self._send([Outcome.retry(s.job_id, "worker_error", error) for s in seqs])
         if self.metrics is not None:
-            self.metrics.ended("error", len(ids))
+            self.metrics.ended("error", len(seqs))
 
     def _send(self, outcomes: list[Outcome]) -> None:
         ids = [o.id for o in outcomes]

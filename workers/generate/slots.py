@@ -153,10 +153,10 @@ class SlotTable:
             return Finished(seq.job_id, seq.attempt, None, f"{ENGINE_ERROR}: {out.error}"[:500])
         return Finished(seq.job_id, seq.attempt, seq.result(str(out.finished)))
 
-    def clear(self) -> list[str]:
-        """Abort every sequence (the loop is giving them back); their ids."""
-        ids = list(self.seqs)
-        for job_id in ids:
-            self.engine.abort(job_id)
+    def clear(self) -> list[Seq]:
+        """Abort every sequence (the loop is giving them back)."""
+        seqs = list(self.seqs.values())
+        for seq in seqs:
+            self.engine.abort(seq.job_id)
         self.seqs.clear()
-        return ids
+        return seqs

@@ -17,8 +17,8 @@ from sluice.config import SluiceConfig, parse_config
 from sluice.generate.params import GenerateInput, SamplingParams
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
-from workers.generate.engine import StepOutput
 from sluice.queue.client import connect
+from workers.generate.engine import StepOutput
 from workers.generate.handler import EngineHandler
 from workers.generate.loop import SlotLoop
 from workers.generate.worker import GenerativeWorker

@@ -10,6 +10,7 @@ from typing import Any
 
 from sluice import keys
 from sluice.generate.params import GenerateInput, SamplingParams
+from sluice.generate.stream import Follower, read_stream_sync
 from sluice.jobs import JobStatus
 from sluice.records import JobField, StreamEvent, StreamField
 
@@ -152,18 +153,32 @@ def test_an_engine_failure_retries_its_jobs_and_the_loop_goes_on(gen: Make) -> N
     assert rec.status == JobStatus.SUCCEEDED and rec.attempts == 2
     assert rec.result["attempt"] == 2
     assert any(e[StreamField.TYPE] == StreamEvent.RESTART for e in g.entries(job))
+    follower, shown = Follower(), []
+    for entry in read_stream_sync(g.qc.redis, MODEL, job):
+        shown += [i for d in follower.feed(entry) for i in d.token_ids]
+    assert follower.done and follower.restarts == 1
+    assert follower.text == g.expected((4,), 5)
+    assert shown == list(rec.result["token_ids"])  # no token twice
 
 
-def test_hand_back_requeues_active_sequences_without_using_an_attempt(gen: Make) -> None:
-    g = gen()
-    job = g.submit((4,), 50)
+def test_hand_back_releases_unstarted_and_retries_streamed_sequences(gen: Make) -> None:
+    g = gen(slots=2)
+    streamed = g.submit((4,), 50)
     g.loop.turn()
     g.loop.turn()
-    assert g.loop.hand_back("test") == 1
-    rec = g.qc.get(job)
-    assert rec.status == JobStatus.QUEUED and rec.attempts == 0
+    g.loop.turn()
+    unstarted = g.submit(tuple(range(1, 33)), 5)  # 4 prefill steps: no token yet
+    g.loop.turn()
+    assert g.loop.hand_back("test") == 2
+    rec = g.qc.get(unstarted)
+    assert rec.status == JobStatus.QUEUED and rec.attempts == 0  # released: no attempt used
+    rec = g.qc.get(streamed)
+    assert rec.status == JobStatus.QUEUED and rec.attempts == 1  # retried: RESTART next
     g.until_idle()
-    assert g.qc.get(job).result["text"] == g.expected((4,), 50)
+    rec = g.qc.get(streamed)
+    assert rec.result["text"] == g.expected((4,), 50) and rec.result["attempt"] == 2
+    assert any(e[StreamField.TYPE] == StreamEvent.RESTART for e in g.entries(streamed))
+    assert g.qc.get(unstarted).result["attempt"] == 1
 
 
 def test_each_turn_is_one_round_trip_to_redis(gen: Make) -> None:
@@ -193,8 +208,10 @@ def test_each_turn_is_one_round_trip_to_redis(gen: Make) -> None:
     while not g.loop.turn().idle:
         turns += 1
         assert turns < 100
+    sent = len(calls)
     assert all(g.qc.get(j).status == JobStatus.SUCCEEDED for j in jobs)
-    assert len(calls) == turns + 1, calls  # one per turn (the last, idle, claimed nothing)
+    assert turns > 5
+    assert sent == turns + 1, calls  # one per turn (the last, idle, claimed nothing)
 
 
 def test_the_heartbeat_and_metrics_see_the_slots(gen: Make) -> None:
