@@ -31,7 +31,7 @@ TINY_PREFIX = "tiny:"
 VOCAB_SIZE = 8192
 N_POSITIONS = 1024
 # Bumped when the files built change, so an old cache is never reused.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 WEIGHT_SEED = 1234
 CORPUS_SEED = 4321
 EOS_TOKEN = "<|endoftext|>"
@@ -265,7 +265,7 @@ def _write_model(out: Path, spec: TinySpec) -> None:
         n_head=spec.heads,
         bos_token_id=eos,
         eos_token_id=eos,
-        tie_word_embeddings=False,
+        tie_word_embeddings=True,
     )
     model = GPT2LMHeadModel(config)
     with torch.no_grad():
@@ -283,16 +283,13 @@ def _write_model(out: Path, spec: TinySpec) -> None:
 
 
 def _init_std(name: str, shape: tuple[int, ...]) -> float:
-    """Scales that make every layer matter: with GPT-2's own 0.02 (and a tied head)
-    a random model's residual stream is its input embedding and greedy decoding
-    repeats the last token whatever the context, which would hide a broken cache.
-    Conv1D weights are [in, out]: 1/sqrt(fan-in) keeps each layer's output O(1);
-    the head gives logits of std about 2, so greedy picks are rarely near-ties."""
-    if name.endswith("wte.weight"):
-        return 1.0
-    if name.endswith("wpe.weight"):
-        return 0.5
-    if name == "lm_head.weight":
+    """Scales that make every layer matter. With GPT-2's own 0.02 a random model's
+    residual stream is its input embedding, and since the head is tied to it (vLLM
+    ties GPT-2's head whatever the config says) greedy decoding repeats the last
+    token whatever the context, which would hide a broken cache. Conv1D weights
+    are [in, out]: 1/sqrt(fan-in) keeps each layer's output O(1), above the
+    embeddings; embeddings of 2/sqrt(width) give logits of std about 2."""
+    if name.endswith(("wte.weight", "wpe.weight")):
         return 2.0 / shape[1] ** 0.5
     return 1.0 / shape[0] ** 0.5
 
