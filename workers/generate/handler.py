@@ -103,7 +103,6 @@ class CausalLMHandler(EngineHandler):
     def build_engine(self) -> Engine:
         t0 = time.perf_counter()
         from sluice.generate.tiny import resolve_model_dir
-
         from workers.generate.hf_engine import HFEngine
 
         self.load_stages["imports"] = time.perf_counter() - t0
@@ -111,12 +110,15 @@ class CausalLMHandler(EngineHandler):
             model_dir = resolve_model_dir(self.spec)
         except (ValueError, OSError) as e:
             raise ConfigError(f"model {self.ctx.model!r}: params.model: {e}") from e
-        return HFEngine(
-            model_dir,
-            slots=self.gen.slots,
-            max_seq_tokens=self.gen.max_seq_tokens,
-            prefill_tokens_per_step=self.gen.prefill_tokens_per_step,
-            dtype=self.dtype,
-            device=self.device,
-            threads=self.threads,
-        )
+        try:
+            return HFEngine(
+                model_dir,
+                slots=self.gen.slots,
+                max_seq_tokens=self.gen.max_seq_tokens,
+                prefill_tokens_per_step=self.gen.prefill_tokens_per_step,
+                dtype=self.dtype,
+                device=self.device,
+                threads=self.threads or None,
+            )
+        except ValueError as e:  # a setting the engine refuses (dtype, KV budget)
+            raise ConfigError(f"model {self.ctx.model!r}: causal-lm: {e}") from e
