@@ -83,29 +83,30 @@ def build_worker(
     device = resolve_device(device_spec, getattr(cls, "uses_torch", False))
     opts = WorkerOptions(**{**opts.__dict__, "device": device})
     handler = cls(HandlerContext(opts.model, mcfg, device=device))
+    if mcfg.generative:
+        check_engine_handler(handler, opts.model, mcfg.handler)
     client = QueueClient(connect(redis_url), dict(cfg.models))
     try:
         if mcfg.generative:
-            return generative_worker(cfg, client, handler, opts)
+            from workers.generate.worker import GenerativeWorker
+
+            return GenerativeWorker(cfg, client, handler, opts)  # type: ignore[arg-type]
         return Worker(cfg, client, handler, opts)
     except ValueError as e:
         raise ConfigError(str(e)) from e
 
 
-def generative_worker(
-    cfg: SluiceConfig, client: QueueClient, handler: Handler, opts: WorkerOptions
-) -> Worker:
-    """The slot loop's worker (a model with a generate: section, ADR 0147)."""
+def check_engine_handler(handler: Handler, model: str, spec: str) -> None:
+    """A model with a generate: section runs the slot loop (ADR 0147): its handler
+    must build an engine."""
     from workers.generate.handler import EngineHandler
-    from workers.generate.worker import GenerativeWorker
 
     if not isinstance(handler, EngineHandler):
         raise ConfigError(
-            f"model {opts.model!r} has a generate: section, so its handler must build an "
+            f"model {model!r} has a generate: section, so its handler must build an "
             f"engine (causal-lm, or a workers.generate.handler.EngineHandler subclass); "
-            f"{cfg.model(opts.model).handler!r} does not"
+            f"{spec!r} does not"
         )
-    return GenerativeWorker(cfg, client, handler, opts)
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import httpx
+import pytest
 import redis
 
 from sluice import registry
@@ -117,3 +119,54 @@ def test_an_idle_worker_blocks_on_the_wake_list_between_turns(
     assert all(events[i + 1] == "wait" for i in idle), events  # never turn after turn
     job = submit(qc, (2,), 4)  # the submit's wake token ends the wait
     wait_until(lambda: status(qc, job) == JobStatus.SUCCEEDED, what="woken and served")
+
+
+def test_the_metrics_port_serves_the_generate_metrics(
+    r: redis.Redis, gen_worker: Start, gen_config: Callable[..., Any]
+) -> None:
+    cfg = gen_config()
+    qc = QueueClient(r, dict(cfg.models))
+    run = gen_worker(cfg, metrics_port=0)
+    job = submit(qc, (1,), 6)
+    wait_until(lambda: status(qc, job) == JobStatus.SUCCEEDED)
+    port = wait_until(lambda: run.worker.status.snapshot().metrics_port)
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    for name in (
+        'sluice_generate_tokens_total{model="gen"} 6.0',
+        'sluice_generate_slots{model="gen"} 4.0',
+        'sluice_generate_ttft_seconds_count{model="gen"} 1.0',
+        'sluice_generate_sequences_total{model="gen",reason="length"} 1.0',
+        "sluice_generate_step_seconds_bucket",
+        "sluice_generate_inter_token_seconds_bucket",
+        "sluice_generate_round_trip_seconds_bucket",
+        "sluice_generate_slot_occupancy",
+        "sluice_generate_tokens_per_second",
+        'sluice_worker_state{model="gen",state="ready"} 1.0',
+    ):
+        assert name in text, name
+
+
+def test_build_worker_picks_the_slot_loop_for_a_generate_section(redis_url: str) -> None:
+    from sluice.config import parse_config
+    from sluice.errors import ConfigError
+    from workers.generate.worker import GenerativeWorker
+    from workers.main import build_worker
+    from workers.worker import WorkerOptions
+
+    def config(handler: str, generate: bool) -> Any:
+        model: dict[str, Any] = {"handler": handler, "params": {"model": "tiny:4x256"}}
+        if generate:
+            model["generate"] = {"slots": 2}
+        return parse_config({"models": {MODEL: model}})
+
+    opts = WorkerOptions(model=MODEL, metrics_port=-1)
+    worker = build_worker(config("causal-lm", True), redis_url, opts, "cpu")
+    try:
+        assert isinstance(worker, GenerativeWorker) and worker.status.snapshot().slots == 2
+        assert not worker.overlap  # no prefetch thread: the loop claims in its round trip
+    finally:
+        worker.client.redis.close()
+    with pytest.raises(ConfigError, match="must build an engine"):
+        build_worker(config("synthetic", True), redis_url, opts, "cpu")
+    with pytest.raises(ConfigError, match="needs a generate: section"):
+        build_worker(config("causal-lm", False), redis_url, opts, "cpu")
