@@ -89,7 +89,7 @@ class GenerateMetrics:
         )
         self.sequences_total = Counter(
             "sluice_generate_sequences_total",
-            "Sequences that left a slot, by why (stop, length, error, invalid, lost).",
+            "Sequences that left a slot, by why (stop, length, error, invalid_input, lost).",
             ["model", "reason"],
             registry=reg,
         )
