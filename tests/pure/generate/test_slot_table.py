@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sluice.generate.params import GenerateInput, SamplingParams
+from sluice.generate.params import FinishReason, GenerateInput, SamplingParams
 from sluice.jobs import ClaimedJob
 from workers.generate.engine import StepOutput
 from workers.generate.metrics import TokenRate
@@ -40,7 +40,7 @@ class ScriptedEngine:
         for sid in list(self.active_ids):
             chunks = self.script[sid]
             chunk = chunks.pop(0)
-            done = "length" if not chunks else None
+            done: FinishReason | None = "length" if not chunks else None
             if chunk or done:
                 outs.append(StepOutput(sid, tuple(chunk), "".join(f"t{i} " for i in chunk), done))
             if done:

@@ -14,7 +14,7 @@ import redis
 
 from sluice import keys
 from sluice.config import SluiceConfig, parse_config
-from sluice.generate.params import GenerateInput, SamplingParams
+from sluice.generate.params import FinishReason, GenerateInput, SamplingParams
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
@@ -89,7 +89,7 @@ class FakeEngine:
             s.prefill_left = 0
             tok = self.token(s.prompt, s.made)
             s.made += 1
-            done = "length" if s.made >= s.params.max_tokens else None
+            done: FinishReason | None = "length" if s.made >= s.params.max_tokens else None
             outs.append(StepOutput(sid, (tok,), f"<{tok}>", done))
             if done:
                 del self.seqs[sid]
@@ -152,7 +152,8 @@ class Gen:
 
     def entries(self, job_id: str) -> list[dict[str, str]]:
         """The job's stream entries' fields, oldest first."""
-        return [f for _, f in self.qc.redis.xrange(keys.stream_key(MODEL, job_id))]
+        entries: Any = self.qc.redis.xrange(keys.stream_key(MODEL, job_id))
+        return [f for _, f in entries]
 
     def until_idle(self, limit: int = 1000) -> int:
         """Turns until nothing is active and nothing is claimed; how many."""

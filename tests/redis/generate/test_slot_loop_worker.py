@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis
 
-from sluice import registry
+from sluice import keys, registry
 from sluice.generate.params import GenerateInput, SamplingParams
 from sluice.jobs import JobStatus, NewJob
 from sluice.queue import QueueClient
@@ -33,10 +33,8 @@ def status(qc: QueueClient, job: str) -> JobStatus:
 
 
 def streamed(r: redis.Redis, job: str) -> int:
-    from sluice import keys
-
-    entries = r.xrange(keys.stream_key(MODEL, job))
-    return sum(1 for _, f in entries if f[StreamField.TYPE] == StreamEvent.TOKENS)
+    entries: Any = r.xrange(keys.stream_key(MODEL, job))
+    return sum(f[StreamField.TYPE] == StreamEvent.TOKENS for _, f in entries)
 
 
 def test_the_worker_serves_and_its_heartbeat_shows_its_slots(
