@@ -27,6 +27,7 @@ import redis
 import redis.asyncio as aioredis
 
 from sluice import fastjson, keys
+from sluice.connection import read_timeout_s
 from sluice.jobs import JobRecord, JobStatus
 from sluice.records import StreamEvent
 from sluice.records import StreamField as S
@@ -76,11 +77,14 @@ def parse_entry(entry_id: str | bytes, fields: Mapping[Any, Any]) -> StreamEntry
 
 
 def _xread_args(
-    model: str, job_id: str, after: str, block_ms: int | None, count: int
+    r: Any, model: str, job_id: str, after: str, block_ms: int | None, count: int
 ) -> dict[str, Any]:
     kw: dict[str, Any] = {"streams": {keys.stream_key(model, job_id): after}, "count": count}
     if block_ms is not None:
-        kw["block"] = block_ms
+        # Kept under half the socket timeout, so a quiet stream never reads as a dead
+        # connection (BLOCK 0, forever, is never sent).
+        sock = read_timeout_s(r)
+        kw["block"] = max(1, min(block_ms, int(sock * 500)) if sock else block_ms)
     return kw
 
 
@@ -104,9 +108,10 @@ async def read_stream(
     block_ms: int | None = None,
     count: int = 512,
 ) -> list[StreamEntry]:
-    """Entries after ``after`` (an entry id), at most ``count``; with ``block_ms``,
-    wait that long for the first one ([] when none came)."""
-    return _entries(await r.xread(**_xread_args(model, job_id, after, block_ms, count)))
+    """Entries after ``after`` (an entry id; ``$``: only new ones), at most ``count``;
+    with ``block_ms``, wait up to that long (at most half the client's socket
+    timeout) for the first one ([] when none came)."""
+    return _entries(await r.xread(**_xread_args(r, model, job_id, after, block_ms, count)))
 
 
 def read_stream_sync(
@@ -118,7 +123,7 @@ def read_stream_sync(
     count: int = 512,
 ) -> list[StreamEntry]:
     """:func:`read_stream` on a sync client."""
-    return _entries(r.xread(**_xread_args(model, job_id, after, block_ms, count)))
+    return _entries(r.xread(**_xread_args(r, model, job_id, after, block_ms, count)))
 
 
 def entry_from_record(record: JobRecord) -> StreamEntry | None:
