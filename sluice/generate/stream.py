@@ -5,12 +5,13 @@ client, tests) read entries after an id, optionally blocking; :func:`parse_entry
 turns one into a :class:`StreamEntry` (layout: ``sluice.records.StreamField``).
 
 :class:`Follower` is pure: fed the entries in order, it returns only the output a
-client has not been shown. A restart (another run of the job, attempt n + 1)
-begins again at token offset 0; since a re-run reproduces the same tokens (greedy
-or the stored seed), the follower skips the token offsets and the text it has
-already delivered, so a client ends with the whole output and no token twice.
-To resume after a disconnect (SSE ``Last-Event-ID``), feed the stream from its
-start and drop the deltas of entries at or before that id.
+client has not been shown. Any ``start`` or ``restart`` entry begins a run at
+token offset 0 (a restart: another attempt; a start again: a job handed back
+unstarted, under the same attempt number); since a re-run reproduces the same
+tokens (greedy or the stored seed), the follower skips the token offsets and the
+text it has already delivered, so a client ends with the whole output and no
+token twice. To resume after a disconnect (SSE ``Last-Event-ID``), feed the
+stream from its start and drop the deltas of entries at or before that id.
 
 A stream ends with an ``end`` or ``error`` entry, except where no worker could
 write one (a job cancelled or expired while queued, failed when its lease lapsed
@@ -184,7 +185,8 @@ class Follower:
         if self._done:
             return []
         if entry.type in (StreamEvent.START, StreamEvent.RESTART):
-            if entry.attempt > self._attempt:
+            # A run begins (a released job runs again under the same attempt number).
+            if entry.attempt >= self._attempt:
                 self._restarts += self._attempt > 0 or entry.type == StreamEvent.RESTART
                 self._attempt, self._run_text = entry.attempt, 0
             return []
