@@ -126,3 +126,13 @@ async def _empty(url: str, jid: str) -> list[Any]:
         return await read_stream(ar, "m", jid, "$", block_ms=10)  # nothing new came
     finally:
         await ar.aclose()
+
+
+def test_a_lone_surrogate_in_one_sequences_text_loses_no_step(r: redis.Redis) -> None:
+    qc = client(r)
+    a, b = (submit_one(qc) for _ in range(2))
+    run_step(qc, "m", "w1", [], [], 2)
+    appends = [Append(a, 1, 0, (1,), "x\ud800?", True), Append(b, 1, 0, (1,), "ok", True)]
+    assert run_step(qc, "m", "w1", appends, [], 0).lost == set()
+    assert read_stream_sync(r, "m", a)[-1].text == "x\ufffd?"
+    assert read_stream_sync(r, "m", b)[-1].text == "ok"
