@@ -168,3 +168,14 @@ def test_build_worker_picks_the_slot_loop_for_a_generate_section(redis_url: str)
         build_worker(config("synthetic", True), redis_url, opts, "cpu")
     with pytest.raises(ConfigError, match="needs a generate: section"):
         build_worker(config("causal-lm", False), redis_url, opts, "cpu")
+
+
+def test_a_burst_worker_exits_0_once_the_queue_is_empty(
+    r: redis.Redis, gen_worker: Start, gen_config: Callable[..., Any]
+) -> None:
+    cfg = gen_config(slots=2)
+    qc = QueueClient(r, dict(cfg.models))
+    jobs = [submit(qc, (i,), 5 + i) for i in range(1, 6)]
+    run = gen_worker(cfg, burst=True)
+    assert run.join() == 0
+    assert all(status(qc, j) == JobStatus.SUCCEEDED for j in jobs)
