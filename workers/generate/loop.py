@@ -110,7 +110,7 @@ class SlotLoop:
     def free_slots(self, claim: bool) -> int:
         if not claim:
             return 0
-        if self.whole_batch and self.busy:
+        if self.whole_batch and self.table.active:
             return 0  # the baseline: the next batch waits for this one to end
         return self.table.free
 
