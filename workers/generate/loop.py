@@ -47,9 +47,11 @@ StepFn = Callable[..., StepReply]
 
 @dataclass
 class Turn:
-    """What one turn did; ``idle``: nothing active, nothing sent, nothing claimed."""
+    """What one turn did; ``idle``: nothing in slots, nothing sent, nothing claimed."""
 
     stepped: bool = False
+    sent: bool = False  # tokens or ended jobs delivered
+    active: int = 0  # sequences in slots after the turn
     claimed: int = 0
     ended: int = 0
     lost: int = 0
@@ -58,7 +60,7 @@ class Turn:
 
     @property
     def idle(self) -> bool:
-        return not (self.stepped or self.claimed or self.ended or self.lost or self.error)
+        return not (self.stepped or self.sent or self.active or self.claimed or self.error)
 
 
 @dataclass
@@ -132,7 +134,7 @@ class SlotLoop:
         except (RedisUnavailable, RedisError) as e:
             self.retrying, turn.error = True, e
             return self._publish(turn)
-        self.retrying = False
+        self.retrying, turn.sent = False, bool(self.outbox)
         turn.ended = len(self.outbox.finished)
         self._delivered()
         self._drop_lost(reply.lost, turn)
@@ -225,6 +227,7 @@ class SlotLoop:
     def _publish(self, turn: Turn) -> Turn:
         """Slot occupancy and the output rate to the metrics and the heartbeat."""
         busy, slots = self.table.active, self.engine.slots
+        turn.active = busy
         if self.metrics is not None:
             self.tokens_per_s = self.metrics.set_slots(busy, slots, self.clock())
         if self.status is not None:

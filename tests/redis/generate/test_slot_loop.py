@@ -258,3 +258,33 @@ def test_sampling_params_round_trip_through_the_job(gen: Make) -> None:
     job = g.submit((1, 2), 3, input=value)
     g.until_idle()
     assert g.qc.get(job).result["text"] == g.expected((1, 2), 3)
+
+
+def test_a_failed_round_trip_holds_the_engine_and_loses_no_token(gen: Make) -> None:
+    from sluice.errors import RedisUnavailable
+    from sluice.generate.ops import run_step
+
+    failing = {"left": 0}
+
+    def flaky(*a: Any, **kw: Any) -> Any:
+        if failing["left"]:
+            failing["left"] -= 1
+            raise RedisUnavailable("connection lost")
+        return run_step(*a, **kw)
+
+    g = gen(step=flaky)
+    job = g.submit((6,), 12)
+    for _ in range(4):
+        g.loop.turn()
+    steps = g.engine.steps
+    failing["left"] = 3
+    for _ in range(3):
+        turn = g.loop.turn()
+        assert turn.error is not None and g.loop.busy
+    assert g.engine.steps == steps + 1  # one step, then held until its tokens went out
+    g.until_idle()
+    rec = g.qc.get(job)
+    assert rec.status == JobStatus.SUCCEEDED, (rec, g.entries(job))
+    assert rec.result["text"] == g.expected((6,), 12)
+    tokens = tokens_of(g.entries(job))
+    assert [int(e[StreamField.INDEX]) for e in tokens] == list(range(12))  # no gap
