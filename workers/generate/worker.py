@@ -104,7 +104,7 @@ class GenerativeWorker(Worker):
                 turn = slots.turn(claim=not held)
                 self._after_turn(turn)
         finally:
-            if slots.active:  # left by an unexpected error or quarantine: run elsewhere
+            if slots.busy:  # left by an unexpected error or quarantine: run elsewhere
                 slots.hand_back("the slot loop stopped")
 
     def _after_turn(self, turn: Turn) -> None:
