@@ -49,11 +49,7 @@ class StepCost:
     per_prompt_token_ms: float = 53.0 / 384
 
     def step_ms(self, decoding: int, prefill_tokens: int) -> float:
-        return (
-            self.base_ms
-            + self.per_seq_ms * decoding
-            + self.per_prompt_token_ms * prefill_tokens
-        )
+        return self.base_ms + self.per_seq_ms * decoding + self.per_prompt_token_ms * prefill_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,9 +237,10 @@ def compare(admissions: list[str], **kw: Any) -> dict[str, Any]:
     """Each admission on the same seeded workload; ratios to the first's tokens/s."""
     results = [simulate(a, **kw) for a in admissions]
     base = results[0].tokens_per_s or 1.0
-    rows = [r.summary() | {"tokens_per_s_vs_first": round(r.tokens_per_s / base, 2)} for r in results]
+    rows = [
+        r.summary() | {"tokens_per_s_vs_first": round(r.tokens_per_s / base, 2)} for r in results
+    ]
     return {"setup": {k: v for k, v in kw.items() if k != "cost"}, "results": rows}
-
 
 
 def parse_admissions(spec: str) -> list[str]:

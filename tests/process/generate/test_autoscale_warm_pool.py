@@ -70,7 +70,11 @@ def test_a_generative_models_pool_parks_and_promotes_with_its_threads(
         be.keep_pool("lm", WarmPoolConfig(size=1))
         assert (be.current("lm"), len(be.parked("lm")), be.cores.used) == (1, 1, 1)
         started = wait_until(
-            lambda: sorted(tmp_path.glob("local-*.json")) if len(list(tmp_path.glob("local-*.json"))) == 2 else [],
+            lambda: (
+                sorted(tmp_path.glob("local-*.json"))
+                if len(list(tmp_path.glob("local-*.json"))) == 2
+                else []
+            ),
             10,
             "a serving and a parked worker",
             every_s=0.05,

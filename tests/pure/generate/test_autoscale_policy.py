@@ -118,13 +118,17 @@ def test_signals_from_heartbeats_and_the_ttft_histogram() -> None:
     counts = [0] * 16
     counts[3] = 98  # 50 ms
     counts[8] = 2
-    g = generate_signals(workers, in_flight=20, slots=8, expected_output_tokens=64, ttft_counts=counts)
+    g = generate_signals(
+        workers, in_flight=20, slots=8, expected_output_tokens=64, ttft_counts=counts
+    )
     assert (g.slots, g.slots_busy, g.slots_total) == (16, 26, 32)
     assert g.tokens_per_s == 1000.0 and g.occupancy == 26 / 32
     assert g.ttft_p50_ms is not None and g.ttft_p99_ms is not None
     assert g.ttft_p50_ms < g.ttft_p99_ms
     # No heartbeat reports slots yet: the configured slots, jobs in flight as busy.
-    g = generate_signals([worker_info()], in_flight=7, slots=8, expected_output_tokens=64, ttft_counts=None)
+    g = generate_signals(
+        [worker_info()], in_flight=7, slots=8, expected_output_tokens=64, ttft_counts=None
+    )
     assert (g.slots, g.slots_busy, g.slots_total, g.occupancy) == (8, 7, 0, None)
     assert g.ttft_p99_ms is None and g.tokens_per_s is None
 
