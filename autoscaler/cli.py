@@ -119,6 +119,13 @@ ConcurrencyOpt = Annotated[
     int | None, typer.Option(help="--generate: closed-loop clients (default 2 x all slots).")
 ]
 RateOpt = Annotated[float | None, typer.Option(help="--generate: open loop, Poisson jobs/s.")]
+StepMsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="--generate: a step's ms as BASE,PER_SEQUENCE,PER_PROMPT_TOKEN "
+        "(default: fitted to issue 30's CPU figures, 3.23,0.274,0.138)."
+    ),
+]
 
 
 def simulate_cmd(
@@ -139,6 +146,7 @@ def simulate_cmd(
     generate: GenerateOpt = None,
     concurrency: ConcurrencyOpt = None,
     rate: RateOpt = None,
+    step_ms: StepMsOpt = None,
 ) -> None:
     """Replay a trace through the policy (and baselines) before deploying it; or, with
     --dispatch, compare pull against push dispatch on the same trace and workers; or,
@@ -152,7 +160,8 @@ def simulate_cmd(
         if generate is not None:
             admissions = gen.parse_admissions(generate)
             n = jobs or 2000
-            out = gen.generate_cmd(mc, admissions, replicas or 1, n, seed, concurrency, rate)
+            load = gen.Load(replicas or 1, n, seed, concurrency, rate)
+            out = gen.generate_cmd(mc, admissions, load, gen.parse_step_ms(step_ms))
         elif dispatch is not None:
             if plot is not None:
                 raise ConfigError("--plot draws policy replays; --dispatch prints a table only")

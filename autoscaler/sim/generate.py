@@ -251,33 +251,55 @@ def parse_admissions(spec: str) -> list[str]:
     return out
 
 
+def parse_step_ms(spec: str | None) -> StepCost:
+    """``BASE,PER_SEQUENCE,PER_PROMPT_TOKEN`` milliseconds; None: the default fit."""
+    if spec is None:
+        return StepCost()
+    try:
+        base, per_seq, per_token = (float(x) for x in spec.split(","))
+    except ValueError:
+        raise ConfigError(f"--step-ms {spec!r}: BASE,PER_SEQUENCE,PER_PROMPT_TOKEN") from None
+    if min(base, per_seq, per_token) < 0 or base + per_seq <= 0:
+        raise ConfigError(f"--step-ms {spec!r}: non-negative, and a step must take time")
+    return StepCost(base, per_seq, per_token)
+
+
+@dataclass(frozen=True, slots=True)
+class Load:
+    """The workload of ``sluice simulate --generate``: closed loop with ``concurrency``
+    clients (None and no rate: twice all the slots), or open loop at ``rate`` jobs/s."""
+
+    replicas: int = 1
+    jobs: int = 2000
+    seed: int = 5
+    concurrency: int | None = None
+    rate: float | None = None
+
+
 def generate_cmd(
-    model: ModelConfig,
-    admissions: list[str],
-    replicas: int,
-    jobs: int,
-    seed: int,
-    concurrency: int | None,
-    rate: float | None,
+    model: ModelConfig, admissions: list[str], load: Load, cost: StepCost
 ) -> dict[str, Any]:
     """``sluice simulate --generate``: each admission on one workload; prints a table."""
     g = model.generate
     if g is None:
         raise ConfigError("--generate needs a generative model (a generate: section)")
+    concurrency, rate = load.concurrency, load.rate
     if concurrency is None and rate is None:
-        concurrency = 2 * g.slots * replicas  # closed loop, twice the slots: always a queue
+        concurrency = 2 * g.slots * load.replicas  # closed loop, twice the slots: a queue
     if concurrency is not None and rate is not None:
         raise ConfigError("pass --concurrency (closed loop) or --rate (open loop), not both")
     out = compare(
         admissions,
         slots=g.slots,
-        replicas=replicas,
-        jobs=jobs,
-        seed=seed,
+        replicas=load.replicas,
+        jobs=load.jobs,
+        seed=load.seed,
         concurrency=concurrency,
         rate=rate,
         prefill_tokens_per_step=g.prefill_tokens_per_step,
+        cost=cost,
     )
+    out["setup"]["step_ms"] = [cost.base_ms, cost.per_seq_ms, cost.per_prompt_token_ms]
     head = (
         f"{'admission':<12} {'jobs':>6} {'tokens/s':>9} {'vs first':>8} {'TTFT p50':>9} "
         f"{'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8} {'slots busy':>10}"

@@ -89,6 +89,10 @@ def test_simulate_generate_cli(tmp_path: Path) -> None:
     assert rows[1]["tokens_per_s_vs_first"] < 1.0 and "TTFT p99" in res.output
     bad = CliRunner().invoke(app, ["simulate", "--config", str(cfg), "--generate", "eager"])
     assert bad.exit_code != 0 and "whole_batch" in bad.output
+    flat = CliRunner().invoke(app, [*args, "--jobs", "300", "--step-ms", "12,0,0", "--rate", "5"])
+    assert flat.exit_code == 0, flat.output
+    cost = CliRunner().invoke(app, [*args, "--step-ms", "12,x"])
+    assert cost.exit_code != 0 and "PER_PROMPT_TOKEN" in cost.output
 
 
 def _p(xs: list[float], q: float) -> float:
