@@ -16,7 +16,7 @@ from sluice.errors import ConfigError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.redact import redact
-from workers.handlers import HandlerContext, load_handler_class
+from workers.handlers import Handler, HandlerContext, load_handler_class
 from workers.worker import Worker, WorkerOptions
 
 log = logging.getLogger("sluice.worker")
@@ -85,9 +85,27 @@ def build_worker(
     handler = cls(HandlerContext(opts.model, mcfg, device=device))
     client = QueueClient(connect(redis_url), dict(cfg.models))
     try:
+        if mcfg.generative:
+            return generative_worker(cfg, client, handler, opts)
         return Worker(cfg, client, handler, opts)
     except ValueError as e:
         raise ConfigError(str(e)) from e
+
+
+def generative_worker(
+    cfg: SluiceConfig, client: QueueClient, handler: Handler, opts: WorkerOptions
+) -> Worker:
+    """The slot loop's worker (a model with a generate: section, ADR 0147)."""
+    from workers.generate.handler import EngineHandler
+    from workers.generate.worker import GenerativeWorker
+
+    if not isinstance(handler, EngineHandler):
+        raise ConfigError(
+            f"model {opts.model!r} has a generate: section, so its handler must build an "
+            f"engine (causal-lm, or a workers.generate.handler.EngineHandler subclass); "
+            f"{cfg.model(opts.model).handler!r} does not"
+        )
+    return GenerativeWorker(cfg, client, handler, opts)
 
 
 def setup_logging(level: str = "INFO") -> None:
