@@ -33,7 +33,7 @@ def run_entries(
     tokens: list[int], attempt: int, stop: int, cuts: list[int], holdback: bool
 ) -> list[StreamEntry]:
     kind = StreamEvent.START if attempt == 1 else StreamEvent.RESTART
-    out = [StreamEntry(f"{attempt}-0", kind, attempt)]
+    out = [StreamEntry(f"{attempt}-0", kind, attempt)]  # ids: only their order matters
     bounds = sorted({0, stop, *(c for c in cuts if c < stop)})
     for a, b in zip(bounds, bounds[1:], strict=False):
         text = shown(tokens, b, holdback)[len(shown(tokens, a, holdback)) :]
@@ -50,10 +50,13 @@ def histories(draw: st.DrawFn) -> tuple[list[int], list[StreamEntry]]:
     holdback = draw(st.booleans())
     flush = draw(st.booleans())  # the last run releases the held text before its end
     entries: list[StreamEntry] = []
-    for attempt, stop in enumerate([*crashes, n], start=1):
+    attempt = 1
+    for i, stop in enumerate([*crashes, n]):
+        # a run handed back (released) runs again under the same attempt number
+        attempt += i > 0 and draw(st.booleans())
         cuts = draw(st.lists(st.integers(1, max(1, n)), max_size=6))
         entries += run_entries(tokens, attempt, stop, cuts, holdback)
-    last = len(crashes) + 1
+    last = attempt
     if flush and holdback and n:
         rest = full_text(tokens, n)[len(shown(tokens, n, True)) :]
         entries.append(StreamEntry("z-0", StreamEvent.TOKENS, last, n, (), rest))
@@ -76,7 +79,8 @@ def test_any_runs_that_reproduce_the_tokens_show_the_output_exactly_once(
         assert d.index == at
         at += len(d.token_ids)
     assert f.done and f.result is not None and f.error is None
-    assert f.restarts == sum(e.type == StreamEvent.RESTART for e in entries)
+    runs = sum(e.type in (StreamEvent.START, StreamEvent.RESTART) for e in entries)
+    assert f.restarts == runs - 1
 
 
 def test_nothing_is_shown_after_the_end_or_an_error() -> None:
