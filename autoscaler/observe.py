@@ -35,6 +35,7 @@ from sluice.backoff import Reconnect
 from sluice.bulk.ops import parse_report
 from sluice.config import ModelConfig
 from sluice.errors import RedisUnavailable
+from sluice.generate.admission import expected_output
 from sluice.jobs import ClassHeads, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
@@ -142,15 +143,6 @@ def _worker_signals(workers: list[WorkerInfo]) -> WorkerSignals:
     )
 
 
-def _worker_num(w: WorkerInfo, name: str) -> float:
-    """A generative heartbeat field (registry.WorkerInfo ``slots``, ``slots_busy``,
-    ``tokens_per_s``), read from ``extra`` where this registry has no such field."""
-    v = getattr(w, name, None)
-    if v is None:
-        v = w.extra.get(name, 0)
-    return float(v or 0)
-
-
 def generate_signals(
     workers: list[WorkerInfo],
     in_flight: int,
@@ -162,10 +154,9 @@ def generate_signals(
     sequences (their busy slots, never fewer than the jobs in flight: a heartbeat is up
     to a period old), tokens/s per serving replica, and the TTFT p50/p99."""
     serving = [w for w in workers if w.serving]
-    reported = [int(_worker_num(w, "slots")) for w in serving]
-    reported = [n for n in reported if n > 0]
-    busy = sum(int(_worker_num(w, "slots_busy")) for w in serving)
-    rates = [r for r in (_worker_num(w, "tokens_per_s") for w in serving) if r > 0]
+    reported = [w.slots for w in serving if w.slots > 0]
+    busy = sum(w.slots_busy for w in serving)
+    rates = [w.tokens_per_s for w in serving if w.tokens_per_s > 0]
     counts = ttft_counts or []
     return GenerateSignals(
         slots=round(statistics.median(reported)) if reported else slots,
@@ -329,6 +320,8 @@ class Observer:
         cfg = self.models[model].generate
         if cfg is None:
             return None
-        return generate_signals(
-            rd.workers, rd.stats.in_flight, cfg.slots, cfg.expected_output_tokens, rd.ttft_counts
-        )
+        # The mean output of the model's finished jobs (the step script's stats), else
+        # the configured prior.
+        learned = expected_output(rd.stats.counters)
+        out = cfg.expected_output_tokens if learned is None else learned
+        return generate_signals(rd.workers, rd.stats.in_flight, cfg.slots, out, rd.ttft_counts)

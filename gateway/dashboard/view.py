@@ -210,22 +210,15 @@ def history_points(
     return points
 
 
-def _gen_num(w: WorkerInfo, name: str) -> float:
-    """A generative heartbeat field (registry.WorkerInfo ``slots``, ``slots_busy``,
-    ``tokens_per_s``), from ``extra`` where the registry has no such field."""
-    v = getattr(w, name, None)
-    return float((w.extra.get(name, 0) if v is None else v) or 0)
-
-
 def generate_view(
     cfg: ModelConfig, workers: list[WorkerInfo], ttft: list[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """A generative model's panel (ADR 0149): slot occupancy of the serving workers,
     time to first token against the SLO, and output tokens/s."""
     serving = [w for w in workers if w.serving]
-    slots = sum(int(_gen_num(w, "slots")) for w in serving)
-    busy = sum(int(_gen_num(w, "slots_busy")) for w in serving)
-    tps = [_gen_num(w, "tokens_per_s") for w in serving]
+    slots = sum(w.slots for w in serving)
+    busy = sum(w.slots_busy for w in serving)
+    tps = [w.tokens_per_s for w in serving]
     measured = [t for t in tps if t > 0]
     lat = latency(ttft)
     slo = cfg.autoscaling.ttft_slo_ms

@@ -31,13 +31,8 @@ P = AutoscalingConfig(
 
 
 def gen_worker(slots: int, busy: int, tokens_per_s: float, **kw: Any) -> WorkerInfo:
-    """A heartbeat with the generative fields (registry.WorkerInfo ``slots``,
-    ``slots_busy``, ``tokens_per_s``), in ``extra`` where the registry lacks them."""
-    gen = {"slots": slots, "slots_busy": busy, "tokens_per_s": tokens_per_s}
-    declared = WorkerInfo.__dataclass_fields__
-    top = {k: v for k, v in gen.items() if k in declared}
-    extra = {k: v for k, v in gen.items() if k not in declared}
-    return worker_info(**top, extra=extra, **kw)
+    """A generative worker's heartbeat (registry.WorkerInfo's slot fields)."""
+    return worker_info(slots=slots, slots_busy=busy, tokens_per_s=tokens_per_s, **kw)
 
 
 def obs(

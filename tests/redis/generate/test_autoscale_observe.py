@@ -14,8 +14,7 @@ from autoscaler.observe import Observer
 from sluice import keys, registry, waits
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
-from sluice.records import WAIT_COUNT_FIELD, WAIT_LABELS
-from sluice.registry import WorkerInfo
+from sluice.records import WAIT_COUNT_FIELD, WAIT_LABELS, Stat
 from tests.conftest import make_config
 from tests.factories import worker_info
 
@@ -23,16 +22,14 @@ pytestmark = pytest.mark.redis
 
 
 def _heartbeat(r: redis.Redis, slots: int, busy: int, tokens_per_s: float, **kw: Any) -> None:
-    """A generative heartbeat (registry.WorkerInfo ``slots``, ``slots_busy``,
-    ``tokens_per_s``; in ``extra`` where the registry lacks them)."""
-    gen = {"slots": slots, "slots_busy": busy, "tokens_per_s": tokens_per_s}
-    declared = WorkerInfo.__dataclass_fields__
+    """A generative worker's heartbeat (registry.WorkerInfo's slot fields)."""
     info = worker_info(
         buckets=["32", "128", "512"],
         started_at=time.time() - 12,
         ready_at=time.time() - 2,
-        extra={k: v for k, v in gen.items() if k not in declared},
-        **{k: v for k, v in gen.items() if k in declared},
+        slots=slots,
+        slots_busy=busy,
+        tokens_per_s=tokens_per_s,
         **kw,
     )
     pipe = r.pipeline(transaction=False)
@@ -64,6 +61,17 @@ def test_slots_ttft_and_tokens_per_s_of_a_generative_model(r: redis.Redis) -> No
     assert (g.slots, g.slots_busy, g.slots_total, g.tokens_per_s) == (16, 28, 32, 1000.0)
     assert g.ttft_p50_ms == 25 and g.ttft_p99_ms == waits.INF_WAIT_MS
     assert snap.observation.queued == 5  # the rest of the read is as before
+    assert g.expected_output_tokens == 64  # the configured prior: nothing finished yet
+
+
+def test_the_expected_output_is_learned_from_finished_jobs(r: redis.Redis) -> None:
+    cfg = make_config(generate={"slots": 8, "expected_output_tokens": 64})
+    client = QueueClient(r, dict(cfg.models))
+    # What the step script counts as jobs end: 10 finished, 1,200 output tokens.
+    r.hset(keys.stats_key("m"), mapping={Stat.GEN_FINISHED: 10, Stat.GEN_OUTPUT_TOKENS: 1200})
+    snap = Observer(client, dict(cfg.models)).read("m", current=1)
+    assert snap is not None and snap.observation.generate is not None
+    assert snap.observation.generate.expected_output_tokens == 120.0
 
 
 def test_an_embedding_model_reads_no_generative_signals(r: redis.Redis) -> None:

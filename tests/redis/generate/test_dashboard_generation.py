@@ -38,16 +38,14 @@ MODELS = dict(
 
 
 def _gen_worker(wid: str, slots: int, busy: int, tps: float, **kw: Any) -> WorkerInfo:
-    """A heartbeat with registry.WorkerInfo's ``slots``, ``slots_busy``, ``tokens_per_s``
-    (in ``extra`` where the registry lacks them)."""
-    gen = {"slots": slots, "slots_busy": busy, "tokens_per_s": tps}
-    declared = WorkerInfo.__dataclass_fields__
+    """A generative worker's heartbeat (registry.WorkerInfo's slot fields)."""
     return worker_info(
         id=wid,
         model="lm",
         heartbeat_at=time.time(),
-        extra={k: v for k, v in gen.items() if k not in declared},
-        **{k: v for k, v in gen.items() if k in declared},
+        slots=slots,
+        slots_busy=busy,
+        tokens_per_s=tps,
         **kw,
     )
 
