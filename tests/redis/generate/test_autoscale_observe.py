@@ -40,7 +40,8 @@ def _heartbeat(r: redis.Redis, slots: int, busy: int, tokens_per_s: float, **kw:
 
 def _ttft(r: redis.Redis, model: str, window_start_s: int, by_label: dict[str, int]) -> None:
     key = f"{keys.ttft_hist_prefix(model)}{window_start_s}"
-    r.hset(key, mapping={**by_label, WAIT_COUNT_FIELD: sum(by_label.values())})
+    for label, n in {**by_label, WAIT_COUNT_FIELD: sum(by_label.values())}.items():
+        r.hset(key, label, n)
 
 
 def test_slots_ttft_and_tokens_per_s_of_a_generative_model(r: redis.Redis) -> None:
