@@ -103,7 +103,8 @@ vllm-venv: $(VLLM_STAMP)
 # engine start are most of it).
 test-vllm: $(VLLM_STAMP)
 	HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -p no:cacheprovider -rs \
-	  tests/pure/generate/test_vllm_engine.py tests/pure/generate/test_vllm_engine_fake.py
+	  tests/pure/generate/test_vllm_engine.py tests/pure/generate/test_vllm_engine_fake.py \
+	  tests/redis/generate/test_slot_loop_vllm.py
 
 up: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/sluice up --config examples/sluice.yaml
