@@ -277,7 +277,7 @@ async def wait(st: GatewayState, job_id: str, wait_s: float, owner: str | None =
     deadline = loop.time() + min(wait_s, st.gw.max_wait_s)
     woke_at: float | None = None
     while True:
-        with st.completions.waiter(job_id) as fut:
+        with st.waiters.waiter(job_id) as fut:
             rec = await get(st, job_id, owner)
             left = deadline - loop.time()
             if rec.status.terminal or left <= 0:

@@ -18,7 +18,7 @@ from typing import Any
 import redis.asyncio as aioredis
 import uvicorn
 
-from gateway.completions import Completions
+from gateway.waiters import JobWaiters
 from gateway.event_hub import EventHub
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, connect
@@ -70,7 +70,7 @@ class GatewayState:
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
         self.metrics = GatewayMetrics()
         self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
-        self.completions = Completions(
+        self.waiters = JobWaiters(
             self.pubsub_redis,
             [keys.done_channel(m) for m in models],
             reads=self.redis,
@@ -124,14 +124,14 @@ class GatewayState:
         with contextlib.suppress(Exception):  # Redis may be down at start: readyz says so
             await self.snapshots.refresh()
         self._tasks = [
-            asyncio.create_task(self.completions.run(), name="sluice-completions"),
+            asyncio.create_task(self.waiters.run(), name="sluice-completions"),
             asyncio.create_task(
                 self.snapshots.run(self.gw.stats_refresh_s), name="sluice-snapshots"
             ),
         ]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.timeout_s):
-                await self.completions.connected.wait()
+                await self.waiters.connected.wait()
 
     def _close_waiters_on_exit_signals(self) -> None:
         """Under uvicorn, SIGTERM/SIGINT first end every long-poll (503, retry), then
@@ -157,7 +157,7 @@ class GatewayState:
             signal.signal(sig, handler)
 
     def _closing(self, signum: int) -> None:
-        n = self.completions.close()
+        n = self.waiters.close()
         streams = self.events.close()
         log.info(
             "%s: ended %d long-poll(s) (503, retry) and %d model event stream(s) "

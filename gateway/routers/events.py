@@ -110,7 +110,7 @@ async def _job_events(
             quiet_since = loop.time()
             yield b": keep-alive\n\n"
         try:
-            with st.completions.waiter(rec.id) as fut:
+            with st.waiters.waiter(rec.id) as fut:
                 rec = await service.get(st, rec.id, owner)
                 if rec.status.terminal or status_event_id(rec) > last:
                     continue
