@@ -1,5 +1,6 @@
 """Generative submits (ADR 0144, 0148): a request's prompt and sampling, tokenized,
-admitted and turned into the job's ``GenerateInput``.
+admitted (``sluice.generate.admission``: PromptTooLong is a 422, OpenAI's
+``context_length_exceeded``) and turned into the job's ``GenerateInput``.
 
 ``gateway.service.submit`` calls :func:`prepare` for a model with a ``generate:``
 section instead of its cost estimator, so priorities, deadlines, API keys,
@@ -11,28 +12,19 @@ per model per gateway process, on the first request that needs it, in a thread.
 from __future__ import annotations
 
 import asyncio
-import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from sluice.config import ModelConfig
-from sluice.config.generate import GenerateConfig
 from sluice.cost import Estimate
 from sluice.errors import InvalidInput
-from sluice.generate.params import MAX_STOP_SEQUENCES, GenerateInput, SamplingParams
+from sluice.generate.admission import expected_output, new_job
+from sluice.generate.params import MAX_STOP_SEQUENCES, GenerateInput
 
 OFFLOAD_TEXT_CHARS = 16_384  # longer prompts are tokenized in a worker thread
-SEED_RANGE = 2**31  # a seed given at submit to a sampled job without one
-
-
-class PromptTooLong(InvalidInput):
-    """The prompt plus max_tokens can never fit a slot (422; OpenAI's 400
-    ``context_length_exceeded``)."""
-
-    type = "context_length_exceeded"
 
 
 class Codec(Protocol):
@@ -137,73 +129,65 @@ def _tokenize(codec: Codec, req: GenerateRequest) -> list[int]:
         raise InvalidInput(f"messages: {e}" if req.messages is not None else str(e)) from e
 
 
-def _bucket(cfg: ModelConfig, cost: int) -> str:
-    for bound in cfg.buckets:
-        if cost <= bound:
-            return str(bound)
-    return str(cfg.buckets[-1])
-
-
-def admit(
-    cfg: ModelConfig, gen: GenerateConfig, prompt_ids: list[int], req: GenerateRequest
+def _admit(
+    cfg: ModelConfig, prompt_ids: list[int], req: GenerateRequest, expected: float | None
 ) -> Prepared:
-    """max_tokens (the request's, else the default clipped to what fits), the cost
-    (prompt + expected output, never above max_tokens), and the seed of a sampled job."""
-    prompt = len(prompt_ids)
-    room = gen.max_seq_tokens - prompt
-    max_tokens = req.max_tokens if req.max_tokens is not None else min(gen.default_max_tokens, room)
-    if prompt == 0:
-        raise InvalidInput("the prompt is empty once tokenized")
-    if max_tokens <= 0 or prompt + max_tokens > gen.max_seq_tokens:
-        raise PromptTooLong(
-            f"the prompt ({prompt} tokens) plus max_tokens ({max(max_tokens, 1)}) is over "
-            f"this model's context of {gen.max_seq_tokens} tokens (generate.max_seq_tokens)"
-        )
-    cost = prompt + min(gen.expected_output_tokens, max_tokens)
-    seed = req.seed
-    if seed is None and req.temperature > 0:
-        seed = secrets.randbelow(SEED_RANGE)  # a re-run after a crash streams the same
-    sampling = SamplingParams(
-        max_tokens=max_tokens,
+    """Admitted (PromptTooLong when it can never fit), with a seed when sampled."""
+    job = new_job(
+        cfg,
+        prompt_ids,
+        max_tokens=req.max_tokens,
         temperature=req.temperature,
         top_p=req.top_p,
         top_k=req.top_k,
-        seed=seed,
+        seed=req.seed,
         stop=stop_sequences(req.stop),
+        expected=expected,
     )
-    return Prepared(GenerateInput(tuple(prompt_ids), sampling), Estimate(cost, _bucket(cfg, cost)))
+    return Prepared(GenerateInput.from_dict(job.input), Estimate(job.cost, job.bucket))
 
 
-def _prepare_each(codec: Codec, cfg: ModelConfig, reqs: list[GenerateRequest]) -> list[Prepared]:
-    gen = cfg.generate
-    assert gen is not None
+def _prepare_each(
+    codec: Codec, cfg: ModelConfig, reqs: list[GenerateRequest], expected: float | None
+) -> list[Prepared]:
     out = []
     for i, req in enumerate(reqs):
         where = f"inputs[{i}]: " if len(reqs) > 1 else "input: "
         try:
-            out.append(admit(cfg, gen, _tokenize(codec, req), req))
+            out.append(_admit(cfg, _tokenize(codec, req), req, expected))
         except InvalidInput as e:
             raise type(e)(where + str(e)) from e
     return out
 
 
 async def prepare_requests(
-    codecs: Codecs, model: str, cfg: ModelConfig, reqs: list[GenerateRequest]
+    codecs: Codecs,
+    model: str,
+    cfg: ModelConfig,
+    reqs: list[GenerateRequest],
+    expected: float | None = None,
 ) -> list[Prepared]:
-    """Tokenize and admit validated requests (long prompts off the event loop)."""
+    """Tokenize and admit validated requests (long prompts off the event loop).
+    ``expected``: the model's learned mean output length (None: the config's prior)."""
     codec = await codecs.get(model, cfg)
     chars = sum(len(r.prompt or "") + len(str(r.messages or "")) for r in reqs)
     if chars > OFFLOAD_TEXT_CHARS:
-        return await asyncio.to_thread(_prepare_each, codec, cfg, reqs)
-    return _prepare_each(codec, cfg, reqs)
+        return await asyncio.to_thread(_prepare_each, codec, cfg, reqs, expected)
+    return _prepare_each(codec, cfg, reqs, expected)
 
 
 async def prepare(
-    codecs: Codecs, model: str, cfg: ModelConfig, inputs: list[Any]
+    codecs: Codecs,
+    model: str,
+    cfg: ModelConfig,
+    inputs: list[Any],
+    stats: Mapping[str, Any] | None = None,
 ) -> tuple[list[Any], list[Estimate]]:
     """The jobs API's inputs of a generative model as the jobs' stored inputs
-    (``GenerateInput.to_dict()``) and their estimates, in order."""
+    (``GenerateInput.to_dict()``) and their estimates, in order. ``stats``: the
+    model's stats counters as last read (the learned output length)."""
     many = len(inputs) > 1
     reqs = [parse_input(v, f"inputs[{i}]" if many else "input") for i, v in enumerate(inputs)]
-    prepared = await prepare_requests(codecs, model, cfg, reqs)
+    expected = expected_output(stats) if stats else None
+    prepared = await prepare_requests(codecs, model, cfg, reqs, expected)
     return [p.input.to_dict() for p in prepared], [p.estimate for p in prepared]

@@ -8,14 +8,12 @@ gateway.routers.generate.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.generate_schemas import ChatCompletionRequest, CompletionRequest
 from sluice.errors import InvalidInput
 from sluice.generate.params import GenerateResult
-from sluice.records import StreamEvent, StreamField
 
 
 class UnsupportedParam(InvalidInput):
@@ -182,51 +180,3 @@ def chunk(
 def usage_chunk(reply: Reply, result: GenerateResult) -> dict[str, Any]:
     """stream_options.include_usage: the last chunk, no choices, the usage."""
     return {**reply.base(True), "choices": [], "usage": usage(result)}
-
-
-@dataclass
-class TextFollower:
-    """New output only, across restarts (a run again after a worker died starts its
-    tokens at 0; it is deterministic, so what it re-makes was already sent).
-
-    Feed it stream entries in order; it answers the text not yet sent."""
-
-    sent: str = ""
-    attempt: int = 0
-    run_text: str = ""  # what the current attempt has made so far
-    result: GenerateResult | None = None
-    error: dict[str, Any] | None = None
-    restarts: int = 0
-
-    @property
-    def done(self) -> bool:
-        return self.result is not None or self.error is not None
-
-    def feed(self, fields: dict[str, str]) -> str:
-        kind = fields.get(StreamField.TYPE)
-        attempt = int(fields.get(StreamField.ATTEMPT) or 1)
-        if kind in (StreamEvent.START, StreamEvent.RESTART) or attempt != self.attempt:
-            if self.attempt and attempt != self.attempt:
-                self.restarts += 1
-            self.attempt, self.run_text = attempt, ""
-        if kind == StreamEvent.TOKENS:
-            self.run_text += fields.get(StreamField.TEXT, "")
-            return self._new(self.run_text)
-        if kind == StreamEvent.END:
-            self.result = GenerateResult.from_dict(json.loads(fields[StreamField.RESULT]))
-            return self._new(self.result.text)
-        if kind == StreamEvent.ERROR:
-            raw = fields.get(StreamField.ERROR, "")
-            try:
-                err = json.loads(raw)
-            except ValueError:
-                err = raw
-            self.error = err if isinstance(err, dict) else {"message": str(err)}
-        return ""
-
-    def _new(self, text: str) -> str:
-        if len(text) <= len(self.sent):
-            return ""
-        new = text[len(self.sent) :]
-        self.sent = text
-        return new

@@ -137,7 +137,9 @@ async def _prepare_generative(
     st: GatewayState, model: str, cfg: ModelConfig, inputs: list[Any]
 ) -> tuple[list[Any], list[Estimate]]:
     try:
-        return await generate_service.prepare(st.codecs, model, cfg, inputs)
+        snap = st.snapshots.current.get(model)
+        stats = snap.stats.counters if snap is not None else None
+        return await generate_service.prepare(st.codecs, model, cfg, inputs, stats)
     except InvalidInput as e:
         st.metrics.rejected.labels(model, e.type).inc(len(inputs))
         raise

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,7 +137,7 @@ class StreamReader:
 
     async def _read(self) -> list[tuple[str, list[Any]]]:
         hub = self.hub
-        cursors = {key: w.cursor for key, w in self.streams.items()}
+        cursors: dict[Any, Any] = {key: w.cursor for key, w in self.streams.items()}
         self.reads += 1
         read = hub.redis.xread(cursors, count=READ_COUNT, block=hub.block_ms)
         reply: Any = await bounded(read, hub.timeout_s)
@@ -238,7 +238,9 @@ class TokenHub:
         reader = self.readers.get(listener.model)
         return reader is not None and key in reader.streams
 
-    async def follow(self, listener: Listener, after: str = "0-0") -> AsyncIterator[list[Entry]]:
+    async def follow(
+        self, listener: Listener, after: str = "0-0"
+    ) -> AsyncGenerator[list[Entry], None]:
         """The stream's entries after ``after`` in batches, ``[]`` for a keep-alive,
         until its end or error entry (included) or the listener is ended. A failed
         catch-up read raises RedisUnavailable."""

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from gateway import service
 from gateway.state import GatewayState
@@ -56,7 +57,8 @@ async def _next_or_end(nxt: asyncio.Future[list[Entry]], st: GatewayState, job_i
     """Wait for the next batch or the job's end; True when the batch came first."""
     while True:
         with st.waiters.waiter(job_id) as ended:
-            await asyncio.wait({nxt, ended}, return_when=asyncio.FIRST_COMPLETED)
+            both: set[asyncio.Future[Any]] = {nxt, ended}
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
             if nxt.done():
                 return True
             ended.result()  # ShuttingDown ends the stream: the client resumes elsewhere
@@ -72,7 +74,7 @@ async def job_entries(
     shutdown) or the job is gone: the client resumes from its last id."""
     last = after
     if not rec.status.terminal:
-        batches = st.tokens.follow(listener, after).__aiter__()
+        batches = st.tokens.follow(listener, after)
         nxt: asyncio.Future[list[Entry]] = asyncio.ensure_future(batches.__anext__())
         try:
             while await _next_or_end(nxt, st, rec.id):

@@ -14,6 +14,7 @@ gateway.generate_schemas.
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,8 +41,9 @@ from gateway.token_hub import Listener
 from gateway.token_stream import job_entries
 from sluice import fastjson
 from sluice.apikeys import ApiKey
-from sluice.errors import JobConflict, JobNotFound, RedisUnavailable, SluiceError, TimedOut
+from sluice.errors import JobConflict, JobNotFound, SluiceError, TimedOut
 from sluice.generate.params import GenerateResult
+from sluice.generate.stream import Follower, parse_entry
 from sluice.jobs import JobRecord
 
 router = APIRouter(prefix="/v1", tags=["openai"], route_class=StrictJsonRoute)
@@ -116,36 +118,39 @@ async def _chunks(
 ) -> AsyncIterator[bytes]:
     """OpenAI's chunks from the job's stream: the role first (chat), new text only,
     the finish reason, the usage when asked, then [DONE]."""
-    follower = oa.TextFollower()
+    follower = Follower()
     if reply.chat:
         yield _data(oa.chunk(reply, "", role=True))
     try:
         async for batch in job_entries(st, listener, rec, "0-0", owner):
             if not batch:
                 yield b": keep-alive\n\n"
-            for _, fields in batch:
-                text = follower.feed(fields)
+            for entry_id, fields in batch:
+                text = "".join(d.text for d in follower.feed(parse_entry(entry_id, fields)))
                 if text:
                     yield _data(oa.chunk(reply, text))
-            if follower.done:
-                break
-    except (RedisUnavailable, SluiceError) as e:
-        yield _error_chunk({"type": getattr(e, "type", "internal"), "message": str(e)})
+    except SluiceError as e:  # a catch-up read failed: the client sees an error, not [DONE]
+        yield _error_chunk({"type": e.type, "message": str(e)})
         return
     if follower.result is not None:
-        yield _data(oa.chunk(reply, None, oa.finish_reason(follower.result)))
+        result = GenerateResult.from_dict(follower.result)
+        yield _data(oa.chunk(reply, None, oa.finish_reason(result)))
         if include_usage:
-            yield _data(oa.usage_chunk(reply, follower.result))
+            yield _data(oa.usage_chunk(reply, result))
         yield b"data: [DONE]\n\n"
     elif follower.error is not None:
-        yield _error_chunk(follower.error)
-    else:  # cut (the hub ended it: shutdown, a slow client): no [DONE], the client sees it
-        yield _error_chunk(
-            {
-                "type": "stream_interrupted",
-                "message": f"the stream was cut; GET /v1/jobs/{rec.id} reads the result",
-            }
-        )
+        yield _error_chunk(_error_of(follower.error))
+    else:  # cut by the hub (shutdown, a slow client): no [DONE], so the client knows
+        cut = f"the stream was cut; GET /v1/jobs/{rec.id} reads the result"
+        yield _error_chunk({"type": "stream_interrupted", "message": cut})
+
+
+def _error_of(raw: str) -> dict[str, Any]:
+    try:
+        err = json.loads(raw)
+    except ValueError:
+        err = None
+    return err if isinstance(err, dict) else {"message": raw}
 
 
 @router.post(
