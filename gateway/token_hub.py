@@ -170,6 +170,7 @@ class TokenHub:
         self.keepalive_s = KEEPALIVE_S
         self.closing = False
         self.read_failures = 0
+        self.keepalives = 0  # idle periods a listener waited out (a keep-alive each)
         self.readers: dict[str, StreamReader] = {}
         self._listeners: set[Listener] = set()
 
@@ -277,6 +278,7 @@ class TokenHub:
             try:
                 batch = await asyncio.wait_for(listener.queue.get(), self.keepalive_s)
             except TimeoutError:
+                self.keepalives += 1
                 yield []
                 continue
             if batch is None:

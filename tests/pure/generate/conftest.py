@@ -49,7 +49,9 @@ class CharCodec:
 
 
 def generative_config(**gateway: Any) -> SluiceConfig:
-    cfg = sluice_config(gateway={"predict_timeout_s": 20, **gateway})
+    cfg = sluice_config(
+        {"autoscaling": {"min_replicas": 0}}, gateway={"predict_timeout_s": 20, **gateway}
+    )
     g = ModelConfig.model_validate(
         {
             "handler": "causal-lm",
