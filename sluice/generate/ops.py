@@ -89,10 +89,23 @@ def _group(job_id: str, attempt: int, kind: str, **kw: Any) -> dict[str, Any]:
     return g | {"text": "", "payload": "", "ntok": 0} | kw
 
 
+def _sendable(text: str) -> str:
+    """``text`` as Redis can take it: a lone surrogate (never valid UTF-8) would fail
+    the whole step's encoding, every sequence's tokens with it; it becomes U+FFFD."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+        return text
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
 def _append_group(a: Append) -> dict[str, Any]:
     ids = fastjson.dumps(list(a.token_ids)) if a.token_ids else "[]"
+    text = _sendable(a.text)
     return _group(
-        a.job_id, a.attempt, "tokens", start=int(a.started), idx=int(a.index), ids=ids, text=a.text
+        a.job_id, a.attempt, "tokens", start=int(a.started), idx=int(a.index), ids=ids, text=text
     )
 
 

@@ -5,12 +5,13 @@ client, tests) read entries after an id, optionally blocking; :func:`parse_entry
 turns one into a :class:`StreamEntry` (layout: ``sluice.records.StreamField``).
 
 :class:`Follower` is pure: fed the entries in order, it returns only the output a
-client has not been shown. A restart (another run of the job, attempt n + 1)
-begins again at token offset 0; since a re-run reproduces the same tokens (greedy
-or the stored seed), the follower skips the token offsets and the text it has
-already delivered, so a client ends with the whole output and no token twice.
-To resume after a disconnect (SSE ``Last-Event-ID``), feed the stream from its
-start and drop the deltas of entries at or before that id.
+client has not been shown. Any ``start`` or ``restart`` entry begins a run at
+token offset 0 (a restart: another attempt; a start again: a job handed back
+unstarted, under the same attempt number); since a re-run reproduces the same
+tokens (greedy or the stored seed), the follower skips the token offsets and the
+text it has already delivered, so a client ends with the whole output and no
+token twice. To resume after a disconnect (SSE ``Last-Event-ID``), feed the
+stream from its start and drop the deltas of entries at or before that id.
 
 A stream ends with an ``end`` or ``error`` entry, except where no worker could
 write one (a job cancelled or expired while queued, failed when its lease lapsed
@@ -27,6 +28,8 @@ import redis
 import redis.asyncio as aioredis
 
 from sluice import fastjson, keys
+from sluice.connection import read_timeout_s
+from sluice.jobs import JobRecord, JobStatus
 from sluice.records import StreamEvent
 from sluice.records import StreamField as S
 
@@ -75,11 +78,14 @@ def parse_entry(entry_id: str | bytes, fields: Mapping[Any, Any]) -> StreamEntry
 
 
 def _xread_args(
-    model: str, job_id: str, after: str, block_ms: int | None, count: int
+    r: Any, model: str, job_id: str, after: str, block_ms: int | None, count: int
 ) -> dict[str, Any]:
     kw: dict[str, Any] = {"streams": {keys.stream_key(model, job_id): after}, "count": count}
     if block_ms is not None:
-        kw["block"] = block_ms
+        # Kept under half the socket timeout, so a quiet stream never reads as a dead
+        # connection (BLOCK 0, forever, is never sent).
+        sock = read_timeout_s(r)
+        kw["block"] = max(1, min(block_ms, int(sock * 500)) if sock else block_ms)
     return kw
 
 
@@ -103,9 +109,10 @@ async def read_stream(
     block_ms: int | None = None,
     count: int = 512,
 ) -> list[StreamEntry]:
-    """Entries after ``after`` (an entry id), at most ``count``; with ``block_ms``,
-    wait that long for the first one ([] when none came)."""
-    return _entries(await r.xread(**_xread_args(model, job_id, after, block_ms, count)))
+    """Entries after ``after`` (an entry id; ``$``: only new ones), at most ``count``;
+    with ``block_ms``, wait up to that long (at most half the client's socket
+    timeout) for the first one ([] when none came)."""
+    return _entries(await r.xread(**_xread_args(r, model, job_id, after, block_ms, count)))
 
 
 def read_stream_sync(
@@ -117,7 +124,20 @@ def read_stream_sync(
     count: int = 512,
 ) -> list[StreamEntry]:
     """:func:`read_stream` on a sync client."""
-    return _entries(r.xread(**_xread_args(model, job_id, after, block_ms, count)))
+    return _entries(r.xread(**_xread_args(r, model, job_id, after, block_ms, count)))
+
+
+def entry_from_record(record: JobRecord) -> StreamEntry | None:
+    """The stream's last word for a job that has ended, from its record (None while
+    it runs or waits): for a stream that ended without one (see the module
+    docstring), or expired before its reader came."""
+    if record.status == JobStatus.SUCCEEDED:
+        result = record.result if isinstance(record.result, dict) else {}
+        return StreamEntry("", StreamEvent.END, record.attempts, result=result)
+    if record.status in (JobStatus.FAILED, JobStatus.EXPIRED, JobStatus.CANCELLED):
+        error = record.error or {"type": record.status.value, "message": f"the job {record.status}"}
+        return StreamEntry("", StreamEvent.ERROR, record.attempts, error=fastjson.dumps(error))
+    return None
 
 
 class Follower:
@@ -165,7 +185,8 @@ class Follower:
         if self._done:
             return []
         if entry.type in (StreamEvent.START, StreamEvent.RESTART):
-            if entry.attempt > self._attempt:
+            # A run begins (a released job runs again under the same attempt number).
+            if entry.attempt >= self._attempt:
                 self._restarts += self._attempt > 0 or entry.type == StreamEvent.RESTART
                 self._attempt, self._run_text = entry.attempt, 0
             return []
@@ -185,10 +206,10 @@ class Follower:
             self._attempt, self._run_text = e.attempt, 0
         start = self._run_text
         self._run_text += len(e.text)
+        if e.index > len(self._ids):
+            return []  # a gap (entries trimmed by MAXLEN): the end entry fills it
         text = e.text[max(0, len(self._text) - start) :]
-        skip = max(0, len(self._ids) - e.index) if e.index <= len(self._ids) else 0
-        ids = e.token_ids[skip:] if e.index <= len(self._ids) else ()
-        return self._deliver(text, ids, len(self._ids))
+        return self._deliver(text, e.token_ids[len(self._ids) - e.index :], len(self._ids))
 
     def _deliver(self, text: str, ids: tuple[int, ...], index: int) -> list[Delta]:
         if not text and not ids:

@@ -77,6 +77,15 @@ def _pipeline_commands(scripts: dict[str, Any], call: Call[Any]) -> list[tuple[A
     return list(call.commands)
 
 
+def _split(calls: Sequence[Call[Any]], sizes: list[int], flat: list[Any]) -> list[Any]:
+    """A pipeline's replies, one share per call (each as ``_call_reply`` gives it)."""
+    out, at = [], 0
+    for call, n in zip(calls, sizes, strict=True):
+        out.append(_call_reply(call, flat[at : at + n]))
+        at += n
+    return out
+
+
 def _call_reply(call: Call[Any], replies: list[Any]) -> Any:
     """One call's share of a pipeline's replies, as ``run`` would hand it to its
     parser (an exception object in place of a failed script's reply)."""
@@ -194,11 +203,7 @@ class QueueClient:
             sizes.append(len(cmds))
             for cmd in cmds:
                 pipe.execute_command(*cmd)
-        flat, out, at = pipe.execute(raise_on_error=False), [], 0
-        for call, n in zip(calls, sizes, strict=True):
-            out.append(_call_reply(call, flat[at : at + n]))
-            at += n
-        return out
+        return _split(calls, sizes, pipe.execute(raise_on_error=False))
 
     def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return self.run(self.ops.submit(model, jobs, **limits))
@@ -292,6 +297,32 @@ class AsyncQueueClient:
                 raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
             raise
         return call.parse(reply)
+
+    async def run_all(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """:meth:`QueueClient.run_all` on asyncio."""
+        calls = [with_durability(c, self.ops.models) for c in calls]
+        try:
+            replies = await self._pipelined(calls)
+            again = [i for i, rep in enumerate(replies) if isinstance(rep, NoScriptError)]
+            if again:
+                for name in {calls[i].script for i in again}:
+                    await self.redis.script_load(self._scripts[name].script)
+                resent = await self._pipelined([calls[i] for i in again])
+                for i, rep in zip(again, resent, strict=True):
+                    replies[i] = rep
+        except REDIS_ERRORS as e:
+            raise _unavailable(e) from e
+        return [_parsed(c, rep) for c, rep in zip(calls, replies, strict=True)]
+
+    async def _pipelined(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        sizes = []
+        for call in calls:
+            cmds = _pipeline_commands(self._scripts, call)
+            sizes.append(len(cmds))
+            for cmd in cmds:
+                pipe.execute_command(*cmd)
+        return _split(calls, sizes, await pipe.execute(raise_on_error=False))
 
     async def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return await self.run(self.ops.submit(model, jobs, **limits))
