@@ -596,7 +596,11 @@ def test_jobs_held_by_nobody_always_wake_a_model_at_zero(
     assert 1 <= d.desired <= top
 
 
-# About 0.08 s per 15-minute trace here: the `ci` profile's 100 take ~8 s.
+# About 0.1-0.4 s per 15-minute trace here (0.4 s under `make test`'s load: the
+# `ci` profile's 100 took 40 s, the suite's slowest pure test): two fifths of the
+# budget, the same 40 every run (derandomize, as the warm-pool property below:
+# search with SLUICE_HYPOTHESIS_PROFILE=thorough, keep what it finds as an @example).
+@budget(0.4, derandomize=True)
 @given(st.integers(1, 10_000), st.floats(0.05, 0.25))
 def test_no_flapping_on_a_noisy_steady_trace(seed: int, noise: float) -> None:
     p = pol(max_replicas=50, target_utilization=0.65)
