@@ -23,7 +23,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
-from sluice.config import SluiceConfig, load_config, parse_config
+from sluice.config import SluiceConfig, load_config
 from sluice.errors import SluiceError
 from sluice.local.redis_server import (
     RedisServer,
@@ -34,6 +34,7 @@ from sluice.local.redis_server import (
 from sluice.local.redis_topology import LocalCluster
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.factories import sluice_config
 
 # The component fixtures (and the helpers their tests import) live in tests/kit;
 # registered here once so every tier reaches them. Fixture names are unique
@@ -223,10 +224,9 @@ def example_config() -> SluiceConfig:
 
 
 def make_config(**model_overrides: object) -> SluiceConfig:
-    """A config with one model ``m`` (buckets 32/128/512), overridable per section."""
-    model: dict[str, object] = {"handler": "synthetic", "buckets": [32, 128, 512]}
-    model.update(model_overrides)
-    return parse_config({"models": {"m": model}})
+    """A config with one model ``m`` (buckets 32/128/512), overridable per section
+    (tests/factories.py's ``sluice_config``)."""
+    return sluice_config(dict(model_overrides))
 
 
 @pytest.fixture

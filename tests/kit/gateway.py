@@ -20,8 +20,8 @@ from sluice import registry
 from sluice.config import SluiceConfig, parse_config
 from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
-from sluice.registry import WorkerInfo
 from tests.conftest import gateway_kinds
+from tests.factories import worker_info
 
 
 def gateway_config(gateway: dict[str, Any] | None = None, **model: Any) -> SluiceConfig:
@@ -55,12 +55,9 @@ class Harness:
 
     async def heartbeat(self, model: str, state: str = "ready", rate: float = 0.0) -> None:
         now = time.time()
-        info = WorkerInfo(
+        info = worker_info(
             id=f"w-{state}",
             model=model,
-            host="h",
-            pid=1,
-            device="cpu",
             buckets=[],
             state=state,
             started_at=now,

@@ -18,6 +18,7 @@ import yaml
 from sluice.config import SluiceConfig, parse_config
 from sluice.cost import CostEstimator
 from sluice.jobs import NewJob
+from sluice.local.children import Children
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from workers.handlers import HandlerContext, make_handler
@@ -122,19 +123,17 @@ def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @pytest.fixture
 def spawn(tmp_path: Path, redis_url: str) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    procs: list[subprocess.Popen[bytes]] = []
+    """``spawn(cfg, *extra) -> Popen``: ``sluice worker`` for model ``m`` through
+    sluice.local.children (output in ``tmp_path/logs/worker-<n>.log``); whatever
+    still runs at teardown is stopped, then killed."""
+    children = Children(tmp_path / "logs")
 
     def start(cfg: SluiceConfig, *extra: str) -> subprocess.Popen[bytes]:
-        path = tmp_path / f"sluice-{len(procs)}.yaml"
+        n = len(children.all)
+        path = tmp_path / f"sluice-{n}.yaml"
         path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
-        cmd = [*SLUICE, "worker", "-c", str(path), "-m", MODEL, "--redis-url", redis_url, *extra]
-        procs.append(subprocess.Popen(cmd, stderr=subprocess.PIPE))
-        return procs[-1]
+        args = ["worker", "-c", str(path), "-m", MODEL, "--redis-url", redis_url, *extra]
+        return children.spawn(f"worker-{n}", args).proc
 
     yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(5)
-        if p.stderr:
-            p.stderr.close()
+    children.stop(children.all, timeout_s=0)

@@ -6,13 +6,16 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import redis
 
+from sluice.local.children import Children
 from tests.conftest import EXAMPLE_CONFIG
+from tests.kit.cli import first_line
 from tests.waits import wait_until
 
 SLUICE = [sys.executable, "-m", "sluice"]
@@ -24,53 +27,43 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     )
 
 
-def _start_sluice_redis(data_dir: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [*SLUICE, "redis", "--data-dir", str(data_dir)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
+@pytest.fixture
+def sluice_redis(tmp_path: Path) -> Iterator[Callable[[Path], tuple[subprocess.Popen[bytes], str]]]:
+    """``sluice_redis(data_dir) -> (process, the URL it printed first)``: ``sluice
+    redis`` through sluice.local.children; stopped, then killed, at teardown."""
+    children = Children(tmp_path / "logs")
+
+    def start(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
+        name = f"redis-{len(children.all)}"
+        child = children.spawn(name, ["redis", "--data-dir", str(data_dir)])
+        return child.proc, first_line(child)
+
+    yield start
+    children.stop(children.all, timeout_s=0)
 
 
-def _reap(proc: subprocess.Popen[str]) -> None:
-    """Kill ``proc`` if it still runs, and close its pipes (a ResourceWarning otherwise)."""
-    if proc.poll() is None:
-        proc.kill()
-        proc.wait(10)
-    for pipe in (proc.stdout, proc.stderr):
-        if pipe is not None:
-            pipe.close()
-
-
-def test_redis_prints_url_first_and_stops_on_sigterm(tmp_path: Path) -> None:
+def test_redis_prints_url_first_and_stops_on_sigterm(
+    tmp_path: Path, sluice_redis: Callable[[Path], tuple[subprocess.Popen[bytes], str]]
+) -> None:
     # Durability is checked by reading the key back from a second server on the same
     # directory, not by an AOF file name: Redis 6.2 writes appendonly.aof, Redis 7 a
     # multi-part AOF under appendonlydir/.
-    proc, url = _start_sluice_redis(tmp_path / "data")
-    try:
-        assert url.startswith("redis://127.0.0.1:")
-        client = redis.Redis.from_url(url)
-        assert client.ping()
-        client.set("k", "v")
-        client.close()
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(15) == 0
-        with pytest.raises(redis.exceptions.ConnectionError):
-            redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
-    finally:
-        _reap(proc)
-    again, url = _start_sluice_redis(tmp_path / "data")
-    try:
-        client = redis.Redis.from_url(url)
-        assert client.get("k") == b"v"
-        client.close()
-        again.send_signal(signal.SIGTERM)
-        assert again.wait(15) == 0
-    finally:
-        _reap(again)
+    proc, url = sluice_redis(tmp_path / "data")
+    assert url.startswith("redis://127.0.0.1:")
+    client = redis.Redis.from_url(url)
+    assert client.ping()
+    client.set("k", "v")
+    client.close()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(15) == 0
+    with pytest.raises(redis.exceptions.ConnectionError):
+        redis.Redis.from_url(url, socket_connect_timeout=0.5).ping()
+    again, url = sluice_redis(tmp_path / "data")
+    client = redis.Redis.from_url(url)
+    assert client.get("k") == b"v"
+    client.close()
+    again.send_signal(signal.SIGTERM)
+    assert again.wait(15) == 0
 
 
 def test_redis_binary_chosen_by_environment(tmp_path: Path) -> None:
@@ -148,7 +141,7 @@ def test_redis_dies_with_a_killed_parent() -> None:
     server_pid = int(parent.stdout.readline())
     parent.kill()
     parent.wait(10)
-    _reap(parent)
+    parent.stdout.close()
     wait_until(
         lambda: (
             not psutil.pid_exists(server_pid)

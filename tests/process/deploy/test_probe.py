@@ -23,6 +23,7 @@ import yaml
 
 from sluice.cost import CostEstimator
 from sluice.jobs import NewJob
+from sluice.local.children import Children
 from sluice.queue import QueueClient
 from sluice.registry import WORKER_STATES
 from tests.conftest import make_config
@@ -34,7 +35,6 @@ from workers.metrics import WorkerMetrics
 
 PROBE = DEPLOY / "docker" / "sluice_probe.py"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
-SLUICE = [sys.executable, "-c", "from sluice.cli import main; main()"]
 
 
 def _load_probe_module():  # type: ignore[no-untyped-def]
@@ -136,22 +136,9 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            *SLUICE,
-            "worker",
-            "-c",
-            str(path),
-            "-m",
-            "m",
-            "--redis-url",
-            redis_url,
-            "--metrics-port",
-            str(port),
-            "--no-overlap",
-        ],
-        stderr=subprocess.DEVNULL,
-    )
+    children = Children(tmp_path / "logs")
+    args = ["worker", "-c", str(path), "-m", "m", "--redis-url", redis_url]
+    proc = children.spawn("worker", [*args, "--metrics-port", str(port), "--no-overlap"]).proc
     try:
         wait_until(lambda: probe("worker-ready", str(port)) == 0, timeout_s=30, every_s=0.1)
         qc = QueueClient(r, dict(cfg.models))
@@ -170,9 +157,7 @@ def test_real_worker_is_ready_after_warmup_and_not_while_draining(
         stats = qc.stats("m")
         assert stats.in_flight == 0 and stats.counters.get("succeeded") == 1
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+        children.stop(children.all, timeout_s=0)
 
 
 def _absence_alert_series() -> str:
@@ -210,11 +195,8 @@ def test_real_notifier_answers_its_probes_and_stops_on_sigterm(
     path.write_text(yaml.safe_dump(cfg))
     secret = "whsec_" + base64.b64encode(b"sluice-deploy-test-secret-0123456").decode()
     env = os.environ | {str(deploy_cfg.webhooks.secret_env): secret}
-    proc = subprocess.Popen(
-        [*SLUICE, "notifier", "-c", str(path), "--redis-url", redis_url],
-        env=env,
-        stderr=subprocess.DEVNULL,
-    )
+    children = Children(tmp_path / "logs", env=env)
+    proc = children.spawn("notifier", ["notifier", "-c", str(path), "--redis-url", redis_url]).proc
     try:
         for p in sorted(paths):
             wait_until(
@@ -236,6 +218,4 @@ def test_real_notifier_answers_its_probes_and_stops_on_sigterm(
         assert proc.wait(timeout=grace_s) == 0
         assert time.monotonic() - started < grace_s
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+        children.stop(children.all, timeout_s=0)

@@ -5,10 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -18,9 +15,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
+from sluice.local.children import Children
 from sluice.local.redis_server import RedisServer
 from tests.kit.gateway import error_keys, waited_out
-from tests.waits import wait_http
 
 CONFIG = {
     "models": {
@@ -50,27 +47,15 @@ def gateway_url(
     cfg = tmp_path_factory.mktemp("gw") / "sluice.yaml"
     cfg.write_text(yaml.safe_dump(CONFIG))
     port = free_port()
-    sluice = Path(sys.executable).parent / "sluice"
-    proc = subprocess.Popen(
-        [
-            str(sluice),
-            "gateway",
-            "--config",
-            str(cfg),
-            "--port",
-            str(port),
-            "--redis-url",
-            redis_server.url,
-        ],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )
+    children = Children(cfg.parent / "logs", env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    args = ["gateway", "--config", str(cfg), "--port", str(port), "--redis-url", redis_server.url]
+    children.spawn("gateway", args)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_http(f"{url}/readyz", proc, 30)
+        children.wait_http(f"{url}/readyz", 30, "the CLI's gateway")
         yield url
     finally:
-        proc.terminate()
-        proc.wait(10)
+        children.stop(children.all, timeout_s=10)
 
 
 def test_cli_gateway_serves_with_the_tokenizer_cost(gateway_url: str) -> None:

@@ -18,7 +18,9 @@ from typer.testing import CliRunner
 
 from sluice.cli import app
 from sluice.connection import parse_url, sync_client
+from sluice.local.children import Children
 from tests.conftest import EXAMPLE_CONFIG
+from tests.kit.cli import first_line
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.system]
@@ -32,24 +34,15 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def group() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc = subprocess.Popen(
-        [*SLUICE, "redis", "--replicas", "1", "--sentinels", "3"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdout is not None
-    url = proc.stdout.readline().strip()
+def group(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    children = Children(tmp_path_factory.mktemp("sentinels"))
+    child = children.spawn("redis", ["redis", "--replicas", "1", "--sentinels", "3"])
     try:
-        yield proc, url
+        yield child.proc, first_line(child)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        children.stop(children.all, timeout_s=0)
 
 
 def _server_pid(parent: int, port: int) -> int:
@@ -61,7 +54,7 @@ def _server_pid(parent: int, port: int) -> int:
     raise AssertionError(f"no child listens on {port}")
 
 
-def test_bad_settings_stop_at_start_with_exit_2(group: tuple[subprocess.Popen[str], str]) -> None:
+def test_bad_settings_stop_at_start_with_exit_2(group: tuple[subprocess.Popen[bytes], str]) -> None:
     _, url = group
     hosts = url.split("://", 1)[1].split("/", 1)[0]
     cfg = str(EXAMPLE_CONFIG)
@@ -92,7 +85,7 @@ def test_replicas_without_sentinels_is_refused() -> None:
     assert done.returncode == 2 and "go together" in done.stderr
 
 
-def test_rq_queues_work_through_a_sentinel_url(group: tuple[subprocess.Popen[str], str]) -> None:
+def test_rq_queues_work_through_a_sentinel_url(group: tuple[subprocess.Popen[bytes], str]) -> None:
     """Bulk jobs' RQ may live behind Sentinel (bulk.redis_url or the main URL)."""
     from rq.job import Job
 
@@ -111,7 +104,7 @@ def test_rq_queues_work_through_a_sentinel_url(group: tuple[subprocess.Popen[str
         conn.close()
 
 
-def test_the_sentinels_run_the_advised_settings(group: tuple[subprocess.Popen[str], str]) -> None:
+def test_the_sentinels_run_the_advised_settings(group: tuple[subprocess.Popen[bytes], str]) -> None:
     # docs/reliability.md advises these: with down-after-milliseconds 1000 a
     # sentinel called a just-promoted primary down and failed over again, to the
     # old primary restarted empty. Read back from every sentinel, as in force.
@@ -130,7 +123,7 @@ def test_the_sentinels_run_the_advised_settings(group: tuple[subprocess.Popen[st
 
 # Last: it kills the group's primary and stops the group.
 def test_the_printed_url_follows_a_failover_and_sigterm_stops_every_process(
-    group: tuple[subprocess.Popen[str], str],
+    group: tuple[subprocess.Popen[bytes], str],
 ) -> None:
     proc, url = group
     t = parse_url(url)

@@ -14,6 +14,7 @@ import yaml
 from standardwebhooks.webhooks import Webhook as Verifier
 
 from sluice.jobs import NewJob, Outcome, Webhook
+from sluice.local.children import Child, Children
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.kit.receiver import receiving
@@ -37,21 +38,19 @@ def write_config(tmp_path: Path) -> Path:
     return path
 
 
-def start(path: Path, redis_url: str, secret: str = SECRET) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "sluice", "notifier", "--config", str(path)],
-        env=os.environ | {"SLUICE_REDIS_URL": redis_url, SECRET_ENV: secret},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def start(path: Path, redis_url: str, secret: str = SECRET, name: str = "notifier") -> Child:
+    """``sluice notifier`` through sluice.local.children, its output in logs/<name>.log."""
+    env = os.environ | {"SLUICE_REDIS_URL": redis_url, SECRET_ENV: secret}
+    return Children(path.parent / "logs", env=env).spawn(name, ["notifier", "--config", str(path)])
 
 
-def stop(p: subprocess.Popen[str]) -> str:
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-    out, _ = p.communicate(timeout=HUNG_S)
-    return out
+def stop(child: Child) -> str:
+    """SIGTERM (if still running), its exit within HUNG_S, then its output."""
+    if child.alive():
+        child.proc.send_signal(signal.SIGTERM)
+    child.proc.wait(HUNG_S)
+    child.log.close()
+    return child.log_path.read_text()
 
 
 def test_a_notifier_killed_mid_delivery_loses_nothing(tmp_path: Path, redis_url: str) -> None:
@@ -62,16 +61,16 @@ def test_a_notifier_killed_mid_delivery_loses_nothing(tmp_path: Path, redis_url:
         job_id = q.submit("m", [NewJob("hi", "32", 1, webhook=Webhook(rx.url))])[0].id
         batch = q.claim("m", "w1")
         q.complete("m", [Outcome.ok(batch.jobs[0].id, [1.0])], "w1")
-        first = start(path, redis_url)
+        first = start(path, redis_url, name="first")
         try:
             wait_until(lambda: len(rx.calls) == 1, what="the first attempt")
-            first.kill()  # SIGKILL mid-delivery: no response read, nothing recorded
-            first.wait(HUNG_S)
+            first.proc.kill()  # SIGKILL mid-delivery: no response read, nothing recorded
+            first.proc.wait(HUNG_S)
         finally:
             stop(first)
         rx.release.set()
         assert q.get(job_id).webhook["state"] == "pending"  # type: ignore[index]
-        second = start(path, redis_url)
+        second = start(path, redis_url, name="second")
         try:
             wait_until(
                 lambda: (q.get(job_id).webhook or {}).get("state") == "delivered",
@@ -79,7 +78,7 @@ def test_a_notifier_killed_mid_delivery_loses_nothing(tmp_path: Path, redis_url:
             )
         finally:
             out = stop(second)
-        assert second.returncode == 0, out
+        assert second.proc.returncode == 0, out
         assert len(rx.calls) == 2
         a, b = rx.calls
         assert a.headers["webhook-id"] == b.headers["webhook-id"] == f"msg_{job_id}"
@@ -93,8 +92,9 @@ def test_a_secret_that_is_not_one_stops_the_notifier_with_exit_2(
     tmp_path: Path, redis_url: str
 ) -> None:
     p = start(write_config(tmp_path), redis_url, secret="not base64 at all!")
-    out, _ = p.communicate(timeout=HUNG_S)
-    assert p.returncode == 2, out
+    p.proc.wait(HUNG_S)  # it stops by itself
+    out = stop(p)
+    assert p.proc.returncode == 2, out
     lines = [line for line in out.splitlines() if line.strip()]
     assert lines[-1].startswith("sluice: error: webhooks secret: not a Standard Webhooks secret")
     assert "not base64" not in out  # the secret itself is never printed
