@@ -67,6 +67,27 @@ def done_channel(model: str) -> str:
     return f"{_tag(model)}done"
 
 
+def stream_prefix(model: str) -> str:
+    """Per-job token streams: ``<prefix><job id>`` (a generative job's Redis Stream,
+    ADR 0144; same hash tag as the job, so one script writes both)."""
+    return f"{_tag(model)}stream:"
+
+
+def stream_key(model: str, job_id: str) -> str:
+    return f"{stream_prefix(model)}{job_id}"
+
+
+def ttft_hist_prefix(model: str) -> str:
+    """Time-to-first-token histogram, one hash per window (the wait histogram's
+    layout, ``sluice.records``): ``<prefix><window start s>``, written by the
+    generative step script (sluice/generate/lua/step.lua)."""
+    return f"{_tag(model)}ttft:"
+
+
+def ttft_hist_key(model: str, window_start_s: int) -> str:
+    return f"{ttft_hist_prefix(model)}{window_start_s}"
+
+
 def wake_prefix(model: str) -> str:
     """Per-bucket wake lists: ``<prefix><bucket>`` (what scripts append to)."""
     return f"{_tag(model)}wake:"

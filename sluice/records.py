@@ -10,7 +10,8 @@ where more than one program reads or writes them:
 - **wait histogram**: the claim script adds each claimed job's queue wait to a
   hash per ``WAIT_WINDOW_S`` window (field = bucket upper bound in ms, or
   ``inf``, plus ``count``), kept ``WAIT_HIST_TTL_S``; ``sluice.waits`` reads it.
-  The complete script keeps the end-to-end latency histogram in the same layout.
+  The complete script keeps the end-to-end latency histogram in the same layout,
+  and the generative step script the time to first token (``keys.ttft_hist_key``).
 - **stats hash** (``keys.stats_key``): the counters the scripts keep per model
   (:class:`Stat`), plus each bucket's queued cost under :func:`bucket_cost_field`.
   Scripts write them; the CLI, the gateway and the autoscaler read them.
@@ -20,6 +21,9 @@ where more than one program reads or writes them:
   ``JOB.<name>``, ``DELIVERY.<name>``, ``BULK.<name>``: a misspelt one raises in
   the script instead of reading as empty. ``HOOK_TTL_S``: a delivery record's TTL
   when the job holds none of its own.
+- **token stream** (``keys.stream_key``, a generative job's Redis Stream): each
+  entry's fields (:class:`StreamField`) and what it says (:class:`StreamEvent`),
+  ``STREAM.<name>`` and ``STREAM_EVENT.<name>`` in the scripts (ADR 0144).
 - **priority rank** (:data:`RANKS`): a job's class in its queue score, 0 high ..
   2 low, 3 bulk items; ``RANK.<class>`` in the scripts.
 - **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
@@ -80,6 +84,10 @@ class Stat(StrEnum):
     EXPIRED = "expired"  # past the deadline while queued (claim)
     CANCELLED = "cancelled"
     QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
+    # Generative models (the step script, ADR 0146): jobs whose end entry was written
+    # and the output tokens they made; their ratio is the learned expected output.
+    GEN_FINISHED = "gen_finished"
+    GEN_OUTPUT_TOKENS = "gen_output_tokens"
 
 
 class JobField(StrEnum):
@@ -108,6 +116,7 @@ class JobField(StrEnum):
     WHU = "whu"  # webhook url, events, delivery TTL s
     WHE = "whe"
     WHT = "wht"
+    TTFT = "ttft"  # generative: ms from enq to the first output token (the first run's)
 
 
 class DeliveryField(StrEnum):
@@ -161,6 +170,30 @@ class BulkField(StrEnum):
     WHT = "wht"
 
 
+class StreamField(StrEnum):
+    """Fields of one entry of a generative job's token stream (``keys.stream_key``,
+    ADR 0144); the scripts write ``STREAM.<value>``. The entry's Redis id is the SSE
+    event id a client resumes from (``Last-Event-ID``)."""
+
+    TYPE = "t"  # StreamEvent
+    ATTEMPT = "a"  # the run that wrote it (1 first; a restart raises it)
+    INDEX = "i"  # tokens: the first token's offset in the output (0-based)
+    IDS = "ids"  # tokens: JSON array of token ids
+    TEXT = "x"  # tokens: the text these tokens add (incrementally detokenized)
+    RESULT = "r"  # end: the job's result JSON (the whole output, usage, finish reason)
+    ERROR = "e"  # error: what failed
+
+
+class StreamEvent(StrEnum):
+    """What one stream entry says (``StreamField.TYPE``)."""
+
+    START = "start"  # a run (attempt) began: the first for attempt 1
+    RESTART = "restart"  # a later attempt began: its tokens start again at index 0
+    TOKENS = "tokens"  # new tokens of the running attempt
+    END = "end"  # the job succeeded: the whole output; nothing follows
+    ERROR = "error"  # the job failed, expired or was cancelled; nothing follows
+
+
 # The job counts an operator reads (sluice status's columns, the dashboard's rates).
 JOB_COUNTS = (Stat.ARRIVED, Stat.SUCCEEDED, Stat.FAILED, Stat.EXPIRED, Stat.CANCELLED, Stat.RETRIED)
 
@@ -188,6 +221,11 @@ class DecisionRecord:
     queued: int | None = None
     p99_wait_ms: float | None = None
     detail: str = ""  # what a "saturated" decision measured
+    # A generative model's inputs (ADR 0149); None for the others.
+    slots_busy: int | None = None  # active sequences
+    slots_total: int | None = None  # slots of the serving workers (heartbeats)
+    ttft_p99_ms: float | None = None  # over the metrics window
+    tokens_per_s: float | None = None  # output tokens/s per serving replica, measured
 
     @property
     def signature(self) -> tuple[int, int, str]:
@@ -227,6 +265,8 @@ def lua_constants() -> str:
             _lua_fields("JOB", JobField),
             _lua_fields("DELIVERY", DeliveryField),
             _lua_fields("BULK", BulkField),
+            _lua_fields("STREAM", StreamField),
+            _lua_fields("STREAM_EVENT", StreamEvent),
             f"local RANK = strict('RANK', {{{ranks}}})",
             f"local HOOK_TTL_S = {HOOK_TTL_S}",
             f"local SCORE_SCALE = {SCORE_SCALE}",
@@ -242,5 +282,7 @@ def lua_constants() -> str:
 
 
 def _lua_fields(name: str, enum: type[StrEnum]) -> str:
-    pairs = ", ".join(f"{f.value} = '{f.value}'" for f in enum)
+    # keyed by the member's name in lower case (``STREAM.type`` for ``t``)
+    # (bracketed: ``end`` is a Lua keyword, read as ``STREAM_EVENT['end']``)
+    pairs = ", ".join(f"['{f.name.lower()}'] = '{f.value}'" for f in enum)
     return f"local {name} = strict('{name}', {{{pairs}}})"

@@ -24,6 +24,7 @@ from sluice.config.gateway import (
     AuthConfig,
     GatewayConfig,
 )
+from sluice.config.generate import GenerateConfig
 from sluice.config.models import (
     AutoscalingConfig,
     BatchingConfig,
@@ -39,6 +40,7 @@ from sluice.config.redis import RedisConfig, SentinelConfig
 from sluice.config.webhooks import WebhooksConfig
 
 __all__ = [
+    "GenerateConfig",
     "CONFIG_ENV",
     "KEY_HASH_RE",
     "KEY_NAME_RE",

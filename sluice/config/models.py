@@ -8,6 +8,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from sluice.config.base import PRIORITIES, StrictModel, known_priorities
+from sluice.config.generate import GenerateConfig
 
 
 class CostConfig(StrictModel):
@@ -112,6 +113,9 @@ class AutoscalingConfig(StrictModel):
     max_replicas: int = Field(4, ge=0)
     target_utilization: float = Field(0.65, gt=0, le=1)
     p99_wait_slo_ms: float = Field(1000.0, gt=0)
+    # Generative models only (a generate: section, ADR 0144/0149): the time-to-first-
+    # token p99 over metrics_window_s above this, while jobs wait, scales up.
+    ttft_slo_ms: float = Field(1000.0, gt=0)
     backlog_drain_s: float = Field(30.0, gt=0)
     period_s: float = Field(5.0, gt=0)
     scale_up_max_percent: float = Field(100.0, gt=0)
@@ -180,6 +184,8 @@ class ModelConfig(StrictModel):
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     bulk: ModelBulkConfig = Field(default_factory=ModelBulkConfig)
+    # present: a generative model (token streams, slots; ADR 0144)
+    generate: GenerateConfig | None = None
 
     @field_validator("buckets")
     @classmethod
@@ -206,6 +212,10 @@ class ModelConfig(StrictModel):
                 f"({self.buckets[-1]}): a bulk item of that size could never be claimed"
             )
         return self
+
+    @property
+    def generative(self) -> bool:
+        return self.generate is not None
 
     @property
     def bucket_names(self) -> list[str]:
