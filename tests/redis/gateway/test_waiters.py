@@ -17,8 +17,8 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as aioredis
 
-from gateway.waiters import JobWaiters, Liveness, ended_jobs
 from gateway.redis_io import connect
+from gateway.waiters import JobWaiters, Liveness, ended_jobs
 from sluice import keys
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import AsyncQueueClient
