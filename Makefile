@@ -30,8 +30,7 @@ $(STAMP): pyproject.toml
 # here, docs/benchmarks/suite.md: 3 beat 2 on 2 cores, the processes waiting on each
 # other as much as on the CPU), each with a redis-server of its own; a module
 # whose tests share one stack stays on one worker (--dist loadscope). tests/ is
-# laid out by tier (tests/conftest.py): measure and process collect before pure
-# and redis, so the long modules start first and the short ones fill in last.
+# laid out by tier (tests/conftest.py: pure, redis, process, measure, gpu).
 # SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
 # (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
 # budget (tests/conftest.py: fast, ci, thorough).
