@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 import yaml
+from openai.types.chat import ChatCompletionMessageParam
 
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
@@ -21,7 +22,9 @@ pytestmark = [pytest.mark.system]
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = "tiny-gpt"
 READY_S = 180.0  # a cold worker imports torch and transformers on a loaded machine
-MESSAGES = [{"role": "user", "content": "Tell me a long story about a queue."}]
+MESSAGES: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "Tell me a long story about a queue."}
+]
 
 
 def _config() -> dict[str, Any]:
