@@ -48,12 +48,16 @@ class Append:
 @dataclass(frozen=True, slots=True)
 class Finished:
     """A sequence that ended: ``result`` (an END entry, the job succeeded) or
-    ``error`` (an ERROR entry, the job failed: dead-lettered, never run again)."""
+    ``error`` (an ERROR entry, the job failed: dead-lettered, never run again).
+    ``retry`` with an ``error``: the run failed but the job may run again (the
+    queue's retry: an attempt used, dead-lettered after ``max_attempts``); nothing
+    is written to its stream (the next run's RESTART supersedes this one's)."""
 
     job_id: str
     attempt: int
     result: GenerateResult | None
     error: str | None = None
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,10 @@ def step_call(
             "maxlen": g.stream_maxlen,
             "result_ttl": cfg.queue.result_ttl_s,
         },
-        [*(_append_group(a) for a in appends), *(_finished_group(f) for f in finished)],
+        [
+            *(_append_group(a) for a in appends),
+            *(_finished_group(f) for f in finished if not f.retry),
+        ],
     )
     ks = [keys.inflight_key(model), keys.stats_key(model)]
 
@@ -152,11 +159,14 @@ def step_call(
 
 
 def outcomes(finished: Sequence[Finished]) -> list[Outcome]:
-    """The queue outcomes of the finished sequences: ok with the result, or fail."""
+    """The queue outcomes of the finished sequences: ok with the result, retry, or
+    fail."""
     out = []
     for f in finished:
         if f.result is not None:
             out.append(Outcome.ok(f.job_id, f.result.to_dict()))
+        elif f.retry:
+            out.append(Outcome.retry(f.job_id, FAILED_TYPE, f.error or "generation failed"))
         else:
             out.append(Outcome.fail(f.job_id, FAILED_TYPE, f.error or "generation failed"))
     return out

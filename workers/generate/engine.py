@@ -16,6 +16,13 @@ from typing import Protocol
 from sluice.generate.params import FinishReason, SamplingParams
 
 
+class EngineDead(Exception):
+    """The engine failed as a whole and can run nothing more (``add`` after its
+    core died). Not a RuntimeError: the slot loop reads RuntimeError from ``add``
+    as "no slot free"; this one is an engine failure (its jobs are given back and
+    the worker's failure streak counts it, ADR 0147)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StepOutput:
     """What one sequence produced in one step. ``token_ids`` may be empty (a prompt
@@ -37,8 +44,8 @@ class Engine(Protocol):
 
     def add(self, seq_id: str, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Admit a sequence (prefilled in the next steps). Raises ValueError when it
-        can never fit (prompt + max_tokens above the KV budget) and RuntimeError
-        when no slot is free."""
+        can never fit (prompt + max_tokens above the KV budget), RuntimeError
+        when no slot is free and EngineDead once the engine has failed as a whole."""
 
     def abort(self, seq_id: str) -> None:
         """Drop a sequence now (cancelled, lease lost); its slot is free at once. No
@@ -47,7 +54,8 @@ class Engine(Protocol):
     def step(self) -> list[StepOutput]:
         """One decode step for every active sequence (and prefill within the step's
         prompt budget). Returns one output per sequence that produced tokens or
-        finished."""
+        finished. Raises when the engine failed as a whole (the loop gives every
+        sequence back); an output's ``error`` is one sequence's failure (retried)."""
 
     def active(self) -> int:
         """Sequences holding a slot."""

@@ -35,7 +35,7 @@ from sluice.errors import RedisUnavailable
 from sluice.generate.ops import Append, Finished, StepReply, run_step
 from sluice.jobs import Batch, Outcome
 from sluice.queue import QueueClient
-from workers.generate.engine import Engine
+from workers.generate.engine import Engine, EngineDead
 from workers.generate.metrics import GenerateMetrics
 from workers.generate.slots import INVALID_INPUT, SlotTable, StepNews
 from workers.outcomes import send_outcomes
@@ -205,10 +205,15 @@ class SlotLoop:
             self.status.hold([j.id for j in batch.jobs])
         now = self.clock()
         refused: list[str] = []
-        for job in batch.jobs:
+        for k, job in enumerate(batch.jobs):
             waited_s = max(0.0, (batch.claimed_at_ms - job.enqueued_at_ms) / 1000)
             try:
                 finished = self.table.admit(job, now, waited_s)
+            except EngineDead as e:  # an engine failure, not a full engine
+                log.error("engine is dead (%s); handing %d job(s) back", e, len(batch.jobs) - k)
+                refused.extend(j.id for j in batch.jobs[k:])
+                turn.engine_failed = True  # counted by the worker's failure streak
+                break
             except RuntimeError as e:  # no slot free: the claim took more than it may
                 log.warning("engine refused job %s (%s); handing it back", job.id, e)
                 refused.append(job.id)

@@ -149,8 +149,9 @@ class SlotTable:
         news.tokens += len(ids)
 
     def _end(self, seq: Seq, out: StepOutput) -> Finished:
-        if out.error is not None:
-            return Finished(seq.job_id, seq.attempt, None, f"{ENGINE_ERROR}: {out.error}"[:500])
+        if out.error is not None:  # this run failed, the job may not: retried
+            error = f"{ENGINE_ERROR}: {out.error}"[:500]
+            return Finished(seq.job_id, seq.attempt, None, error, retry=True)
         return Finished(seq.job_id, seq.attempt, seq.result(str(out.finished)))
 
     def clear(self) -> list[Seq]:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from sluice.errors import ConfigError
 from sluice.generate.params import FinishReason, SamplingParams
-from workers.generate.engine import StepOutput
+from workers.generate.engine import EngineDead, StepOutput
 
 # vLLM's finish reasons (vllm.v1.engine.FinishReason as strings) -> Sluice's.
 # "abort" never reaches a caller: an aborted sequence's outputs are dropped.
@@ -163,7 +163,7 @@ class VLLMEngine:
 
     def add(self, seq_id: str, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         if self._dead is not None:
-            raise RuntimeError(f"vLLM engine failed: {self._dead}")
+            raise EngineDead(f"vLLM engine failed: {self._dead}")
         if not prompt_ids:
             raise ValueError("empty prompt")
         if len(prompt_ids) + params.max_tokens > self._options.max_seq_tokens:
@@ -185,12 +185,20 @@ class VLLMEngine:
             self._core.abort_request([seq_id])
 
     def step(self) -> list[StepOutput]:
+        if self._dead is not None:
+            raise EngineDead(f"vLLM engine failed: {self._dead}")
         if not self._live:
             return []
         try:
             outputs = self._core.step()
-        except Exception as e:  # the engine core died: every sequence ends in error
-            return self._fail(f"{type(e).__name__}: {e}")
+        except Exception as e:
+            # The engine core died: it runs nothing more. Raised, as the built-in
+            # engine's failures are, so the slot loop gives every sequence back
+            # (retried, an attempt used) and its failure streak quarantines the
+            # worker; failing them here would dead-letter healthy jobs at once.
+            self._dead = f"{type(e).__name__}: {e}"
+            self._live.clear()
+            raise
         return [out for ro in outputs if (out := self._output(ro)) is not None]
 
     def _output(self, ro: Any) -> StepOutput | None:
@@ -209,12 +217,6 @@ class VLLMEngine:
             ids = ids[:-1]  # vLLM's EOS (stop_reason None); the built-in engine leaves it out too
         error = f"vLLM ended the sequence: {reason}" if finished == "error" else None
         return StepOutput(seq_id, ids, text, finished, error)
-
-    def _fail(self, reason: str) -> list[StepOutput]:
-        self._dead = reason
-        failed = [StepOutput(s, (), "", "error", reason) for s in sorted(self._live)]
-        self._live.clear()
-        return failed
 
     def active(self) -> int:
         return len(self._live)

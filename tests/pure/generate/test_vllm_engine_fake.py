@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sluice.config.generate import GenerateConfig
 from sluice.errors import ConfigError
 from sluice.generate.params import SamplingParams
+from workers.generate.engine import EngineDead
 from workers.generate.engines import make_engine
 from workers.generate.vllm_engine import VLLMEngine, VLLMOptions, to_vllm_params
 
@@ -213,17 +214,22 @@ def test_add_refuses_what_cannot_run() -> None:
     assert set(core.live) == {"a", "b"}
 
 
-def test_a_dead_engine_ends_every_sequence_in_error() -> None:
+def test_a_dead_engine_raises_from_step_and_add() -> None:
+    """A core that dies is an engine failure (raised, so the loop gives its jobs
+    back to be retried), not one error output per sequence (dead-lettered); once
+    dead, add and step raise EngineDead, never "no free slot"."""
     engine, core = fake_engine()
     engine.add("a", [1], greedy(5))
     engine.add("b", [2], greedy(5))
     core.broken = True
-    outs = engine.step()
-    assert [(o.seq_id, o.finished) for o in outs] == [("a", "error"), ("b", "error")]
-    assert all(o.error and "CPU Generator does not use offset" in o.error for o in outs)
+    with pytest.raises(RuntimeError, match="CPU Generator does not use offset"):
+        engine.step()
     assert engine.active() == 0
-    with pytest.raises(RuntimeError, match="vLLM engine failed"):
+    core.broken = False  # dead stays dead: its state is unknown
+    with pytest.raises(EngineDead, match="vLLM engine failed"):
         engine.add("c", [1], greedy(5))
+    with pytest.raises(EngineDead, match="vLLM engine failed"):
+        engine.step()
 
 
 def test_close_aborts_and_shuts_the_core_down() -> None:
