@@ -117,6 +117,11 @@ class JobField(StrEnum):
     WHE = "whe"
     WHT = "wht"
     TTFT = "ttft"  # generative: ms from enq to the first output token (the first run's)
+    # generative: "<attempt>:<position>" of the last stream write (step.lua): that
+    # attempt's START/RESTART is written, and its tokens entries up to the position
+    # (sluice.generate.stream.entry_position), so a step re-sent after a lost reply
+    # writes nothing twice (ADR 0146)
+    GEN_NEXT = "gnx"
 
 
 class DeliveryField(StrEnum):

@@ -109,7 +109,14 @@ def _append_group(a: Append) -> dict[str, Any]:
     ids = fastjson.dumps(list(a.token_ids)) if a.token_ids else "[]"
     text = _sendable(a.text)
     return _group(
-        a.job_id, a.attempt, "tokens", start=int(a.started), idx=int(a.index), ids=ids, text=text
+        a.job_id,
+        a.attempt,
+        "tokens",
+        start=int(a.started),
+        idx=int(a.index),
+        ids=ids,
+        text=text,
+        ntok=len(a.token_ids),
     )
 
 

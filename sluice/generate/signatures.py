@@ -26,7 +26,7 @@ STEP = Signature(
         ("ids", "str"),  # tokens: JSON array of ids ('[]' none)
         ("text", "str"),  # tokens: the text they add
         ("payload", "str"),  # end: the result JSON; error: the error text
-        ("ntok", "num"),  # end: output tokens of the result (the learned length)
+        ("ntok", "num"),  # end: output tokens of the result (the learned length); tokens: #ids
     ),
     reply=("now",),
     reply_group=("lost",),  # ids of 'tokens' groups whose job is no longer this run's

@@ -140,6 +140,15 @@ def entry_from_record(record: JobRecord) -> StreamEntry | None:
     return None
 
 
+def entry_position(index: int, n_ids: int) -> int:
+    """Where a tokens entry ends in its run's output, as one rising number: a run's
+    entries in order have rising positions (an entry with no ids, a final flush of
+    text, comes after the tokens before it and before the next token), so an entry
+    whose position is not above the last one read is a re-sent copy. step.lua
+    computes the same to write each entry once."""
+    return 2 * (index + n_ids) + (1 if n_ids == 0 else 0)
+
+
 class Follower:
     """What a client has been shown of one job's stream (module docstring)."""
 
@@ -148,6 +157,7 @@ class Follower:
         self._text = ""  # text delivered
         self._attempt = 0
         self._run_text = 0  # chars of text the current run has written
+        self._run_pos = -1  # entry_position of the current run's last tokens entry
         self._restarts = 0
         self._result: dict[str, Any] | None = None
         self._error: str | None = None
@@ -188,7 +198,7 @@ class Follower:
             # A run begins (a released job runs again under the same attempt number).
             if entry.attempt >= self._attempt:
                 self._restarts += self._attempt > 0 or entry.type == StreamEvent.RESTART
-                self._attempt, self._run_text = entry.attempt, 0
+                self._attempt, self._run_text, self._run_pos = entry.attempt, 0, -1
             return []
         if entry.type == StreamEvent.TOKENS:
             return self._tokens(entry)
@@ -203,7 +213,14 @@ class Follower:
         if e.attempt < self._attempt:
             return []  # a superseded run's late write
         if e.attempt > self._attempt:  # its START was trimmed or never read
-            self._attempt, self._run_text = e.attempt, 0
+            self._attempt, self._run_text, self._run_pos = e.attempt, 0, -1
+        pos = entry_position(e.index, len(e.token_ids))
+        if pos <= self._run_pos:
+            # A copy of an entry this run wrote (a step re-sent after a lost reply).
+            # Entries are whole: a re-send repeats exactly what was sent (ids and
+            # their text together), so one never overlaps another in part.
+            return []
+        self._run_pos = pos
         start = self._run_text
         self._run_text += len(e.text)
         if e.index > len(self._ids):

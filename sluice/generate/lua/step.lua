@@ -9,7 +9,9 @@
 -- its job is running under this worker at this attempt: then its START/RESTART and
 -- TOKENS entries are added and its lease renewed (like renew.lua); otherwise the id
 -- is replied as lost and nothing is written (a cancelled job's stream gets one
--- 'error' entry, if it has no terminal entry yet, so a follower ends).
+-- 'error' entry, if it has no terminal entry yet, so a follower ends). A step
+-- re-sent after its reply was lost writes no START/RESTART and no tokens entry a
+-- second time for the same attempt (JOB.gen_next keeps the last one written).
 -- An 'end' group is written while the job is not terminal: exactly when the
 -- complete call that follows accepts its 'ok' (complete.lua's first-result rule).
 -- An 'error' group is written while this worker holds the job: when complete
@@ -55,18 +57,44 @@ local function cancelled(sk, att)
   redis.call('EXPIRE', sk, result_ttl)
 end
 
-local function write(g, jk, sk, enq)
-  if g.start == 1 then
+-- What this attempt has written (JOB.gen_next, "att:pos"): nil, nothing yet (not
+-- even its START); else the position of its last tokens entry (-1: none yet).
+local function written(jk, att)
+  local v = redis.call('HGET', jk, JOB.gen_next)
+  if not v then return nil end
+  local a, pos = string.match(v, '^(%d+):(%-?%d+)$')
+  if tonumber(a) ~= att then return nil end
+  return tonumber(pos)
+end
+
+-- A tokens entry's position (sluice.generate.stream.entry_position): entries of
+-- one run in order have rising positions; a re-sent one is not above the last.
+local function position(g)
+  return 2 * (g.idx + g.ntok) + (g.ntok == 0 and 1 or 0)
+end
+
+-- A step re-sent after a lost reply holds writes already made: each is skipped
+-- (the lease is still renewed), so a follower never reads them twice.
+local function tokens(g, jk, sk, enq)
+  local last = written(jk, g.att)
+  if g.start == 1 and last == nil then
     local event = g.att > 1 and STREAM_EVENT.restart or STREAM_EVENT.start
     add(sk, {STREAM.type, event, STREAM.attempt, g.att})
+    last = -1
+    redis.call('HSET', jk, JOB.gen_next, int(g.att) .. ':-1')
   end
+  if (g.ids ~= '[]' or g.text ~= '') and position(g) > (last or -1) then
+    add(sk, {STREAM.type, STREAM_EVENT.tokens, STREAM.attempt, g.att, STREAM.index, g.idx,
+             STREAM.ids, g.ids, STREAM.text, g.text})
+    redis.call('HSET', jk, JOB.gen_next, int(g.att) .. ':' .. int(position(g)))
+    if g.idx == 0 and g.ids ~= '[]' then first_token(jk, enq) end
+  end
+  redis.call('ZADD', inflight, 'XX', expiry, g.id)
+end
+
+local function write(g, jk, sk, enq)
   if g.kind == 'tokens' then
-    if g.ids ~= '[]' or g.text ~= '' then
-      add(sk, {STREAM.type, STREAM_EVENT.tokens, STREAM.attempt, g.att, STREAM.index, g.idx,
-               STREAM.ids, g.ids, STREAM.text, g.text})
-      if g.idx == 0 and g.ids ~= '[]' then first_token(jk, enq) end
-    end
-    redis.call('ZADD', inflight, 'XX', expiry, g.id)
+    tokens(g, jk, sk, enq)
   elseif g.kind == 'end' then
     add(sk, {STREAM.type, STREAM_EVENT['end'], STREAM.attempt, g.att, STREAM.result, g.payload})
     finished, out_tokens = finished + 1, out_tokens + g.ntok

@@ -111,13 +111,16 @@ class Gen:
         job_id, gi = await self.claim_next()
         attempt = 1
         await self.xadd(job_id, StreamEvent.START, attempt)
+        # A piece's ids are its chars (as the result's), so its index (the output
+        # offset of its first id) is the chars before it.
+        at = [sum(map(len, pieces[:i])) for i in range(len(pieces))]
         if restart_after:
             for i, piece in enumerate(pieces[:restart_after]):
-                await self.tokens(job_id, i, piece, attempt)
+                await self.tokens(job_id, at[i], piece, attempt)
             attempt = 2
             await self.xadd(job_id, StreamEvent.RESTART, attempt)
         for i, piece in enumerate(pieces):
-            await self.tokens(job_id, i, piece, attempt)
+            await self.tokens(job_id, at[i], piece, attempt)
         await self.finish(job_id, "".join(pieces), attempt, len(gi.prompt_ids))
         return job_id
 

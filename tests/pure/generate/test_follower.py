@@ -9,10 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sluice import fastjson
-from sluice.generate.stream import Follower, StreamEntry, entry_from_record, parse_entry
+from sluice.generate.stream import (
+    Follower,
+    StreamEntry,
+    entry_from_record,
+    entry_position,
+    parse_entry,
+)
 from sluice.jobs import JobRecord
 from sluice.records import StreamEvent
 from sluice.records import StreamField as S
+from tests.conftest import budget
 
 
 def piece(t: int) -> str:
@@ -141,3 +148,75 @@ def test_a_record_that_ended_gives_the_streams_last_word() -> None:
     f = Follower()
     f.feed(gone)
     assert f.done and f.error
+
+
+# -- re-sent entries: a step whose reply was lost is sent again -----------------
+
+
+def test_a_re_sent_entry_adds_no_text() -> None:
+    f = Follower()
+    feed = [
+        StreamEntry("1-0", StreamEvent.START, 1),
+        StreamEntry("2-0", StreamEvent.TOKENS, 1, 0, (10,), "Hello"),
+        StreamEntry("3-0", StreamEvent.TOKENS, 1, 0, (10,), "Hello"),  # re-sent after a lost reply
+        StreamEntry("4-0", StreamEvent.TOKENS, 1, 1, (11,), " world"),
+        StreamEntry(
+            "5-0", StreamEvent.END, 1, result={"text": "Hello world", "token_ids": [10, 11]}
+        ),
+    ]
+    text = "".join(d.text for e in feed for d in f.feed(e))
+    assert text == "Hello world" and f.token_ids == (10, 11)
+
+
+def test_a_final_text_flush_is_shown_once_and_after_its_tokens() -> None:
+    assert entry_position(3, 0) > entry_position(1, 2)  # flush after the tokens before it
+    assert entry_position(3, 0) < entry_position(3, 1)  # and before the next token
+    f = Follower()
+    flush = StreamEntry("3-0", StreamEvent.TOKENS, 1, 1, (), "!")
+    feed = [
+        StreamEntry("1-0", StreamEvent.START, 1),
+        StreamEntry("2-0", StreamEvent.TOKENS, 1, 0, (4,), "a"),
+    ]
+    feed += [
+        flush,
+        flush,
+        StreamEntry("4-0", StreamEvent.END, 1, result={"text": "a!", "token_ids": [4]}),
+    ]
+    assert "".join(d.text for e in feed for d in f.feed(e)) == "a!"
+
+
+@st.composite
+def resent(draw: st.DrawFn) -> tuple[list[int], list[StreamEntry]]:
+    """A history (test_follower.histories) where, after any tokens entry, a window
+    of the run's latest tokens entries is sent again (a step's outbox re-sent:
+    whole entries, in order, ending with the one just written)."""
+    tokens, entries = draw(histories())
+    out: list[StreamEntry] = []
+    run: list[StreamEntry] = []
+    for e in entries:
+        out.append(e)
+        if e.type in (StreamEvent.START, StreamEvent.RESTART):
+            run = []
+        elif e.type == StreamEvent.TOKENS and e.attempt == (run[-1].attempt if run else e.attempt):
+            run.append(e)
+            if draw(st.booleans()):
+                i = draw(st.integers(0, len(run) - 1))
+                out += [StreamEntry(f"{c.id}-again", *_fields(c)) for c in run[i:]]
+    return tokens, out
+
+
+def _fields(e: StreamEntry) -> tuple[StreamEvent, int, int, tuple[int, ...], str]:
+    return e.type, e.attempt, e.index, e.token_ids, e.text
+
+
+@budget(0.5)  # each example is a whole history with re-sends: cheap, but not free
+@given(resent())
+def test_re_sent_windows_show_the_output_exactly_once(
+    history: tuple[list[int], list[StreamEntry]],
+) -> None:
+    tokens, entries = history
+    f = Follower()
+    deltas = [d for e in entries for d in f.feed(e)]
+    assert "".join(d.text for d in deltas) == full_text(tokens, len(tokens))
+    assert [t for d in deltas for t in d.token_ids] == tokens
+    assert f.done and f.result is not None

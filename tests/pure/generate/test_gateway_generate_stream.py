@@ -54,7 +54,7 @@ async def test_a_live_stream_sends_every_entry_with_its_id_then_ends(gen: Any) -
     entries = await gen.redis.xrange(f"sluice:{{g}}:stream:{job_id}")
     assert [e["id"] for e in got] == [eid for eid, _ in entries]
     toks = [e["data"] for e in got if e["event"] == "tokens"]
-    assert [t["index"] for t in toks] == [0, 1, 2]
+    assert [t["index"] for t in toks] == [0, 2, 3]  # output offsets: "He" is two ids
     assert "".join(t["text"] for t in toks) == "Hello"
     assert toks[0]["token_ids"] == [ord("H"), ord("e")] and toks[0]["attempt"] == 1
     end = got[-1]["data"]
