@@ -1,6 +1,7 @@
 """What the bulk routes do: store an upload, queue its coordinator, read, cancel.
 
-The upload is stored as lines (nothing is parsed here: each line is parsed and
+A generative model's upload is refused (422): its lines would reach the queue
+unadmitted. The upload is stored as lines (nothing is parsed here: each line is parsed and
 estimated when its coordinator feeds it, and fails alone). Queueing the first
 coordinator slice on RQ is best effort: if it fails, the bulk job is already in
 its model's active set and a ``sluice bulk worker``'s reaper starts it.
@@ -41,7 +42,13 @@ async def read_upload(chunks: AsyncIterator[bytes], limit: int) -> bytes:
 async def submit(
     st: GatewayState, model: str, body: bytes, owner: str | None, webhook: Webhook | None = None
 ) -> dict[str, Any]:
-    st.model(model)  # 404 for an unknown model before anything is read
+    if st.model(model).generate is not None:  # 404 for an unknown model first
+        # A bulk line is fed to the queue raw, never tokenized nor admitted, and a
+        # generative worker claims no bulk batch: refused, not accepted to fail.
+        raise InvalidInput(
+            f"model {model!r} is generative: bulk uploads are not served for it; "
+            f"submit its jobs through POST /v1/models/{model}/jobs or the OpenAI routes"
+        )
     if st.bulk_refused:
         raise BulkUnavailable(st.bulk_refused)
     lines = await asyncio.to_thread(split_upload, body, st.gw.max_body_bytes)

@@ -197,6 +197,9 @@ def step_calls(
         calls.append(ops.complete(model, outcomes(finished), worker_id))
     if free_slots > 0:
         kw = {"max_batch_tokens": claim_budget(ops.model(model), free_slots)} | claim_kw
+        # Never a bulk batch: a bulk line is not a generative job's admitted input
+        # (the gateway refuses bulk uploads to a generative model).
+        kw["bulk"] = False
         calls.append(ops.claim(model, worker_id, max_batch=free_slots, **kw))
     return calls
 
@@ -211,7 +214,8 @@ def run_step(
     **claim_kw: Any,
 ) -> StepReply:
     """One decode step's round trip (module docstring). ``claim_kw``: the queue
-    claim's keywords (``buckets``, ``service_ms``, ``bulk``, ``max_batch_tokens``)."""
+    claim's keywords (``buckets``, ``service_ms``, ``max_batch_tokens``; ``bulk`` is
+    always off)."""
     qc.register(scripts())
     calls = step_calls(qc.ops, model, worker_id, appends, finished, free_slots, **claim_kw)
     replies = qc.run_all(calls) if calls else []

@@ -144,3 +144,13 @@ async def test_the_models_own_prompt_codec_tokenizes_once_per_model() -> None:
     assert values[1]["prompt_ids"] == codec.chat(chat)
     assert estimates[0].cost > len(values[0]["prompt_ids"])
     assert await codecs.get("g", cfg) is await codecs.get("g", cfg)
+
+
+async def test_a_bulk_upload_to_a_generative_model_is_refused_422(gen: Any) -> None:
+    body = b'{"input": {"prompt": "hey"}}\n'
+    resp = await gen.client.post(
+        "/v1/models/g/bulk", content=body, headers={"content-type": "application/x-ndjson"}
+    )
+    assert resp.status_code == 422, resp.text
+    assert "generative" in resp.json()["error"]["message"]
+    assert await gen.redis.keys("*bulk*") == []  # nothing stored

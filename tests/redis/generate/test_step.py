@@ -222,3 +222,15 @@ def test_a_flushed_script_cache_is_reloaded_and_the_step_still_runs(r: redis.Red
         StreamEvent.START,
         StreamEvent.TOKENS,
     ]
+
+
+def test_the_step_never_claims_a_bulk_item(r: redis.Redis) -> None:
+    """A bulk line is no admitted generative input: a generative worker claims only
+    the interactive jobs, even with free slots and bulk items waiting."""
+    qc = client(r)
+    [bulk] = submit(qc, priority="bulk")
+    [normal] = submit(qc)
+    reply = run_step(qc, "m", "w1", [], [], free_slots=4)
+    assert [j.id for j in reply.batch.jobs] == [normal]
+    assert run_step(qc, "m", "w1", [], [], free_slots=4).batch.jobs == []
+    assert qc.get(bulk).status == JobStatus.QUEUED
