@@ -26,6 +26,7 @@ from sluice.generate.signatures import SIGNATURES, STEP
 from sluice.jobs import Batch, Outcome
 from sluice.queue.client import QueueClient
 from sluice.queue.scripts import Call, QueueOps
+from sluice.records import JobField
 
 STEP_SCRIPT = "generate_step"
 FAILED_TYPE = "generation_failed"  # the error type of a Finished with an error
@@ -222,3 +223,25 @@ def run_step(
     now, lost = replies[0] if (appends or finished) else (0, frozenset())
     batch = replies[-1] if free_slots > 0 else Batch(model, "", now, [])
     return StepReply(batch, lost, now)
+
+
+def held_jobs(qc: QueueClient, model: str, worker_id: str, chunk: int = 500) -> list[str]:
+    """The model's running jobs leased to ``worker_id``: one scan of its in-flight
+    set. For the rare reconcile after a step whose reply was lost (ADR 0146): a
+    claim may have run, leasing jobs the worker never learnt of."""
+    raw: list[Any] = qc.redis.zrange(keys.inflight_key(model), 0, -1)
+    ids = [i.decode() if isinstance(i, bytes) else str(i) for i in raw]
+    held: list[str] = []
+    for at in range(0, len(ids), chunk):
+        part = ids[at : at + chunk]
+        pipe = qc.redis.pipeline(transaction=False)
+        for job_id in part:
+            pipe.hmget(keys.job_key(model, job_id), [JobField.STATUS, JobField.WORKER])
+        for job_id, (status, worker) in zip(part, pipe.execute(), strict=True):
+            if _text(status) == "running" and _text(worker) == worker_id:
+                held.append(job_id)
+    return held
+
+
+def _text(v: Any) -> str | None:
+    return v.decode() if isinstance(v, bytes) else v

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 
 from sluice.config import GenerateConfig
 from sluice.errors import RedisUnavailable
-from sluice.generate.ops import Append, Finished, StepReply, run_step
+from sluice.generate.ops import Append, Finished, StepReply, held_jobs, run_step
 from sluice.jobs import Batch, Outcome
 from sluice.queue import QueueClient
 from workers.generate.engine import Engine, EngineDead
@@ -98,6 +98,9 @@ class SlotLoop:
         self.metrics, self.status, self._step, self.clock = metrics, status, step, clock
         self.outbox = _Outbox()
         self.retrying = False  # the last round trip failed: deliver before stepping on
+        # A round trip with a claim failed: the claim may have run, leasing jobs this
+        # worker never learnt of; the next turn hands them back first (ADR 0146).
+        self.unsure_claim = False
         self.tokens_per_s = 0.0
 
     @property
@@ -127,12 +130,15 @@ class SlotLoop:
         # After an engine failure, claim nothing this turn: its retried jobs went back
         # to the head of the queue and would come straight back to this engine.
         free = 0 if turn.engine_failed else self.free_slots(claim)
-        if not self.outbox and not free:
+        if not self.outbox and not free and not self.unsure_claim:
             return self._publish(turn)
         try:
+            if self.unsure_claim:
+                self._reconcile()
             reply = self._round_trip(free)
         except (RedisUnavailable, RedisError) as e:
             self.retrying, turn.error = True, e
+            self.unsure_claim = self.unsure_claim or free > 0
             return self._publish(turn)
         self.retrying, turn.sent = False, bool(self.outbox)
         turn.ended = len(self.outbox.finished)
@@ -179,6 +185,18 @@ class SlotLoop:
         if self.metrics is not None:
             self.metrics.round_trip_seconds.labels(self.model).observe(self.clock() - t0)
         return reply
+
+    def _reconcile(self) -> None:
+        """Release the jobs leased to this worker that hold no slot here and are not
+        ending: claimed by a round trip whose reply was lost. Released, not run: the
+        claim's attempt is undone and each is requeued in its place."""
+        mine = set(self.table.seqs) | {f.job_id for f in self.outbox.finished}
+        stray = [j for j in held_jobs(self.client, self.model, self.worker_id) if j not in mine]
+        if stray:
+            log.warning("releasing %d job(s) claimed by a step whose reply was lost", len(stray))
+            if not self._send([Outcome.release(j) for j in stray]):
+                return  # not sent: tried again next turn
+        self.unsure_claim = False
 
     def _delivered(self) -> None:
         if self.status is not None and self.outbox.finished:
@@ -280,10 +298,11 @@ class SlotLoop:
         if self.metrics is not None:
             self.metrics.ended("error", len(seqs))
 
-    def _send(self, outcomes: list[Outcome]) -> None:
+    def _send(self, outcomes: list[Outcome]) -> bool:
         ids = [o.id for o in outcomes]
         if self.status is not None:
             self.status.ending(ids)
-        send_outcomes(self.client, self.model, self.worker_id, outcomes)
+        sent = send_outcomes(self.client, self.model, self.worker_id, outcomes)
         if self.status is not None:
             self.status.release(ids)
+        return sent

@@ -89,3 +89,24 @@ def test_the_same_append_twice_renews_the_lease_but_writes_once(r: redis.Redis) 
 def client(r: redis.Redis) -> QueueClient:
     gen = {"slots": 4, "max_seq_tokens": 256, "default_max_tokens": 32}
     return QueueClient(r, dict(make_config(generate=gen).models))
+
+
+@pytest.mark.parametrize("lost", [{1}, {1, 2}, {2}])
+def test_jobs_claimed_by_a_step_whose_reply_was_lost_are_released_then_run(
+    gen: Make, lost: set[int]
+) -> None:
+    g = gen(slots=2, step=flaky(lost))
+    first = g.submit((1, 2), 4)
+    if 2 in lost:  # a second claim, lost while the first job runs
+        g.loop.turn()
+    second = g.submit((3, 4), 3)
+    turn = g.loop.turn()
+    assert turn.error is not None  # the claim ran on the server, its reply was lost
+    g.until_idle()
+    for job, prompt, n in ((first, (1, 2), 4), (second, (3, 4), 3)):
+        rec = g.qc.get(job)
+        assert rec.status == JobStatus.SUCCEEDED, (job, rec.status)
+        assert rec.attempts == 1, "the stranded claim's attempt was undone"
+        assert rec.result["text"] == g.expected(prompt, n)
+        assert follow(g.qc.redis, job).text == rec.result["text"]
+    assert g.qc.redis.zcard(keys.inflight_key(MODEL)) == 0
