@@ -64,12 +64,14 @@ class Target:
     url: str
     model: str
     path: str = "/v1/completions"
-    prompt_as_ids: bool = True  # OpenAI accepts a list of token ids as the prompt
+    # OpenAI's API takes a list of token ids as the prompt; Sluice's gateway takes
+    # text only (it tokenizes, as it must to admit the job).
+    prompt_as_ids: bool = False
 
     def body(self, req: Request) -> dict[str, Any]:
         return {
             "model": self.model,
-            "prompt": list(req.prompt_ids),
+            "prompt": list(req.prompt_ids) if self.prompt_as_ids else req.text,
             "max_tokens": req.max_tokens,
             "temperature": 0.0,
             "stream": True,

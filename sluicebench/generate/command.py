@@ -32,7 +32,7 @@ def generate_cmd(
         "tiny:4x256"
     ),
     slots: Annotated[int, typer.Option(help="Sequences decoded at once, every system.")] = 32,
-    requests: Annotated[int, typer.Option(help="Requests in the pool (bounds each loop).")] = 3000,
+    requests: Annotated[int, typer.Option(help="Requests in the pool (bounds each loop).")] = 2000,
     seed: Annotated[int, typer.Option(help="Workload and arrival seed.")] = 1,
     log_dir: Annotated[Path, typer.Option(help="Configs and the systems' logs.")] = Path(
         "bench/results/generate-logs"

@@ -6,7 +6,8 @@ and stamps every token it produced with the step's end. The closed loop keeps
 ``concurrency`` requests outstanding (a client's next request is sent when its
 last one ends); the open loop lets each request wait from its due time. Run as
 its own process with one torch thread (``python -m sluicebench.generate.inproc
-PARAMS_JSON``): it prints one JSON line, the two loops' traces and step times.
+PARAMS_JSON``, the requests as JSON on stdin): it prints one JSON line, the two
+loops' traces and step times.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 
 from sluicebench.generate.client import LoopResult, Trace
 from sluicebench.generate.stats import open_rate, summarize
-from sluicebench.generate.workload import Request, arrivals, requests
+from sluicebench.generate.workload import Request, arrivals
 
 
 @dataclass
@@ -134,7 +135,7 @@ def run(p: dict[str, Any]) -> dict[str, Any]:
         "cpu",
         p["threads"],
     )
-    reqs = requests(p["requests"], p["seed"], p["vocab"])
+    reqs = [Request(rid, tuple(ids), n) for rid, ids, n in json.loads(sys.stdin.read())]
     d = Driver(engine, SamplingParams)
     closed(d, reqs[: p["slots"]], p["slots"], 1e9, 0.0)  # warm: every shape once
     d.step_s.clear()

@@ -22,7 +22,13 @@ from typing import Any
 
 from sluicebench.generate import stats, systems
 from sluicebench.generate.client import LoopResult, Target, Trace, closed_loop, open_loop
-from sluicebench.generate.workload import Request, arrivals, mean_output_tokens, requests
+from sluicebench.generate.workload import (
+    Request,
+    arrivals,
+    canonical,
+    mean_output_tokens,
+    requests,
+)
 
 ALL_SYSTEMS = ("a", "b", "c", "d", "e")
 
@@ -38,7 +44,7 @@ class GenParams:
     open_s: float = 20.0  # open loop: seconds of arrivals
     open_fraction: float = 0.7
     open_rate: float | None = None  # requests/s; None: open_fraction of the first closed loop
-    requests: int = 3000  # the pool both loops draw from (a bound on each loop)
+    requests: int = 2000  # the pool both loops draw from (a bound on each loop)
     seed: int = 1
     threads: int = 1
 
@@ -52,12 +58,19 @@ def bench_model(spec: str) -> tuple[Path, int]:
     return model_dir, int(config["vocab_size"])
 
 
+def workload(p: GenParams, model_dir: Path, vocab: int) -> list[Request]:
+    """The run's requests, their prompts canonical for the model's tokenizer."""
+    from sluice.generate.prompt import PromptCodec
+
+    return canonical(requests(p.requests, p.seed, vocab), PromptCodec.load(model_dir))
+
+
 def served(
     name: str, p: GenParams, model_dir: Path, reqs: list[Request], rate: float | None, log_dir: Path
 ) -> dict[str, Any]:
     run = systems.start(name, model_dir, p.slots, p.threads, log_dir)
     try:
-        target = Target(run.url, systems.MODEL)
+        target = Target(run.url, systems.MODEL, prompt_as_ids=run.prompt_as_ids)
         cpu = systems.Cpu(run.proc.pid)
         cpu.mark()
         loop = asyncio.run(closed_loop(target, iter(reqs), p.concurrency, p.duration_s, p.warm_s))
@@ -76,11 +89,12 @@ def _loop(d: dict[str, Any]) -> LoopResult:
     return LoopResult(d["start_s"], tuple(d["window_s"]), traces, d["wall_s"])  # type: ignore[arg-type]
 
 
-def in_process(p: GenParams, model_dir: Path, vocab: int, rate: float | None) -> dict[str, Any]:
-    """System (e) in a child process of one torch thread."""
+def in_process(
+    p: GenParams, model_dir: Path, reqs: list[Request], rate: float | None
+) -> dict[str, Any]:
+    """System (e) in a child process of one torch thread (the requests on its stdin)."""
     args = asdict(p) | {
         "model_dir": str(model_dir),
-        "vocab": vocab,
         "rate": rate,
         "max_seq_tokens": 1024,
         "prefill_tokens": 256,
@@ -88,6 +102,7 @@ def in_process(p: GenParams, model_dir: Path, vocab: int, rate: float | None) ->
     env = os.environ | {"OMP_NUM_THREADS": str(p.threads), "MKL_NUM_THREADS": str(p.threads)}
     done = subprocess.run(
         [sys.executable, "-m", "sluicebench.generate.inproc", json.dumps(args)],
+        input=json.dumps([[r.rid, list(r.prompt_ids), r.max_tokens] for r in reqs]),
         capture_output=True,
         text=True,
         env=env,
@@ -112,7 +127,7 @@ def run_generate(
     p: GenParams, log_dir: Path, progress: Callable[[str], None] = print
 ) -> dict[str, Any]:
     model_dir, vocab = bench_model(p.model)
-    reqs = requests(p.requests, p.seed, vocab)
+    reqs = workload(p, model_dir, vocab)
     rate = p.open_rate
     results: dict[str, Any] = {}
     for name in [s for s in ALL_SYSTEMS if s in p.systems]:
@@ -120,7 +135,7 @@ def run_generate(
         info = systems.describe(name)
         try:
             if name == "e":
-                results[name] = info | in_process(p, model_dir, vocab, rate)
+                results[name] = info | in_process(p, model_dir, reqs, rate)
             else:
                 results[name] = info | served(name, p, model_dir, reqs, rate, log_dir)
         except systems.Skipped as e:

@@ -105,6 +105,7 @@ class Running:
     proc: subprocess.Popen[bytes]
     url: str
     log: Path
+    prompt_as_ids: bool = False  # the Ray peer takes ids (it has no tokenizer)
 
     def stop(self) -> None:
         """SIGINT, then SIGKILL whatever of its tree is left (by pid)."""
@@ -201,6 +202,7 @@ def start_ray(model_dir: Path, slots: int, threads: int, log_dir: Path) -> Runni
     env = {k: v for k, v in _env(threads).items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     run = _spawn("ray", argv, log_dir, env, f"http://127.0.0.1:{port}")
+    run.prompt_as_ids = True
     _ready(run, lambda: wait_ready(run, lambda r: r.status_code == 200, "/healthz"))
     return run
 

@@ -2,18 +2,22 @@
 
 Prompts are token ids drawn uniformly from the vocabulary (above the first
 ``RESERVED_IDS``, where tokenizers keep their special tokens), 16-256 tokens
-long; ``max_tokens`` is 16, 64 or 256 at 50/30/20%. Every system of a run gets
-the same requests in the same order. Decoding is greedy and no request names a
-stop sequence, so every request's output is exactly ``max_tokens`` long as long
-as the model never emits its end-of-sequence token: ``systems`` builds the
-benchmark's copy of the model with no end-of-sequence id (the same weights), and
-the summary counts any request that came back short, so a short one is seen.
+long, then made canonical (``canonical``: the text's own encoding, so a server
+that tokenizes text sees the same ids as one that takes ids); ``max_tokens`` is
+16, 64 or 256 at 50/30/20%. Every system of a run gets the same requests in the
+same order. Decoding is greedy and no request names a stop sequence, so a
+request's output is exactly ``max_tokens`` long unless the model emits its
+end-of-sequence token; the tiny model's greedy outputs for these prompts do not
+(measured: docs/benchmarks/generate.md), and the summary counts any request that
+came back short, so one would be seen.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 PROMPT_TOKENS = (16, 256)
 MAX_TOKENS_MIX = ((16, 0.5), (64, 0.3), (256, 0.2))
@@ -25,6 +29,13 @@ class Request:
     rid: int
     prompt_ids: tuple[int, ...]
     max_tokens: int
+    text: str = ""  # the prompt as text, which the tokenizer encodes to prompt_ids
+
+
+class Codec(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
 
 
 def requests(
@@ -42,6 +53,27 @@ def requests(
         size = rng.randint(*prompt_tokens)
         prompt = tuple(rng.randrange(RESERVED_IDS, vocab) for _ in range(size))
         out.append(Request(rid, prompt, rng.choices(lengths, weights=weights)[0]))
+    return out
+
+
+def canonical(reqs: Sequence[Request], codec: Codec) -> list[Request]:
+    """Each prompt as text whose encoding is exactly its ids, no longer than drawn.
+
+    Random ids are not what the tokenizer makes of their text (byte-level BPE merges
+    across them, or splits a broken character), and a server that takes text (the
+    gateway, vLLM) tokenizes it again: so every system gets ``encode(decode(ids))``,
+    cut to the length drawn (and made canonical again).
+    """
+    out = []
+    for r in reqs:
+        size = len(r.prompt_ids)
+        canon = codec.encode(codec.decode(r.prompt_ids))
+        for _ in range(10):  # one or two rounds in practice
+            cut = canon[:size]
+            canon = codec.encode(codec.decode(cut))
+            if canon == cut:
+                break
+        out.append(Request(r.rid, tuple(canon), r.max_tokens, codec.decode(canon)))
     return out
 
 

@@ -19,7 +19,9 @@ from sluicebench.generate.client import LoopResult, Target, Trace, parse_event
 from sluicebench.generate.workload import (
     MAX_TOKENS_MIX,
     RESERVED_IDS,
+    Request,
     arrivals,
+    canonical,
     mean_output_tokens,
     requests,
 )
@@ -65,9 +67,37 @@ def test_sse_events_fold_into_the_trace() -> None:
 
 
 def test_the_request_body_asks_for_a_greedy_stream_of_exactly_max_tokens() -> None:
-    body = Target("http://x", "tiny").body(requests(1, 1, 100)[0])
-    assert body["stream"] is True and body["temperature"] == 0.0
-    assert "stop" not in body and isinstance(body["prompt"], list)
+    req = Request(1, (20, 21), 16, "hello there")
+    body = Target("http://x", "tiny").body(req)
+    assert body["stream"] is True and body["temperature"] == 0.0 and body["max_tokens"] == 16
+    assert "stop" not in body and body["prompt"] == "hello there"
+    assert Target("http://x", "tiny", prompt_as_ids=True).body(req)["prompt"] == [20, 21]
+
+
+class MergingCodec:
+    """A tokenizer that merges each pair "1 1" into 11 (as BPE merges across ids)."""
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return " ".join("1 1" if i == 11 else str(i) for i in ids)
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for word in text.split():
+            if word == "1" and out and out[-1] == 1:
+                out[-1] = 11
+            else:
+                out.append(int(word))
+        return out
+
+
+def test_prompts_become_their_text_s_own_encoding_no_longer_than_drawn() -> None:
+    reqs = [Request(0, (1, 1, 5, 11, 7), 16), Request(1, (11, 11, 11), 64)]
+    codec = MergingCodec()
+    for before, after in zip(reqs, canonical(reqs, codec), strict=True):
+        assert codec.encode(after.text) == list(after.prompt_ids)
+        assert len(after.prompt_ids) <= len(before.prompt_ids)
+        assert after.max_tokens == before.max_tokens and after.rid == before.rid
+    assert canonical(reqs, codec)[0].prompt_ids == (11, 5, 11, 7)
 
 
 def _trace(rid: int, sent: float, chunks: Sequence[tuple[float, int]], max_tokens: int) -> Trace:
