@@ -164,11 +164,16 @@ def _ready_workers(resp: httpx.Response) -> bool:
 
 
 def sluice_config(model_dir: Path, admission: str, slots: int, threads: int) -> str:
+    """examples/generate.yaml's model on one worker, the benchmark's model and slots."""
     return f"""# written by sluice bench generate
 models:
   {MODEL}:
     handler: causal-lm
-    params: {{model: "{model_dir}", threads: {threads}}}
+    params: {{model: "{model_dir}", dtype: float32, threads: {threads}}}
+    buckets: [64, 256, 1024]
+    cost: {{method: words}}
+    queue: {{result_ttl_s: 600}}
+    batching: {{lease_s: 10, max_attempts: 3}}
     generate:
       slots: {slots}
       admission: {admission}
