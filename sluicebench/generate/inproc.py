@@ -95,8 +95,8 @@ def opened(d: Driver, reqs: list[Request], offsets: list[float]) -> LoopResult:
             continue
         d.admit()
         done.extend(d.step())
-    end = offsets[-1] if offsets else 0.0
-    return LoopResult(start, (0.0, end), done, time.perf_counter() - start)
+    wall = time.perf_counter() - start
+    return LoopResult(start, (0.0, wall), done, wall)
 
 
 def _loop_dict(loop: LoopResult, steps: list[float], cpu_s: float) -> dict[str, Any]:
@@ -121,9 +121,9 @@ def run(p: dict[str, Any]) -> dict[str, Any]:
     """Warm the engine, then the closed loop, then the open loop at ``p['rate']`` (None:
     ``open_fraction`` of this closed loop)."""
     import torch
-    from workers.generate.hf_engine import HFEngine
 
     from sluice.generate.params import SamplingParams
+    from workers.generate.hf_engine import HFEngine
 
     torch.set_num_threads(p["threads"])
     engine = HFEngine(

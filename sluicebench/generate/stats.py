@@ -1,7 +1,8 @@
 """What a loop measured, summarized; the issue's targets checked (pure).
 
 - tokens/s: output tokens that arrived inside the loop's window, over the window
-  (a closed loop's window leaves its warm-up and its drain out);
+  (a closed loop's window leaves its warm-up and its drain out; an open loop's
+  runs from the first arrival to the last token);
 - TTFT: sent (an open loop: due) to the first chunk with a token;
 - inter-token: each gap between a request's chunks, spread evenly over the tokens
   of the later chunk (a chunk of 3 tokens after 30 ms counts three 10 ms gaps), so

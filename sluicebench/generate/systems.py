@@ -50,6 +50,8 @@ ROLES = (  # (substring of the command line, role), first match wins
     ("ray::", "ray other"),
     ("/ray/", "ray other"),
     ("vllm", "vllm"),
+    (" bulk", "bulk"),
+    ("notifier", "notifier"),
     (" gateway", "gateway"),
     (" worker", "worker"),
     (" autoscaler", "autoscaler"),

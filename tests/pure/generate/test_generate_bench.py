@@ -227,6 +227,7 @@ def test_processes_are_grouped_by_role() -> None:
     assert systems.role_of([py, "-m", "sluice", "worker", "--model", "tiny"]) == "worker"
     assert systems.role_of([py, "-m", "sluice", "up", "--config", "x"]) == "sluice up"
     assert systems.role_of(["/usr/bin/redis-server", "*:6379"]) == "redis"
+    assert systems.role_of([py, "-m", "sluice", "bulk", "worker"]) == "bulk"
     assert systems.role_of(["ray::ServeReplica:generate:Completions"]) == "ray replica"
     assert systems.role_of(["/venv/lib/ray/core/src/ray/raylet/raylet", "--x"]) == "raylet"
     assert systems.role_of([py, "/repo/sluicebench/generate/ray_app.py", "d"]) == "ray driver"
