@@ -34,6 +34,7 @@ def generate_cmd(
     slots: Annotated[int, typer.Option(help="Sequences decoded at once, every system.")] = 32,
     requests: Annotated[int, typer.Option(help="Requests in the pool (bounds each loop).")] = 2000,
     seed: Annotated[int, typer.Option(help="Workload and arrival seed.")] = 1,
+    mix: Annotated[str, typer.Option(help="max_tokens:weight,...")] = "16:0.5,64:0.3,256:0.2",
     log_dir: Annotated[Path, typer.Option(help="Configs and the systems' logs.")] = Path(
         "bench/results/generate-logs"
     ),
@@ -45,7 +46,12 @@ def generate_cmd(
 
     from sluicebench.generate.report import render
     from sluicebench.generate.run import ALL_SYSTEMS, GenParams, run_generate
+    from sluicebench.generate.workload import parse_mix
 
+    try:
+        max_tokens_mix = parse_mix(mix)
+    except ValueError as e:
+        fail(f"--mix: {e}", 2)
     chosen = tuple(s.strip() for s in systems.split(",") if s.strip())
     if not chosen or set(chosen) - set(ALL_SYSTEMS):
         fail(f"--systems: choose from {', '.join(ALL_SYSTEMS)}", 2)
@@ -63,6 +69,7 @@ def generate_cmd(
         open_rate=open_rate,
         requests=requests,
         seed=seed,
+        mix=max_tokens_mix,
     )
     console = Console() if sys.stdout.isatty() else Console(width=170)
     data = run_generate(params, log_dir, progress=console.print)

@@ -96,7 +96,7 @@ def render(data: dict[str, Any], console: Console | None = None) -> None:
             console.print(f"({name}) cores: {s['cores']}")
     console.print(
         "tokens/s: output tokens that arrived in the window (closed: after the warm-up, "
-        "until the clients stop; open: all, first arrival to last token); TTFT from send (open loop: from "
-        "the due time); ITL: gaps between chunks spread over their tokens; short: "
-        "requests that ended before max_tokens."
+        "until the clients stop; open: all, first arrival to last token); TTFT from send "
+        "(open loop: from the due time); ITL: gaps between chunks spread over their "
+        "tokens; short: requests that ended before max_tokens."
     )

@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import Any
 from sluicebench.generate import stats, systems
 from sluicebench.generate.client import LoopResult, Target, Trace, closed_loop, open_loop
 from sluicebench.generate.workload import (
+    MAX_TOKENS_MIX,
     Request,
     arrivals,
     canonical,
@@ -47,6 +49,7 @@ class GenParams:
     requests: int = 2000  # the pool both loops draw from (a bound on each loop)
     seed: int = 1
     threads: int = 1
+    mix: tuple[tuple[int, float], ...] = MAX_TOKENS_MIX  # (max_tokens, weight)
 
 
 def bench_model(spec: str) -> tuple[Path, int]:
@@ -62,7 +65,8 @@ def workload(p: GenParams, model_dir: Path, vocab: int) -> list[Request]:
     """The run's requests, their prompts canonical for the model's tokenizer."""
     from sluice.generate.prompt import PromptCodec
 
-    return canonical(requests(p.requests, p.seed, vocab), PromptCodec.load(model_dir))
+    drawn = requests(p.requests, p.seed, vocab, mix=p.mix)
+    return canonical(drawn, PromptCodec.load(model_dir))
 
 
 def served(
@@ -130,8 +134,10 @@ def run_generate(
     reqs = workload(p, model_dir, vocab)
     rate = p.open_rate
     results: dict[str, Any] = {}
+    began = time.monotonic()
     for name in [s for s in ALL_SYSTEMS if s in p.systems]:
-        progress(f"generate: ({name}) {systems.describe(name)['label']} ...")
+        at = time.monotonic() - began
+        progress(f"generate: ({name}) {systems.describe(name)['label']} ... (at {at:.0f} s)")
         info = systems.describe(name)
         try:
             if name == "e":
@@ -147,7 +153,7 @@ def run_generate(
     return {
         "params": asdict(p),
         "model_dir": str(model_dir),
-        "mean_output_tokens": mean_output_tokens(),
+        "mean_output_tokens": mean_output_tokens(p.mix),
         "open_rate_rps": rate,
         "systems": results,
         "ratios": stats.ratios(results),

@@ -82,6 +82,17 @@ def mean_output_tokens(mix: tuple[tuple[int, float], ...] = MAX_TOKENS_MIX) -> f
     return sum(n * w for n, w in mix) / total
 
 
+def parse_mix(text: str) -> tuple[tuple[int, float], ...]:
+    """``16:0.5,64:0.3,256:0.2`` -> ((16, 0.5), (64, 0.3), (256, 0.2))."""
+    out = []
+    for part in text.split(","):
+        n, _, w = part.partition(":")
+        out.append((int(n), float(w or 1)))
+    if not out or any(n < 1 or w <= 0 for n, w in out):
+        raise ValueError(f"mix {text!r}: MAX_TOKENS:WEIGHT,... with both above 0")
+    return tuple(out)
+
+
 def arrivals(rate: float, duration_s: float, seed: int, limit: int) -> list[float]:
     """Poisson arrival offsets (s) at ``rate``/s for ``duration_s``, at most ``limit``."""
     if rate <= 0:

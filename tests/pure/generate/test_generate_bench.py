@@ -23,6 +23,7 @@ from sluicebench.generate.workload import (
     arrivals,
     canonical,
     mean_output_tokens,
+    parse_mix,
     requests,
 )
 from tests.conftest import budget
@@ -281,3 +282,14 @@ def test_the_table_shows_every_system_and_the_verdicts() -> None:
     text = out.getvalue()
     assert "(a) sluice continuous" in text and "skipped" in text and "no venv" in text
     assert "worker 9.5" in text and "n/a" in text
+
+
+def test_the_mix_parses_and_refuses_nonsense() -> None:
+    assert parse_mix("16:0.5,64:0.3,256:0.2") == MAX_TOKENS_MIX
+    assert parse_mix("8") == ((8, 1.0),)
+    for bad in ("0:1", "16:0", "x:1", ""):
+        try:
+            parse_mix(bad)
+        except ValueError:
+            continue
+        raise AssertionError(bad)
