@@ -148,7 +148,7 @@ def run(p: dict[str, Any]) -> dict[str, Any]:
         d.step_s.clear()
         offsets = arrivals(rate, p["open_s"], p["seed"], len(reqs))
         cpu = _cpu_s()
-        o = opened(d, reqs, offsets)
+        o = opened(d, reqs[::-1], offsets)  # as run.open_requests
         out["open"] = _loop_dict(o, d.step_s, _cpu_s() - cpu) | {"offered_rps": rate}
     engine.close()
     return out

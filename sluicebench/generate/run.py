@@ -72,20 +72,32 @@ def workload(p: GenParams, model_dir: Path, vocab: int) -> list[Request]:
 def served(
     name: str, p: GenParams, model_dir: Path, reqs: list[Request], rate: float | None, log_dir: Path
 ) -> dict[str, Any]:
+    t0 = time.monotonic()
     run = systems.start(name, model_dir, p.slots, p.threads, log_dir)
+    out: dict[str, Any] = {"start_s": round(time.monotonic() - t0, 1)}
     try:
         target = Target(run.url, systems.MODEL, prompt_as_ids=run.prompt_as_ids)
         cpu = systems.Cpu(run.proc.pid)
         cpu.mark()
         loop = asyncio.run(closed_loop(target, iter(reqs), p.concurrency, p.duration_s, p.warm_s))
-        out = {"closed": stats.summarize(loop) | {"cpu": cpu.since()}}
+        out["closed"] = stats.summarize(loop) | {"cpu": cpu.since()}
         rate = rate or stats.open_rate(out["closed"]["tokens_per_s"], reqs, p.open_fraction)
         cpu.mark()
-        loop = asyncio.run(open_loop(target, reqs, arrivals(rate, p.open_s, p.seed, len(reqs))))
+        later = open_requests(reqs)
+        loop = asyncio.run(open_loop(target, later, arrivals(rate, p.open_s, p.seed, len(reqs))))
         out["open"] = stats.summarize(loop) | {"cpu": cpu.since(), "offered_rps": rate}
         return out
     finally:
+        t0 = time.monotonic()
         run.stop()
+        out["stop_s"] = round(time.monotonic() - t0, 1)
+
+
+def open_requests(reqs: list[Request]) -> list[Request]:
+    """The open loop's requests: the pool from its end, so a server with a prefix
+    cache (vLLM) does not see the closed loop's prompts again (unless the closed loop
+    took most of the pool)."""
+    return reqs[::-1]
 
 
 def _loop(d: dict[str, Any]) -> LoopResult:

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[3]
 SMALL = [
     "--systems", "a,c,e",
     "--model", "tiny:2x64",
-    "--duration", "3", "--warm", "1", "--open-s", "1.5", "--open-rate", "4",
+    "--duration", "3", "--warm", "1", "--open-s", "2", "--open-rate", "6",
     "--concurrency", "4", "--slots", "4", "--requests", "24", "--mix", "8:0.5,16:0.5",
 ]  # fmt: skip
 
@@ -63,7 +63,7 @@ def test_a_small_run_reports_every_system_and_target(tmp_path: Path) -> None:
             } <= set(ph)
             assert ph["cpu"], "no CPU read for the system's processes"
     assert "worker" in data["systems"]["a"]["closed"]["cpu"]
-    assert data["open_rate_rps"] == 4.0
+    assert data["open_rate_rps"] == 6.0
     assert {t["verdict"] for t in data["targets"]} <= {"PASS", "MISS", "n/a"}
     assert len(data["targets"]) == 5
     assert "(a) sluice continuous" in done.stdout and "(e) engine in process" in done.stdout
