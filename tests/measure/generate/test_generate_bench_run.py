@@ -53,7 +53,7 @@ def test_a_small_run_reports_every_system_and_target(tmp_path: Path) -> None:
         for loop in ("closed", "open"):
             ph = data["systems"][name][loop]
             assert ph["errors"] == 0, ph["first_error"]
-            assert ph["requests"] > 0 and ph["output_tokens"] > 0
+            assert ph["requests"] > 0 and ph["output_tokens"] > 0, (name, loop, ph)
             assert {
                 "tokens_per_s",
                 "ttft_p50_ms",
