@@ -126,13 +126,15 @@ class Running:
                 continue
 
 
-def _spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str], url: str) -> Running:
+def _spawn(
+    name: str, argv: list[str], log_dir: Path, env: dict[str, str], url: str, **kw: Any
+) -> Running:
     log = log_dir / f"{name}.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-    return Running(name, proc, url, log)
+    return Running(name, proc, url, log, **kw)
 
 
 def _env(threads: int) -> dict[str, str]:
@@ -208,8 +210,7 @@ def start_ray(model_dir: Path, slots: int, threads: int, log_dir: Path) -> Runni
     argv = [str(python), str(app), str(model_dir), str(port), str(slots), str(threads)]
     env = {k: v for k, v in _env(threads).items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["RAY_USAGE_STATS_ENABLED"] = "0"
-    run = _spawn("ray", argv, log_dir, env, f"http://127.0.0.1:{port}")
-    run.prompt_as_ids = True
+    run = _spawn("ray", argv, log_dir, env, f"http://127.0.0.1:{port}", prompt_as_ids=True)
     _ready(run, lambda: wait_ready(run, lambda r: r.status_code == 200, "/healthz"))
     return run
 
@@ -251,9 +252,35 @@ def start_vllm(model_dir: Path, slots: int, threads: int, log_dir: Path) -> Runn
 def _ready(run: Running, wait: Callable[[], None]) -> None:
     try:
         wait()
+        probe(run)
     except BaseException:
         run.stop()
         raise
+
+
+def probe(run: Running) -> None:
+    """Until one short completion answers 200: a server can say it is up (its
+    worker registered) a moment before it serves."""
+    body = {
+        "model": MODEL,
+        "prompt": [20, 21, 22] if run.prompt_as_ids else "probe",
+        "max_tokens": 1,
+        "temperature": 0.0,
+    }
+    deadline = time.monotonic() + START_TIMEOUT_S
+    last = ""
+    while time.monotonic() < deadline:
+        if run.proc.poll() is not None:
+            raise RuntimeError(f"{run.name} exited with {run.proc.returncode}: see {run.log}")
+        try:
+            resp = httpx.post(run.url + "/v1/completions", json=body, timeout=60)
+            if resp.status_code == 200:
+                return
+            last = f"HTTP {resp.status_code}: {resp.text[:200]}"
+        except httpx.HTTPError as e:
+            last = repr(e)
+        time.sleep(0.5)
+    raise RuntimeError(f"{run.name} never answered a completion ({last}): see {run.log}")
 
 
 def start(name: str, model_dir: Path, slots: int, threads: int, log_dir: Path) -> Running:
