@@ -67,9 +67,10 @@ class Target:
     # OpenAI's API takes a list of token ids as the prompt; Sluice's gateway takes
     # text only (it tokenizes, as it must to admit the job).
     prompt_as_ids: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)  # a server's own switches
 
     def body(self, req: Request) -> dict[str, Any]:
-        return {
+        return self.extra | {
             "model": self.model,
             "prompt": list(req.prompt_ids) if self.prompt_as_ids else req.text,
             "max_tokens": req.max_tokens,

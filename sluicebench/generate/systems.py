@@ -4,7 +4,7 @@
   ``admission: continuous``: one worker of one torch thread, the gateway, Redis;
 - (b) the same with ``admission: whole_batch``;
 - (c) Ray Serve ``@serve.batch`` (``ray_app``) in the venv ``RAY_VENV``;
-- (d) vLLM on CPU in the venv ``VLLM_VENV`` (OpenAI's server, the same directory).
+- (d) vLLM on CPU, OpenAI's server from its own venv (``sluicebench.vllm_peer``).
 
 A peer whose venv is missing is skipped with the reason and the command that makes
 it. CPU seconds are read per process of each system's tree (psutil), by role.
@@ -30,7 +30,6 @@ from sluice.local.redis_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_VENV = Path(os.environ.get("SLUICE_BENCH_RAY_VENV", "/work/venvs/ray"))
-VLLM_VENV = Path(os.environ.get("SLUICE_BENCH_VLLM_VENV", "/work/venvs/vllm"))
 MODEL = "tiny"
 START_TIMEOUT_S = 300.0
 
@@ -108,11 +107,15 @@ class Running:
     url: str
     log: Path
     prompt_as_ids: bool = False  # the Ray peer takes ids (it has no tokenizer)
+    extra: dict[str, Any] = field(default_factory=dict)  # more of each request's body
+    halt: Callable[[], None] | None = None  # the peer's own stop, when it has one
 
     def stop(self) -> None:
-        """SIGINT, then SIGKILL whatever of its tree is left (by pid)."""
+        """SIGINT (or the peer's own stop), then SIGKILL what is left of its tree."""
         procs = tree(self.proc.pid)
-        if self.proc.poll() is None:
+        if self.halt is not None:
+            self.halt()
+        elif self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(60)
@@ -216,36 +219,33 @@ def start_ray(model_dir: Path, slots: int, threads: int, log_dir: Path) -> Runni
 
 
 def start_vllm(model_dir: Path, slots: int, threads: int, log_dir: Path) -> Running:
-    python = VLLM_VENV / "bin" / "python"
-    if not python.exists():
-        raise Skipped(f"no vLLM venv at {VLLM_VENV} (vLLM on CPU did not install here)")
-    port = free_port()
-    argv = [
-        str(python),
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        str(model_dir),
-        "--served-model-name",
-        MODEL,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--max-num-seqs",
-        str(slots),
-        "--dtype",
-        "float32",
-        "--max-model-len",
-        "1024",
-    ]
-    env = {k: v for k, v in _env(threads).items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env |= {
-        "VLLM_CPU_OMP_THREADS_BIND": "0" if threads == 1 else f"0-{threads - 1}",
-        "VLLM_TARGET_DEVICE": "cpu",
-    }
-    run = _spawn("vllm", argv, log_dir, env, f"http://127.0.0.1:{port}")
-    _ready(run, lambda: wait_ready(run, lambda r: r.status_code == 200, "/health"))
+    """vLLM's OpenAI server from its venv (g7's ``sluicebench.vllm_peer``: the venv in
+    $SLUICE_VLLM_VENV, else .venv-vllm; ``make vllm-venv`` makes it)."""
+    from sluicebench.vllm_peer import PeerUnavailable
+    from sluicebench.vllm_peer import start_vllm as start_peer
+
+    try:
+        server = start_peer(
+            model_dir,
+            free_port(),
+            threads,
+            slots=slots,
+            max_model_len=1024,
+            log_path=log_dir / "vllm.log",
+            timeout_s=START_TIMEOUT_S,
+        )
+    except PeerUnavailable as e:
+        raise Skipped(e.reason) from e
+    # ignore_eos: vLLM's own switch for what the workload asks (exactly max_tokens).
+    run = Running(
+        "vllm",
+        server.process,
+        server.url,
+        server.log_path,
+        extra={"ignore_eos": True},
+        halt=server.stop,
+    )
+    _ready(run, lambda: None)
     return run
 
 
