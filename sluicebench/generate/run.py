@@ -76,7 +76,7 @@ def served(
     run = systems.start(name, model_dir, p.slots, p.threads, log_dir)
     out: dict[str, Any] = {"start_s": round(time.monotonic() - t0, 1)}
     try:
-        target = Target(run.url, systems.MODEL, run.prompt_as_ids, run.extra)
+        target = Target(run.url, systems.MODEL, prompt_as_ids=run.prompt_as_ids, extra=run.extra)
         cpu = systems.Cpu(run.proc.pid)
         cpu.mark()
         loop = asyncio.run(closed_loop(target, iter(reqs), p.concurrency, p.duration_s, p.warm_s))

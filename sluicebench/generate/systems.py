@@ -48,7 +48,8 @@ ROLES = (  # (substring of the command line, role), first match wins
     ("ray_app.py", "ray driver"),
     ("ray::", "ray other"),
     ("/ray/", "ray other"),
-    ("vllm", "vllm"),
+    ("EngineCore", "vllm engine"),
+    ("vllm", "vllm api"),
     (" bulk", "bulk"),
     ("notifier", "notifier"),
     (" gateway", "gateway"),
@@ -83,7 +84,10 @@ class Cpu:
         for p in tree(self.root):
             try:
                 t = p.cpu_times()
-                out[p.pid] = (role_of(p.cmdline()), t.user + t.system)
+                role = role_of(p.cmdline())
+                if role == "other":  # its name says more (vLLM's engine core sets it)
+                    role = f"other:{p.name()}"
+                out[p.pid] = (role, t.user + t.system)
             except psutil.Error:
                 continue
         return out
