@@ -79,8 +79,13 @@ def stream_key(model: str, job_id: str) -> str:
 
 def ttft_hist_prefix(model: str) -> str:
     """Time-to-first-token histogram, one hash per window (the wait histogram's
-    layout, ``sluice.records``): ``<prefix><window start ms>``."""
+    layout, ``sluice.records``): ``<prefix><window start s>``, written by the
+    generative step script (sluice/generate/lua/step.lua)."""
     return f"{_tag(model)}ttft:"
+
+
+def ttft_hist_key(model: str, window_start_s: int) -> str:
+    return f"{ttft_hist_prefix(model)}{window_start_s}"
 
 
 def wake_prefix(model: str) -> str:

@@ -10,7 +10,8 @@ where more than one program reads or writes them:
 - **wait histogram**: the claim script adds each claimed job's queue wait to a
   hash per ``WAIT_WINDOW_S`` window (field = bucket upper bound in ms, or
   ``inf``, plus ``count``), kept ``WAIT_HIST_TTL_S``; ``sluice.waits`` reads it.
-  The complete script keeps the end-to-end latency histogram in the same layout.
+  The complete script keeps the end-to-end latency histogram in the same layout,
+  and the generative step script the time to first token (``keys.ttft_hist_key``).
 - **stats hash** (``keys.stats_key``): the counters the scripts keep per model
   (:class:`Stat`), plus each bucket's queued cost under :func:`bucket_cost_field`.
   Scripts write them; the CLI, the gateway and the autoscaler read them.
@@ -83,6 +84,10 @@ class Stat(StrEnum):
     EXPIRED = "expired"  # past the deadline while queued (claim)
     CANCELLED = "cancelled"
     QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
+    # Generative models (the step script, ADR 0146): jobs whose end entry was written
+    # and the output tokens they made; their ratio is the learned expected output.
+    GEN_FINISHED = "gen_finished"
+    GEN_OUTPUT_TOKENS = "gen_output_tokens"
 
 
 class JobField(StrEnum):
@@ -111,6 +116,7 @@ class JobField(StrEnum):
     WHU = "whu"  # webhook url, events, delivery TTL s
     WHE = "whe"
     WHT = "wht"
+    TTFT = "ttft"  # generative: ms from enq to the first output token (the first run's)
 
 
 class DeliveryField(StrEnum):

@@ -46,6 +46,11 @@ class WorkerInfo:
     # A warm-pool worker: parks (state standby) once loaded instead of claiming, until
     # promoted. True while starting toward the pool, too: not capacity on its way.
     parked: bool = False
+    # A generative worker's (ADR 0144): its slots, those holding a sequence, and its
+    # output tokens per second over the last 10 s; 0 for a batch worker.
+    slots: int = 0
+    slots_busy: int = 0
+    tokens_per_s: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -41,7 +41,8 @@ def worker_cmd(
     ] = False,
     log_level: Annotated[str, typer.Option(help="Logging level.")] = "INFO",
 ) -> None:
-    """Run one worker process: pull batches of MODEL's jobs until drained (SIGTERM)."""
+    """Run one worker process: pull batches of MODEL's jobs (a generative model: decode
+    them in slots, claiming into each slot as it frees) until drained (SIGTERM)."""
     from workers.startpath import StartPath, process_age_s
 
     start = StartPath()

@@ -16,7 +16,7 @@ from sluice.errors import ConfigError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.redact import redact
-from workers.handlers import HandlerContext, load_handler_class
+from workers.handlers import Handler, HandlerContext, load_handler_class
 from workers.worker import Worker, WorkerOptions
 
 log = logging.getLogger("sluice.worker")
@@ -83,11 +83,30 @@ def build_worker(
     device = resolve_device(device_spec, getattr(cls, "uses_torch", False))
     opts = WorkerOptions(**{**opts.__dict__, "device": device})
     handler = cls(HandlerContext(opts.model, mcfg, device=device))
+    if mcfg.generative:
+        check_engine_handler(handler, opts.model, mcfg.handler)
     client = QueueClient(connect(redis_url), dict(cfg.models))
     try:
+        if mcfg.generative:
+            from workers.generate.worker import GenerativeWorker
+
+            return GenerativeWorker(cfg, client, handler, opts)  # type: ignore[arg-type]
         return Worker(cfg, client, handler, opts)
     except ValueError as e:
         raise ConfigError(str(e)) from e
+
+
+def check_engine_handler(handler: Handler, model: str, spec: str) -> None:
+    """A model with a generate: section runs the slot loop (ADR 0147): its handler
+    must build an engine."""
+    from workers.generate.handler import EngineHandler
+
+    if not isinstance(handler, EngineHandler):
+        raise ConfigError(
+            f"model {model!r} has a generate: section, so its handler must build an "
+            f"engine (causal-lm, or a workers.generate.handler.EngineHandler subclass); "
+            f"{spec!r} does not"
+        )
 
 
 def setup_logging(level: str = "INFO") -> None:

@@ -6,9 +6,9 @@ trained on a pseudo-English corpus generated here from a seeded RNG: no
 download, and the same files on every machine. transformers and vLLM load the
 directory like any other (``AutoModelForCausalLM``, ``AutoTokenizer``).
 
-The tokenizer is built on its own (``ensure_tiny_tokenizer``) without torch, so
-the gateway can count prompts without importing it; the weights are built only
-by ``ensure_tiny``. Both build into a temporary directory and rename it into
+The tokenizer is built on its own (``ensure_tiny_tokenizer``), so the gateway
+counts prompts without the weights; the weights (numpy, never torch: see
+``tiny_weights``) only by ``ensure_tiny``. Both build into a temporary directory and rename it into
 place, so two processes building at once both end with one complete directory.
 """
 
@@ -20,7 +20,6 @@ import random
 import re
 import shutil
 import tempfile
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +30,7 @@ TINY_PREFIX = "tiny:"
 VOCAB_SIZE = 8192
 N_POSITIONS = 1024
 # Bumped when the files built change, so an old cache is never reused.
-FORMAT_VERSION = 2
-WEIGHT_SEED = 1234
+FORMAT_VERSION = 3
 CORPUS_SEED = 4321
 EOS_TOKEN = "<|endoftext|>"
 ROLES = ("system", "user", "assistant")
@@ -249,49 +247,14 @@ def _write_tokenizer(out: Path, vocab: int) -> None:
     _write_json(out / "special_tokens_map.json", specials)
 
 
-# --- the weights: GPT-2 from a fixed seed ---------------------------------------
+# --- the weights: GPT-2 from a fixed seed (sluice/generate/tiny_weights.py) -----
 
 
 def _write_model(out: Path, spec: TinySpec) -> None:
-    import torch
-    from transformers import GenerationConfig, GPT2Config, GPT2LMHeadModel
+    from sluice.generate.tiny_weights import write_gpt2
 
     eos = SPECIAL_TOKENS.index(EOS_TOKEN)
-    config = GPT2Config(
-        vocab_size=spec.vocab,
-        n_positions=N_POSITIONS,
-        n_embd=spec.width,
-        n_layer=spec.layers,
-        n_head=spec.heads,
-        bos_token_id=eos,
-        eos_token_id=eos,
-        tie_word_embeddings=True,
-    )
-    model = GPT2LMHeadModel(config)
-    with torch.no_grad():
-        # Each tensor from its own generator seeded by its name: the weights do not
-        # depend on the order transformers happens to create modules in.
-        for name, param in model.named_parameters():
-            gen = torch.Generator().manual_seed(WEIGHT_SEED ^ zlib.crc32(name.encode()))
-            param.copy_(torch.randn(param.shape, generator=gen) * _init_std(name, param.shape))
-            if name.endswith("bias"):
-                param.zero_()
-            elif param.dim() == 1:
-                param.fill_(1.0)  # layer norms
-    model.save_pretrained(out, safe_serialization=True)
-    GenerationConfig(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos).save_pretrained(out)
-
-
-def _init_std(name: str, shape: tuple[int, ...]) -> float:
-    """Scales that make every layer matter. With GPT-2's own 0.02 a random model's
-    residual stream is its input embedding, and since the head is tied to it (vLLM
-    ties GPT-2's head whatever the config says) greedy decoding repeats the last
-    token whatever the context, which would hide a broken cache. Conv1D weights
-    are [in, out]: 1/sqrt(fan-in) keeps each layer's output O(1), above the
-    embeddings; embeddings of 2/sqrt(width) give logits of std about 2."""
-    if name.endswith(("wte.weight", "wpe.weight")):
-        return 2.0 / shape[1] ** 0.5
-    return 1.0 / shape[0] ** 0.5
+    write_gpt2(out, spec.layers, spec.width, spec.heads, spec.vocab, N_POSITIONS, eos)
 
 
 def _write_json(path: Path, data: object) -> None:

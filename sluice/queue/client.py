@@ -68,6 +68,50 @@ def _acked(call: Call[Any], replies: list[Any]) -> Any:
     return replies[0] if call.script else replies[:-1]
 
 
+def _pipeline_commands(scripts: dict[str, Any], call: Call[Any]) -> list[tuple[Any, ...]]:
+    sha = scripts[call.script].sha if call.script else ""
+    if call.replicas:
+        return _durable_commands(sha, call)
+    if call.script:
+        return [("EVALSHA", sha, len(call.keys), *call.keys, *call.args)]
+    return list(call.commands)
+
+
+def _split(calls: Sequence[Call[Any]], sizes: list[int], flat: list[Any]) -> list[Any]:
+    """A pipeline's replies, one share per call (each as ``_call_reply`` gives it)."""
+    out, at = [], 0
+    for call, n in zip(calls, sizes, strict=True):
+        out.append(_call_reply(call, flat[at : at + n]))
+        at += n
+    return out
+
+
+def _call_reply(call: Call[Any], replies: list[Any]) -> Any:
+    """One call's share of a pipeline's replies, as ``run`` would hand it to its
+    parser (an exception object in place of a failed script's reply)."""
+    if call.script and isinstance(replies[0], Exception):
+        return replies[0]
+    errors = [rep for rep in replies if isinstance(rep, Exception)]
+    if errors:
+        return errors[0]
+    if call.replicas:
+        try:
+            return _acked(call, replies)
+        except NotReplicated as e:
+            return e
+    return replies[0] if call.script else replies
+
+
+def _parsed(call: Call[Any], reply: Any) -> Any:
+    if isinstance(reply, ResponseError) and slot_moving(reply):
+        raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {reply}") from reply
+    if isinstance(reply, REDIS_ERRORS):
+        raise _unavailable(reply) from reply
+    if isinstance(reply, Exception):
+        raise reply
+    return call.parse(reply)
+
+
 def refuse_cluster_durability(cluster: bool, models: dict[str, ModelConfig]) -> None:
     """ConfigError when a model asks for replica durability on Redis Cluster."""
     durable = sorted(m for m, c in models.items() if c.queue.durability == "replica")
@@ -128,6 +172,38 @@ class QueueClient:
                 raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
             raise
         return call.parse(reply)
+
+    def run_all(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """Several calls in one pipeline, one round trip, in order, not a transaction
+        (another client's command may run between two of them); each call's parsed
+        reply. A durable call's WAIT follows it in the same pipeline.
+
+        A call whose script the server lacks (NOSCRIPT: it restarted or failed over)
+        did not run: the scripts are loaded and the calls that failed are sent again,
+        in order, in a second pipeline (ADR 0146). Any other error reply raises once
+        every call has run."""
+        calls = [with_durability(c, self.ops.models) for c in calls]
+        try:
+            replies = self._pipelined(calls)
+            again = [i for i, rep in enumerate(replies) if isinstance(rep, NoScriptError)]
+            if again:
+                for name in {calls[i].script for i in again}:
+                    self.redis.script_load(self._scripts[name].script)
+                for i, rep in zip(again, self._pipelined([calls[i] for i in again]), strict=True):
+                    replies[i] = rep
+        except REDIS_ERRORS as e:
+            raise _unavailable(e) from e
+        return [_parsed(c, rep) for c, rep in zip(calls, replies, strict=True)]
+
+    def _pipelined(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        sizes = []
+        for call in calls:
+            cmds = _pipeline_commands(self._scripts, call)
+            sizes.append(len(cmds))
+            for cmd in cmds:
+                pipe.execute_command(*cmd)
+        return _split(calls, sizes, pipe.execute(raise_on_error=False))
 
     def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return self.run(self.ops.submit(model, jobs, **limits))
@@ -221,6 +297,32 @@ class AsyncQueueClient:
                 raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
             raise
         return call.parse(reply)
+
+    async def run_all(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """:meth:`QueueClient.run_all` on asyncio."""
+        calls = [with_durability(c, self.ops.models) for c in calls]
+        try:
+            replies = await self._pipelined(calls)
+            again = [i for i, rep in enumerate(replies) if isinstance(rep, NoScriptError)]
+            if again:
+                for name in {calls[i].script for i in again}:
+                    await self.redis.script_load(self._scripts[name].script)
+                resent = await self._pipelined([calls[i] for i in again])
+                for i, rep in zip(again, resent, strict=True):
+                    replies[i] = rep
+        except REDIS_ERRORS as e:
+            raise _unavailable(e) from e
+        return [_parsed(c, rep) for c, rep in zip(calls, replies, strict=True)]
+
+    async def _pipelined(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        pipe = self.redis.pipeline(transaction=False)
+        sizes = []
+        for call in calls:
+            cmds = _pipeline_commands(self._scripts, call)
+            sizes.append(len(cmds))
+            for cmd in cmds:
+                pipe.execute_command(*cmd)
+        return _split(calls, sizes, await pipe.execute(raise_on_error=False))
 
     async def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return await self.run(self.ops.submit(model, jobs, **limits))

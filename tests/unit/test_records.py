@@ -15,6 +15,7 @@ from autoscaler.observation import Observation
 from autoscaler.policy import Decision
 from sluice import records
 from sluice.config import PRIORITIES
+from sluice.generate import ops as generate_ops
 from sluice.jobs import BULK, priority_rank
 from sluice.queue.scripts import SCRIPT_NAMES, script_source
 from sluice.records import DECISION_NUMBERS, DecisionRecord, Stat
@@ -25,7 +26,8 @@ STATS_CALL = re.compile(r"redis\.call\('H[A-Z]+', stats(?:_key)?, ([^,)]+)")
 
 def _bodies() -> dict[str, str]:
     header = records.lua_constants()
-    return {n: script_source(n)[len(header) :] for n in SCRIPT_NAMES}
+    scripts = {n: script_source(n) for n in SCRIPT_NAMES} | generate_ops.scripts()
+    return {n: text[len(header) :] for n, text in scripts.items()}
 
 
 def test_scripts_name_stats_fields_only_through_the_generated_table() -> None:

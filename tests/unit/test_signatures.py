@@ -15,6 +15,8 @@ import sluice
 from sluice import registry
 from sluice.bulk import ops as bulk_ops
 from sluice.bulk import signatures as bulk
+from sluice.generate import ops as generate_ops
+from sluice.generate import signatures as generate
 from sluice.queue import signatures as queue
 from sluice.queue.scripts import script_source
 from sluice.signature import Signature
@@ -31,6 +33,10 @@ SCRIPTS: dict[str, tuple[str, Signature, str]] = {
     **{
         f"webhooks/{n}": ("sluice.webhooks", s, webhook_ops.scripts()[f"webhook_{n}"])
         for n, s in webhooks.SIGNATURES.items()
+    },
+    **{
+        f"generate/{n}": ("sluice.generate", s, generate_ops.scripts()[f"generate_{n}"])
+        for n, s in generate.SIGNATURES.items()
     },
     **{
         f"lua/{n}": ("sluice", s, registry.script_source(n)) for n, s in registry.SIGNATURES.items()

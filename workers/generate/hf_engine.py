@@ -258,7 +258,7 @@ def _joined(a: Delta, b: Delta) -> Delta:
 def _load_model(model_dir: Path, dtype: torch.dtype, device: torch.device) -> Any:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir)
     return model.to(device=device, dtype=dtype).eval()
 
 
@@ -277,4 +277,3 @@ def _eos_of(model: Any, codec: PromptCodec) -> frozenset[int]:
     if eos is None:
         return frozenset()
     return frozenset(int(e) for e in (eos if isinstance(eos, list) else [eos]))
-

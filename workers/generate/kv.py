@@ -80,7 +80,9 @@ class BatchKV:
         _set_layers(self.cache, merged)
         row = torch.zeros((1, width), dtype=torch.bool, device=self.device)
         row[0, width - length :] = True
-        pad = torch.zeros((len(self.rows), width - self.width), dtype=torch.bool, device=self.device)
+        pad = torch.zeros(
+            (len(self.rows), width - self.width), dtype=torch.bool, device=self.device
+        )
         self.valid = torch.cat([torch.cat([pad, self.valid], dim=1), row])
         self.rows.append(seq_id)
         self.lengths.append(length)

@@ -14,6 +14,7 @@ BUILTINS: dict[str, str] = {
     "synthetic": "workers.handlers.synthetic:SyntheticHandler",
     "tiny": "workers.handlers.tiny:TinyHandler",
     "embedding": "workers.handlers.embedding:EmbeddingHandler",
+    "causal-lm": "workers.generate.handler:CausalLMHandler",  # a generate: model
 }
 
 __all__ = [

@@ -12,6 +12,7 @@ from sluice.errors import ConfigError
 from sluice.generate.detok import IncrementalDetokenizer
 from sluice.generate.prompt import PromptCodec
 from sluice.generate.tiny import (
+    ensure_tiny,
     ensure_tiny_tokenizer,
     parse_spec,
     resolve_model_dir,
@@ -159,3 +160,20 @@ def test_text_that_may_start_a_stop_string_is_held_with_its_tokens() -> None:
     end = detok.feed(4)
     assert (end.token_ids, end.text, end.stopped) == ((3, 4), " ", True)
     assert detok.text == "Hello Ex "
+
+
+def test_transformers_loads_the_tiny_model_with_every_weight_in_place() -> None:
+    transformers = pytest.importorskip("transformers")
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        ensure_tiny("tiny:2x64"), output_loading_info=True
+    )
+    assert type(model).__name__ == "GPT2LMHeadModel"
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
+    assert model.config.n_positions >= 1024 and model.config.vocab_size == 8192
+
+
+def test_the_weights_are_the_same_bytes_every_build(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    first = ensure_tiny("tiny:1x32", root=tmp_path / "a") / "model.safetensors"
+    second = ensure_tiny("tiny:1x32", root=tmp_path / "b") / "model.safetensors"
+    assert first.read_bytes() == second.read_bytes()

@@ -1,0 +1,81 @@
+"""Fixtures of the generative worker's process tests: a tiny-GPT config file and
+real ``sluice worker`` processes started through sluice.local.children."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sluice.config import SluiceConfig, parse_config
+from sluice.local.children import Child, Children
+
+MODEL = "tiny-gpt"
+
+
+def tiny_config(lease_s: float = 1.5, slots: int = 4) -> dict[str, Any]:
+    return {
+        "models": {
+            MODEL: {
+                "handler": "causal-lm",
+                "params": {"model": "tiny:4x256", "threads": 1},
+                "buckets": [64, 256, 512],
+                "cost": {"method": "words"},
+                "batching": {"lease_s": lease_s, "max_attempts": 3},
+                "generate": {
+                    "slots": slots,
+                    "max_seq_tokens": 512,
+                    "default_max_tokens": 128,
+                    "prefill_tokens_per_step": 64,
+                },
+            }
+        },
+        "worker": {"heartbeat_s": 0.2},
+    }
+
+
+@pytest.fixture(name="tiny_config")
+def tiny_config_fixture() -> Callable[..., dict[str, Any]]:
+    """``tiny_config(lease_s=1.5, slots=4)``: model tiny-gpt, 1 torch thread."""
+    return tiny_config
+
+
+class Workers:
+    """``sluice worker`` processes of one test, each logging to a file."""
+
+    def __init__(self, tmp: Path, redis_url: str) -> None:
+        self.children = Children(tmp / "logs")
+        self.tmp, self.redis_url = tmp, redis_url
+
+    def config(self, raw: dict[str, Any]) -> tuple[Path, SluiceConfig]:
+        path = self.tmp / "sluice.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        return path, parse_config(raw)
+
+    def spawn(self, name: str, path: Path, *extra: str) -> Child:
+        args = ["worker", "-c", str(path), "-m", MODEL, "--redis-url", self.redis_url]
+        return self.children.spawn(name, [*args, "--metrics-port", "-1", *extra])
+
+    @staticmethod
+    def log(child: Child) -> str:
+        child.log.flush()
+        return child.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        self.children.stop(self.children.all, timeout_s=10)
+
+
+@pytest.fixture
+def workers(tmp_path: Path, redis_url: str) -> Iterator[Callable[[], Workers]]:
+    made: list[Workers] = []
+
+    def make() -> Workers:
+        made.append(Workers(tmp_path, redis_url))
+        return made[-1]
+
+    yield make
+    for w in made:
+        w.stop()
