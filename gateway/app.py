@@ -14,7 +14,17 @@ from fastapi import FastAPI
 from gateway import dashboard, errors
 from gateway.auth import AuthGuard, needs_key
 from gateway.middleware import BodyGuard, Metrics
-from gateway.routers import bulk, embeddings, events, health, jobs, models, webhooks
+from gateway.routers import (
+    bulk,
+    embeddings,
+    events,
+    generate,
+    health,
+    jobs,
+    models,
+    stream,
+    webhooks,
+)
 from gateway.state import GatewayState
 from sluice.apikeys import KeyRing, load_keyring
 from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
@@ -58,6 +68,8 @@ def create_app(
     routers = (
         jobs.router,
         events.router,
+        stream.router,
+        generate.router,
         bulk.router,
         models.router,
         embeddings.router,

@@ -1,7 +1,8 @@
 """The one mapping from Sluice's errors to HTTP, and the error body every answer uses.
 
 Every error response is ``{"error": {"type", "message"}}``, except under the
-OpenAI-compatible paths (``/v1/embeddings``), which answer in OpenAI's shape
+OpenAI-compatible paths (``/v1/embeddings``, ``/v1/completions``,
+``/v1/chat/completions``), which answer in OpenAI's shape
 (:func:`openai_error`) so OpenAI clients raise their own errors. Client mistakes are
 4xx, an unreachable or slow Redis is 503, and only a bug is 500. Routes raise
 and the exception handlers answer; ASGI code that answers before routing (the
@@ -85,7 +86,7 @@ def status_for(e: SluiceError) -> int:
 WS_POLICY_VIOLATION = 1008  # the close code of a WebSocket refused before it is accepted
 
 
-OPENAI_PATHS = frozenset({"/v1/embeddings"})
+OPENAI_PATHS = frozenset({"/v1/embeddings", "/v1/completions", "/v1/chat/completions"})
 # OpenAI's codes for the errors whose name it fixes; otherwise Sluice's type is the code.
 OPENAI_CODES = {"unknown_model": "model_not_found", "unauthorized": "invalid_api_key"}
 
@@ -137,7 +138,10 @@ def response_for(
 ) -> JSONResponse:
     """The table's answer to ``e``: what a route that raises it answers, plus ``headers``."""
     if isinstance(e, SluiceError):
-        return error_response(status_for(e), e.type, str(e), e.retry_after_s, headers, path=path)
+        param = getattr(e, "param", None)  # the request field at fault, when one is
+        return error_response(
+            status_for(e), e.type, str(e), e.retry_after_s, headers, path=path, param=param
+        )
     type_ = HTTP_TYPES.get(e.status_code, "http_error")
     extra = {**(e.headers or {}), **(headers or {})}
     return error_response(e.status_code, type_, str(e.detail), None, extra, path=path)

@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from gateway import generate_service
 from gateway.admission import (
     Load,
     check_deadline,
@@ -132,6 +133,18 @@ async def _estimate_all(st: GatewayState, model: str, inputs: list[Any]) -> list
         raise
 
 
+async def _prepare_generative(
+    st: GatewayState, model: str, cfg: ModelConfig, inputs: list[Any]
+) -> tuple[list[Any], list[Estimate]]:
+    try:
+        snap = st.snapshots.current.get(model)
+        stats = snap.stats.counters if snap is not None else None
+        return await generate_service.prepare(st.codecs, model, cfg, inputs, stats)
+    except InvalidInput as e:
+        st.metrics.rejected.labels(model, e.type).inc(len(inputs))
+        raise
+
+
 def _admit(st: GatewayState, model: str, cfg: ModelConfig, spec: Spec, cost: int) -> None:
     load = st.snapshots.load(model)
     if load is None:  # no snapshot yet (Redis was down): the submit itself decides
@@ -184,7 +197,10 @@ async def submit(
     cfg = st.model(model)
     _check_spec(cfg, spec)
     _check_owner_cap(spec.owner, len(inputs))
-    estimates = await _estimate_all(st, model, inputs)
+    if cfg.generative:  # tokenized and admitted by the model's prompt codec
+        inputs, estimates = await _prepare_generative(st, model, cfg, inputs)
+    else:
+        estimates = await _estimate_all(st, model, inputs)
     total = sum(e.cost for e in estimates)
     _admit(st, model, cfg, spec, total)
     jobs = _build_jobs(inputs, estimates, spec, batch)
@@ -277,7 +293,7 @@ async def wait(st: GatewayState, job_id: str, wait_s: float, owner: str | None =
     deadline = loop.time() + min(wait_s, st.gw.max_wait_s)
     woke_at: float | None = None
     while True:
-        with st.completions.waiter(job_id) as fut:
+        with st.waiters.waiter(job_id) as fut:
             rec = await get(st, job_id, owner)
             left = deadline - loop.time()
             if rec.status.terminal or left <= 0:

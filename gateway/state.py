@@ -18,11 +18,13 @@ from typing import Any
 import redis.asyncio as aioredis
 import uvicorn
 
-from gateway.completions import Completions
 from gateway.event_hub import EventHub
+from gateway.generate_service import Codecs
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
+from gateway.token_hub import TokenHub
+from gateway.waiters import JobWaiters
 from gateway.webhooks import WebhookPolicy
 from sluice import keys
 from sluice.bulk.ops import BulkOps
@@ -68,20 +70,24 @@ class GatewayState:
         self.queue = AsyncQueueClient(self.redis, models)
         # Tokenizers load once per process, here, not on the first request.
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
+        # Generative models' prompt codecs: loaded on first use (a chat template and
+        # a tokenizer per model; no torch in the gateway).
+        self.codecs = Codecs()
         self.metrics = GatewayMetrics()
         self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
-        self.completions = Completions(
+        self.waiters = JobWaiters(
             self.pubsub_redis,
             [keys.done_channel(m) for m in models],
             reads=self.redis,
             timeout_s=self.timeout_s,
         )
-        # Model event streams: their blocking reads on a client of their own, at most
-        # one connection per watched model (two while a stopped reader lets go).
+        # Model event streams and generative token streams: their blocking reads on a
+        # client of their own, at most one connection per watched model for each (two
+        # while a stopped reader lets go).
         self.events_redis = (
             redis
             if redis is not None
-            else connect(url, self.timeout_s, max_connections=2 * len(models))
+            else connect(url, self.timeout_s, max_connections=4 * len(models))
         )
         self.events = EventHub(
             self.events_redis,
@@ -90,6 +96,9 @@ class GatewayState:
             max_viewers=cfg.gateway.model_events_max_viewers,
             timeout_s=self.timeout_s,
             metrics=self.metrics,
+        )
+        self.tokens = TokenHub(
+            self.events_redis, reads=self.redis, call=self.call, timeout_s=self.timeout_s
         )
         self._tasks: list[asyncio.Task[Any]] = []
         self._bulk_and_webhooks(url, injected=redis is not None)
@@ -124,14 +133,14 @@ class GatewayState:
         with contextlib.suppress(Exception):  # Redis may be down at start: readyz says so
             await self.snapshots.refresh()
         self._tasks = [
-            asyncio.create_task(self.completions.run(), name="sluice-completions"),
+            asyncio.create_task(self.waiters.run(), name="sluice-completions"),
             asyncio.create_task(
                 self.snapshots.run(self.gw.stats_refresh_s), name="sluice-snapshots"
             ),
         ]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.timeout_s):
-                await self.completions.connected.wait()
+                await self.waiters.connected.wait()
 
     def _close_waiters_on_exit_signals(self) -> None:
         """Under uvicorn, SIGTERM/SIGINT first end every long-poll (503, retry), then
@@ -157,8 +166,8 @@ class GatewayState:
             signal.signal(sig, handler)
 
     def _closing(self, signum: int) -> None:
-        n = self.completions.close()
-        streams = self.events.close()
+        n = self.waiters.close()
+        streams = self.events.close() + self.tokens.close()
         log.info(
             "%s: ended %d long-poll(s) (503, retry) and %d model event stream(s) "
             "before shutting down",
@@ -169,6 +178,7 @@ class GatewayState:
 
     async def stop(self) -> None:
         await self.events.stop()
+        await self.tokens.stop()
         for t in self._tasks:
             t.cancel()
         if self._tasks:  # bounded: a shutdown never hangs on a stuck connection

@@ -64,7 +64,7 @@ def sse(event: str, data: Any, event_id: str | int | None = None) -> bytes:
     return ("\n".join(lines) + "\n\n").encode()
 
 
-def _stream_id(value: str) -> bool:
+def stream_id_ok(value: str) -> bool:
     """A Redis stream id: two 64-bit parts (Redis refuses larger ones mid-stream)."""
     return bool(STREAM_ID_RE.match(value)) and all(int(p) < 2**64 for p in value.split("-"))
 
@@ -110,7 +110,7 @@ async def _job_events(
             quiet_since = loop.time()
             yield b": keep-alive\n\n"
         try:
-            with st.completions.waiter(rec.id) as fut:
+            with st.waiters.waiter(rec.id) as fut:
                 rec = await service.get(st, rec.id, owner)
                 if rec.status.terminal or status_event_id(rec) > last:
                     continue
@@ -185,7 +185,7 @@ async def model_events(
     st.model(model)
     if key is not None and not key.admin:
         raise Forbidden("the model's event stream needs an admin API key")
-    if last_event_id and not _stream_id(last_event_id):
+    if last_event_id and not stream_id_ok(last_event_id):
         raise InvalidInput("Last-Event-ID: not an event id of this stream (<ms>-<seq>)")
     # Joined before the stream starts: past the viewer cap this is a 429, not a 200.
     return ViewerResponse(st, st.events.join(model), last_event_id or None)

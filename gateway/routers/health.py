@@ -23,9 +23,9 @@ async def healthz() -> dict[str, str]:
 async def readyz(st: State) -> Any:
     """Ready when the config is loaded and Redis answers (and completions are subscribed),
     and the process is not shutting down."""
-    closing = st.completions.closing
+    closing = st.waiters.closing
     redis_ok = False if closing else await st.ping()
-    subscribed = st.completions.connected.is_set()
+    subscribed = st.waiters.connected.is_set()
     ok = redis_ok and subscribed and not closing
     body = {
         "status": "ready" if ok else "not_ready",
@@ -47,5 +47,5 @@ async def readyz(st: State) -> Any:
 @router.get("/metrics", response_class=Response)
 async def metrics(st: State) -> Response:
     """Prometheus text format; gauges come from the background snapshot, not from Redis."""
-    st.metrics.waiters.set(st.completions.waiting)
+    st.metrics.waiters.set(st.waiters.waiting)
     return Response(st.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -6,12 +6,12 @@ import asyncio
 
 import pytest
 
-from gateway.completions import Completions
+from gateway.waiters import JobWaiters
 from sluice.errors import ShuttingDown
 
 
 async def test_close_ends_every_waiter_now_and_every_later_one() -> None:
-    c = Completions(None, [])  # type: ignore[arg-type]  # no Redis: only the waiters
+    c = JobWaiters(None, [])  # type: ignore[arg-type]  # no Redis: only the waiters
     with c.waiter("m.a") as a, c.waiter("m.b") as b:
         assert c.close() == 2
         for fut in (a, b):

@@ -119,11 +119,12 @@ async def gw(make_gateway: HarnessFactory) -> AsyncIterator[Harness]:
 
 
 OPENAI_PATH = "/v1/embeddings"
+OPENAI_PATHS = {OPENAI_PATH, "/v1/completions", "/v1/chat/completions"}
 
 
 def error_keys(path: str) -> set[str]:
     """The keys of an error body on ``path``: OpenAI's under its paths, else Sluice's."""
-    return {"message", "type", "param", "code"} if path == OPENAI_PATH else {"type", "message"}
+    return {"message", "type", "param", "code"} if path in OPENAI_PATHS else {"type", "message"}
 
 
 def waited_out(path: str, resp: Any) -> bool:

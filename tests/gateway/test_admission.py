@@ -14,7 +14,7 @@ from gateway.admission import (
     limits_for,
     retry_after_full,
 )
-from gateway.completions import Completions
+from gateway.waiters import JobWaiters
 from sluice.errors import QueueFull
 from tests.gateway.conftest import gateway_config
 
@@ -95,7 +95,7 @@ def test_deadline_shedding(cost: int, deadline_ms: int | None, shed: bool) -> No
 
 
 async def test_completions_wake_exactly_the_waiters_of_ended_jobs() -> None:
-    c = Completions(None, [])  # type: ignore[arg-type]
+    c = JobWaiters(None, [])  # type: ignore[arg-type]
     with c.waiter("m.a") as a1, c.waiter("m.a") as a2, c.waiter("m.b") as b:
         assert c.waiting == 3
         assert c.dispatch("m.x,m.a") == 2

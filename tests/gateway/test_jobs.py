@@ -58,7 +58,7 @@ async def _finish(h: Harness, result: object) -> str:
 async def test_long_poll_is_woken_by_the_completion(gw: Harness) -> None:
     job_id = (await submit(gw, {"input": "hello"})).json()["id"]
     poll = asyncio.create_task(gw.client.get(f"/v1/jobs/{job_id}", params={"wait": LONG_POLL_S}))
-    await async_wait_until(lambda: gw.state.completions.waiting == 1, what="the long-poll")
+    await async_wait_until(lambda: gw.state.waiters.waiting == 1, what="the long-poll")
     assert not poll.done(), "the long-poll answered before the job ended"
     await _finish(gw, {"vec": [1, 2]})
     started = time.perf_counter()
@@ -69,7 +69,7 @@ async def test_long_poll_is_woken_by_the_completion(gw: Harness) -> None:
     assert body["attempts"] == 1 and body["timings"]["queue_wait_ms"] is not None
     # Far below the 60 s wait, far above any normal latency: woken, not timed out.
     assert elapsed < LONG_POLL_S / 2, f"woke after {elapsed:.1f}s: not by the notification"
-    assert gw.state.completions.waiting == 0
+    assert gw.state.waiters.waiting == 0
 
 
 async def test_long_poll_times_out_with_the_job_as_it_is(gw: Harness) -> None:

@@ -1,4 +1,5 @@
-"""Long-poll wake-ups: one pub/sub subscription per gateway process.
+"""Long-poll wake-ups (job waiters; not OpenAI completions): one pub/sub subscription
+per gateway process.
 
 The reader task subscribes to every model's done channel once and resolves the
 futures of the requests waiting on the ended job ids. Requests never poll
@@ -87,7 +88,7 @@ def _ended(status: str) -> bool:
         return True  # unknown to us: let the waiter read it and answer as it is
 
 
-class Completions:
+class JobWaiters:
     def __init__(
         self,
         r: aioredis.Redis,

@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 import redis.asyncio as aioredis
 
-from gateway.completions import Completions, Liveness, ended_jobs
+from gateway.waiters import JobWaiters, Liveness, ended_jobs
 from gateway.redis_io import connect
 from sluice import keys
 from sluice.jobs import NewJob, Outcome
@@ -109,7 +109,7 @@ class Proxy:
 
 @dataclass
 class Rig:
-    completions: Completions
+    waiters: JobWaiters
     proxy: Proxy
     queue: AsyncQueueClient
     direct: aioredis.Redis
@@ -130,7 +130,7 @@ async def rig(redis_url: str) -> AsyncIterator[Rig]:
     port = await proxy.start()
     pubsub = connect(f"redis://127.0.0.1:{port}{url.path}", 1.0, blocking_reads=True)
     direct = connect_async(redis_url)
-    c = Completions(
+    c = JobWaiters(
         pubsub, [keys.done_channel("m")], reads=direct, timeout_s=1.0, idle_ping_s=IDLE_S
     )
     task = asyncio.create_task(c.run())
@@ -149,15 +149,15 @@ async def test_pongs_keep_an_idle_subscription(rig: Rig) -> None:
     up, down = rig.proxy.up, rig.proxy.down
     await asyncio.sleep(6 * IDLE_S)  # about five pings' worth of silence
     assert rig.proxy.up > up and rig.proxy.down > down, "no ping was sent or answered"
-    assert rig.completions.reconnects == 0 and rig.completions.connected.is_set()
+    assert rig.waiters.reconnects == 0 and rig.waiters.connected.is_set()
     job_id = await rig.job()
-    with rig.completions.waiter(job_id) as fut:
+    with rig.waiters.waiter(job_id) as fut:
         await rig.finish(job_id)
         assert isinstance(await asyncio.wait_for(fut, 2), float)  # a real notification
 
 
 async def test_a_half_open_subscription_is_replaced_and_no_waiter_is_lost(rig: Rig) -> None:
-    c = rig.completions
+    c = rig.waiters
     ends, stays = await rig.job("ends"), await rig.job("stays")
     with c.waiter(ends) as fut, c.waiter(stays) as other:
         rig.proxy.freeze()
@@ -179,7 +179,7 @@ async def test_the_recheck_reads_every_waiter_in_one_round_trip(rig: Rig) -> Non
     gone = "m.000000000000000000000000000"  # expired, or never existed: its waiter reads it
     found = await ended_jobs(rig.direct, [ended, queued, gone, "nodot"])
     assert sorted(found) == sorted([ended, gone])
-    c = rig.completions
+    c = rig.waiters
     with c.waiter(ended) as a, c.waiter(queued) as b:
         assert await c.recheck() == 1
         assert a.done() and not b.done()

@@ -1,0 +1,139 @@
+"""The gateway in-process on fakeredis with a generative model ``g`` (a fake prompt
+codec: one token per character) and a plain model ``m``; a fake worker that claims
+a job, writes its stream entries the way the step script lays them out, and
+completes it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import fakeredis
+import httpx
+import pytest_asyncio
+from fakeredis import aioredis as fake_aioredis
+
+from gateway.app import create_app
+from gateway.generate_service import Codecs
+from gateway.state import GatewayState
+from sluice import keys
+from sluice.config import ModelConfig, SluiceConfig
+from sluice.generate.params import GenerateInput, GenerateResult
+from sluice.jobs import Outcome
+from sluice.queue import AsyncQueueClient
+from sluice.records import StreamEvent, StreamField
+from tests.factories import sluice_config
+from tests.waits import async_wait_until
+
+MAX_SEQ = 64
+
+
+class CharCodec:
+    """One token per character (its code point); chat joins ``role: content`` lines."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ord(c) for c in text]
+
+    def chat(self, messages: list[dict[str, Any]]) -> list[int]:
+        lines = []
+        for m in messages:
+            if not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise ValueError("each message needs a string role and content")
+            lines.append(f"{m['role']}: {m['content']}")
+        return self.encode("\n".join(lines) + "\nassistant: ")
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(chr(i) for i in ids)
+
+
+def generative_config(**gateway: Any) -> SluiceConfig:
+    cfg = sluice_config(
+        {"autoscaling": {"min_replicas": 0}}, gateway={"predict_timeout_s": 20, **gateway}
+    )
+    g = ModelConfig.model_validate(
+        {
+            "handler": "causal-lm",
+            "params": {"model": "tiny:2x64"},
+            "buckets": [16, 32, 64],
+            "cost": {"method": "chars"},
+            "autoscaling": {"min_replicas": 0, "max_replicas": 1},
+            "generate": {"max_seq_tokens": MAX_SEQ, "default_max_tokens": 16},
+        }
+    )
+    return cfg.model_copy(update={"models": {**cfg.models, "g": g}})
+
+
+@dataclass
+class Gen:
+    client: httpx.AsyncClient
+    app: Any
+    state: GatewayState
+    queue: AsyncQueueClient  # the worker's client on the same server
+    redis: Any
+
+    async def xadd(self, job_id: str, kind: StreamEvent, attempt: int = 1, **f: Any) -> str:
+        fields = {StreamField.TYPE.value: kind.value, StreamField.ATTEMPT.value: str(attempt)}
+        fields.update({StreamField(k).value: str(v) for k, v in f.items()})
+        return str(await self.redis.xadd(keys.stream_key("g", job_id), fields))
+
+    async def tokens(self, job_id: str, index: int, text: str, attempt: int = 1) -> str:
+        ids = json.dumps([ord(c) for c in text])
+        return await self.xadd(job_id, StreamEvent.TOKENS, attempt, i=index, ids=ids, x=text)
+
+    max_seq: int = MAX_SEQ
+
+    async def claim_next(self) -> tuple[str, GenerateInput]:
+        """The next queued job of ``g``, claimed by worker w1."""
+
+        async def one() -> Any:
+            batch = await self.queue.claim("g", "w1", max_batch=1)
+            return batch.jobs[0] if batch.jobs else None
+
+        job = await async_wait_until(one, what="a queued job")
+        return job.id, GenerateInput.from_dict(job.input)
+
+    async def claim(self, job_id: str) -> GenerateInput:
+        claimed, gi = await self.claim_next()
+        assert claimed == job_id
+        return gi
+
+    async def finish(self, job_id: str, text: str, attempt: int = 1, prompt: int = 3) -> str:
+        result = GenerateResult(text, tuple(ord(c) for c in text), "stop", prompt, attempt)
+        eid = await self.xadd(job_id, StreamEvent.END, attempt, r=json.dumps(result.to_dict()))
+        await self.queue.complete("g", [Outcome.ok(job_id, result.to_dict())], "w1")
+        return eid
+
+    async def serve(self, pieces: list[str], *, restart_after: int = 0) -> str:
+        """Claim the next job and stream ``pieces`` one token each (``restart_after``:
+        attempt 1 streams that many, then attempt 2 all of them); its id."""
+        job_id, gi = await self.claim_next()
+        attempt = 1
+        await self.xadd(job_id, StreamEvent.START, attempt)
+        if restart_after:
+            for i, piece in enumerate(pieces[:restart_after]):
+                await self.tokens(job_id, i, piece, attempt)
+            attempt = 2
+            await self.xadd(job_id, StreamEvent.RESTART, attempt)
+        for i, piece in enumerate(pieces):
+            await self.tokens(job_id, i, piece, attempt)
+        await self.finish(job_id, "".join(pieces), attempt, len(gi.prompt_ids))
+        return job_id
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def gen() -> AsyncIterator[Gen]:
+    server = fakeredis.FakeServer()
+    r = fake_aioredis.FakeRedis(server=server, decode_responses=True)
+    side = fake_aioredis.FakeRedis(server=server, decode_responses=True)
+    cfg = generative_config()
+    app = create_app(cfg, redis=r)
+    app.state.gateway.codecs = Codecs(lambda _cfg: CharCodec())
+    transport = httpx.ASGITransport(app=app)
+    try:
+        async with app.router.lifespan_context(app):
+            async with httpx.AsyncClient(transport=transport, base_url="http://gw") as c:
+                yield Gen(c, app, app.state.gateway, AsyncQueueClient(side, dict(cfg.models)), side)
+    finally:
+        await side.aclose()
