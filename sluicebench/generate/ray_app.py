@@ -111,7 +111,8 @@ class Completions:
 def main(model_dir: str, port: int, max_batch: int, threads: int) -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     serve.start(http_options={"host": "127.0.0.1", "port": port})
-    serve.run(Completions.bind(model_dir, max_batch, threads), name="generate", route_prefix="/")
+    app = Completions.bind(model_dir, max_batch, threads)  # type: ignore[attr-defined]
+    serve.run(app, name="generate", route_prefix="/")
     print("ready", flush=True)
     while True:  # the benchmark stops this process with SIGINT
         asyncio.run(asyncio.sleep(3600))

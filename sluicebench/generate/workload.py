@@ -98,7 +98,7 @@ def arrivals(rate: float, duration_s: float, seed: int, limit: int) -> list[floa
     if rate <= 0:
         return []
     rng = random.Random(seed + 1)
-    at, out = 0.0, []
+    at, out = 0.0, list[float]()
     while len(out) < limit:
         at += rng.expovariate(rate)
         if at >= duration_s:
