@@ -23,6 +23,7 @@ from sluicebench.generate.workload import Request
 
 DONE = "[DONE]"
 REQUEST_TIMEOUT_S = 300.0
+DRAIN_S = 60.0  # a closed loop's requests in flight at its end get this long
 
 
 @dataclass
@@ -134,14 +135,21 @@ class LoopResult:
     window_s: tuple[float, float]  # the measured window, offsets from start_s
     traces: list[Trace]
     wall_s: float  # start to the last answer
+    cut: int = 0  # requests still streaming when the drain ran out (not in traces)
 
 
 async def closed_loop(
-    target: Target, reqs: Iterator[Request], concurrency: int, duration_s: float, warm_s: float
+    target: Target,
+    reqs: Iterator[Request],
+    concurrency: int,
+    duration_s: float,
+    warm_s: float,
+    drain_s: float = DRAIN_S,
 ) -> LoopResult:
     """``concurrency`` clients, each sending its next request when its last one ended,
-    until ``duration_s`` (then the requests in flight finish). The window
-    [warm_s, duration_s] is where throughput is counted."""
+    until ``duration_s``; the requests in flight then have ``drain_s`` to finish
+    (the rest are cut: a server slowed to a crawl does not hold the run). The
+    window [warm_s, duration_s] is where throughput is counted."""
     traces: list[Trace] = []
     start = time.perf_counter()
     async with _client(concurrency) as client:
@@ -152,8 +160,13 @@ async def closed_loop(
                     return
                 traces.append(await stream_one(client, target, req, time.perf_counter()))
 
-        await asyncio.gather(*(one_client() for _ in range(concurrency)))
-    return LoopResult(start, (warm_s, duration_s), traces, time.perf_counter() - start)
+        tasks = [asyncio.create_task(one_client()) for _ in range(concurrency)]
+        _, pending = await asyncio.wait(tasks, timeout=duration_s + drain_s)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    wall = time.perf_counter() - start
+    return LoopResult(start, (warm_s, duration_s), traces, wall, cut=len(pending))
 
 
 async def open_loop(target: Target, reqs: list[Request], offsets: list[float]) -> LoopResult:

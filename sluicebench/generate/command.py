@@ -18,10 +18,10 @@ SYSTEMS_HELP = (
 
 def generate_cmd(
     systems: Annotated[str, typer.Option(help=SYSTEMS_HELP)] = "a,b,c,d,e",
-    duration: Annotated[float, typer.Option(help="Closed loop: seconds per system.")] = 30.0,
-    warm: Annotated[float, typer.Option(help="Closed loop: seconds left out first.")] = 5.0,
+    duration: Annotated[float, typer.Option(help="Closed loop: seconds per system.")] = 20.0,
+    warm: Annotated[float, typer.Option(help="Closed loop: seconds left out first.")] = 4.0,
     concurrency: Annotated[int, typer.Option(help="Closed loop: streaming clients.")] = 64,
-    open_s: Annotated[float, typer.Option(help="Open loop: seconds of Poisson arrivals.")] = 20.0,
+    open_s: Annotated[float, typer.Option(help="Open loop: seconds of Poisson arrivals.")] = 15.0,
     open_fraction: Annotated[
         float, typer.Option(help="Open loop: rate as a fraction of the first system's capacity.")
     ] = 0.7,
@@ -41,7 +41,7 @@ def generate_cmd(
     json_path: JsonOpt = None,
 ) -> None:
     """Generation: Sluice's continuous slots vs whole batches, Ray Serve @serve.batch,
-    vLLM and the engine in process; tokens/s, TTFT, inter-token, CPU (~6 min)."""
+    vLLM and the engine in process; tokens/s, TTFT, inter-token, CPU (~10 min on 2 busy cores)."""
     from rich.console import Console
 
     from sluicebench.generate.report import render

@@ -41,9 +41,9 @@ class GenParams:
     systems: tuple[str, ...] = ALL_SYSTEMS
     slots: int = 32
     concurrency: int = 64
-    duration_s: float = 30.0  # closed loop, per system
-    warm_s: float = 5.0  # left out of the closed loop's tokens/s
-    open_s: float = 20.0  # open loop: seconds of arrivals
+    duration_s: float = 20.0  # closed loop, per system
+    warm_s: float = 4.0  # left out of the closed loop's tokens/s
+    open_s: float = 15.0  # open loop: seconds of arrivals
     open_fraction: float = 0.7
     open_rate: float | None = None  # requests/s; None: open_fraction of the first closed loop
     requests: int = 2000  # the pool both loops draw from (a bound on each loop)

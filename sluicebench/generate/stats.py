@@ -59,6 +59,7 @@ def summarize(loop: LoopResult) -> dict[str, Any]:
         "errors": len(errors),
         "first_error": errors[0] if errors else None,
         "short": sum(1 for t in ok if t.tokens < t.max_tokens),
+        "cut": loop.cut,
         "output_tokens": sum(t.tokens for t in ok),
         "window_s": round(span, 2),
         "wall_s": round(loop.wall_s, 2),

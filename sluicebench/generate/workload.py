@@ -93,10 +93,15 @@ def parse_mix(text: str) -> tuple[tuple[int, float], ...]:
     return tuple(out)
 
 
+MIN_ARRIVALS = 20  # an open loop at a low rate runs longer rather than measure a handful
+
+
 def arrivals(rate: float, duration_s: float, seed: int, limit: int) -> list[float]:
-    """Poisson arrival offsets (s) at ``rate``/s for ``duration_s``, at most ``limit``."""
+    """Poisson arrival offsets (s) at ``rate``/s for ``duration_s`` (longer when that
+    would expect fewer than MIN_ARRIVALS), at most ``limit``."""
     if rate <= 0:
         return []
+    duration_s = max(duration_s, MIN_ARRIVALS / rate)
     rng = random.Random(seed + 1)
     at, out = 0.0, list[float]()
     while len(out) < limit:

@@ -18,6 +18,7 @@ from sluicebench.generate import inproc, report, stats, systems
 from sluicebench.generate.client import LoopResult, Target, Trace, parse_event
 from sluicebench.generate.workload import (
     MAX_TOKENS_MIX,
+    MIN_ARRIVALS,
     RESERVED_IDS,
     Request,
     arrivals,
@@ -48,11 +49,12 @@ def test_arrivals_are_ordered_bounded_in_time_and_count(
 ) -> None:
     at = arrivals(rate, duration, 1, limit)
     assert at == sorted(at) and len(at) <= limit
-    assert all(0 < t < duration for t in at)
+    assert all(0 < t < max(duration, MIN_ARRIVALS / rate) for t in at)
 
 
 def test_poisson_arrivals_come_at_about_the_rate() -> None:
     assert 900 < len(arrivals(10.0, 100.0, 3, 10_000)) < 1100
+    assert len(arrivals(0.1, 1.0, 3, 10_000)) > 5  # a low rate runs longer instead
 
 
 def test_sse_events_fold_into_the_trace() -> None:
