@@ -21,9 +21,11 @@ from typing import Any
 
 import torch
 
+from sluice.errors import ConfigError
 from sluice.generate.detok import Delta, IncrementalDetokenizer
 from sluice.generate.params import FinishReason, SamplingParams
 from sluice.generate.prompt import PromptCodec
+from sluice.generate.tiny import resolve_model_dir
 from workers.generate.engine import StepOutput
 from workers.generate.kv import BatchKV, kv_bytes_per_token, new_cache
 from workers.generate.sampling import choose, make_generator
@@ -86,6 +88,29 @@ class HFEngine:
         self._seqs: dict[str, _Seq] = {}
         self._queue: deque[str] = deque()  # prefilling, admission order
         self._batch = BatchKV(self.device)
+
+    @classmethod
+    def from_model_config(cls, model_cfg: Any, device: str = "cpu") -> HFEngine:
+        """The engine of a configured ``causal-lm`` model: handler params ``model``
+        (a HF directory or ``tiny:<layers>x<width>``), ``dtype``, ``threads``; its
+        ``generate`` section's slots and token budgets. Bad settings raise
+        ConfigError naming them."""
+        gen = model_cfg.generate
+        params = model_cfg.params
+        if gen is None or not params.get("model"):
+            raise ConfigError("a causal-lm model needs params.model and a generate section")
+        try:
+            return cls(
+                resolve_model_dir(str(params["model"])),
+                gen.slots,
+                gen.max_seq_tokens,
+                gen.prefill_tokens_per_step,
+                dtype=str(params.get("dtype", "float32")),
+                device=device,
+                threads=int(params["threads"]) if params.get("threads") else None,
+            )
+        except ValueError as e:
+            raise ConfigError(f"model {params['model']!r}: {e}") from e
 
     @property
     def slots(self) -> int:

@@ -239,3 +239,18 @@ def test_refusals_and_abort_free_the_slot_at_once() -> None:
     assert tokens(outs["c"]) == reference((7, 8))
     with pytest.raises(ValueError, match="max_position_embeddings"):
         engine(max_seq=4096)
+
+
+def test_built_from_a_model_config_with_clear_errors() -> None:
+    from sluice.config.models import ModelConfig
+    from sluice.errors import ConfigError
+
+    gen = {"slots": 3, "max_seq_tokens": 64, "prefill_tokens_per_step": 8, "default_max_tokens": 16}
+    cfg = ModelConfig(handler="causal-lm", params={"model": SPEC, "threads": 1}, generate=gen)
+    eng = HFEngine.from_model_config(cfg)
+    assert (eng.slots, eng.max_seq_tokens, eng.prefill_tokens_per_step) == (3, 64, 8)
+    bad = ModelConfig(handler="causal-lm", params={"model": SPEC, "dtype": "int8"}, generate=gen)
+    with pytest.raises(ConfigError, match="dtype 'int8'"):
+        HFEngine.from_model_config(bad)
+    with pytest.raises(ConfigError, match="generate section"):
+        HFEngine.from_model_config(ModelConfig(handler="causal-lm", params={"model": SPEC}))

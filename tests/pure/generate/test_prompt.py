@@ -177,3 +177,16 @@ def test_the_weights_are_the_same_bytes_every_build(tmp_path) -> None:  # type: 
     first = ensure_tiny("tiny:1x32", root=tmp_path / "a") / "model.safetensors"
     second = ensure_tiny("tiny:1x32", root=tmp_path / "b") / "model.safetensors"
     assert first.read_bytes() == second.read_bytes()
+
+
+def test_for_model_reads_the_handler_params_and_builds_no_weights(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from sluice.config.models import ModelConfig
+
+    monkeypatch.setenv("SLUICE_MODEL_CACHE", str(tmp_path))
+    codec = PromptCodec.for_model(ModelConfig(handler="causal-lm", params={"model": "tiny:3x96"}))
+    assert codec.encode("the queue") == PromptCodec.load(ensure_tiny_tokenizer("tiny:2x64")).encode(
+        "the queue"
+    )
+    assert not list(tmp_path.glob("tiny-*"))  # the tokenizer only: no weights built
+    with pytest.raises(ValueError, match="params.model"):
+        PromptCodec.for_model(ModelConfig(handler="causal-lm", params={}))
