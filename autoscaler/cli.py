@@ -99,12 +99,33 @@ DispatchOpt = Annotated[
         "pull-fifo, round-robin, least-connections, power-of-two."
     ),
 ]
-ReplicasOpt = Annotated[int, typer.Option(help="--dispatch: workers.")]
+ReplicasOpt = Annotated[int | None, typer.Option(help="--dispatch: workers (8); --generate: 1.")]
 UtilizationOpt = Annotated[
     str, typer.Option(help="--dispatch with the mixed trace: comma-separated offered loads.")
 ]
-JobsOpt = Annotated[int, typer.Option(help="--dispatch: jobs per mixed trace.")]
-SeedOpt = Annotated[int, typer.Option(help="--dispatch: mixed trace and power-of-two seed.")]
+JobsOpt = Annotated[
+    int | None,
+    typer.Option(help="--dispatch: jobs per mixed trace (40,000); --generate: jobs (2,000)."),
+]
+SeedOpt = Annotated[int, typer.Option(help="--dispatch and --generate: the workload's seed.")]
+GenerateOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Simulate a generative model's slots instead: comma-separated continuous, "
+        "whole_batch; reports tokens/s, time to first token and inter-token time."
+    ),
+]
+ConcurrencyOpt = Annotated[
+    int | None, typer.Option(help="--generate: closed-loop clients (default 2 x all slots).")
+]
+RateOpt = Annotated[float | None, typer.Option(help="--generate: open loop, Poisson jobs/s.")]
+StepMsOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="--generate: a step's ms as BASE,PER_SEQUENCE,PER_PROMPT_TOKEN "
+        "(default: fitted to issue 30's CPU figures, 3.23,0.274,0.138)."
+    ),
+]
 
 
 def simulate_cmd(
@@ -118,19 +139,30 @@ def simulate_cmd(
     json_path: JsonOpt = None,
     plot: PlotOpt = None,
     dispatch: DispatchOpt = None,
-    replicas: ReplicasOpt = 8,
+    replicas: ReplicasOpt = None,
     utilization: UtilizationOpt = "0.7,0.9",
-    jobs: JobsOpt = 40_000,
+    jobs: JobsOpt = None,
     seed: SeedOpt = 5,
+    generate: GenerateOpt = None,
+    concurrency: ConcurrencyOpt = None,
+    rate: RateOpt = None,
+    step_ms: StepMsOpt = None,
 ) -> None:
     """Replay a trace through the policy (and baselines) before deploying it; or, with
-    --dispatch, compare pull against push dispatch on the same trace and workers."""
+    --dispatch, compare pull against push dispatch on the same trace and workers; or,
+    with --generate, compare a generative model's slot admissions."""
     from autoscaler.sim import dispatch_report, replay
+    from autoscaler.sim import generate as gen
 
     cfg = load_required(config)
     try:
         _, mc = replay.pick_model(dict(cfg.models), model)
-        if dispatch is not None:
+        if generate is not None:
+            admissions = gen.parse_admissions(generate)
+            n = jobs or 2000
+            load = gen.Load(replicas or 1, n, seed, concurrency, rate)
+            out = gen.generate_cmd(mc, admissions, load, gen.parse_step_ms(step_ms))
+        elif dispatch is not None:
             if plot is not None:
                 raise ConfigError("--plot draws policy replays; --dispatch prints a table only")
             if capacity_cost_per_s is not None:
@@ -139,8 +171,8 @@ def simulate_cmd(
                 trace or "mixed",
                 dispatch_report.parse_strategies(dispatch),
                 dispatch_report.parse_utilizations(utilization),
-                replicas,
-                jobs,
+                replicas or 8,
+                jobs or 40_000,
                 seed,
             )
             out = dispatch_report.dispatch_cmd(mc, setup, service_rate)

@@ -15,6 +15,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import redis
@@ -35,7 +36,7 @@ STATE_TTL_MIN_S = 60  # the latest decision outlives a few missed periods, then 
 def entry(d: Decision, obs: Observation | None, at_ms: int) -> DecisionRecord:
     if obs is None or obs.missing:
         return DecisionRecord(at_ms, d.current, d.desired, d.reason, d.needed)
-    return DecisionRecord(
+    e = DecisionRecord(
         at_ms,
         d.current,
         d.desired,
@@ -46,6 +47,17 @@ def entry(d: Decision, obs: Observation | None, at_ms: int) -> DecisionRecord:
         obs.queued,
         obs.p99_wait_ms,
         d.state.saturation.why if d.reason == "saturated" else "",
+    )
+    g = obs.generate
+    if g is None:
+        return e
+    tps = None if g.tokens_per_s is None else round(g.tokens_per_s, 1)
+    return replace(
+        e,
+        slots_busy=g.slots_busy,
+        slots_total=g.slots_total,
+        ttft_p99_ms=g.ttft_p99_ms,
+        tokens_per_s=tps,
     )
 
 

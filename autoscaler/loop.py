@@ -68,6 +68,14 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
             oldest_wait_ms=r(obs.oldest_wait_ms),
             in_flight=obs.in_flight,
         )
+        if obs.generate is not None:
+            g = obs.generate
+            fields.update(
+                slots=g.slots,
+                slots_busy=g.slots_busy,
+                ttft_p99_ms=g.ttft_p99_ms,
+                tokens_per_s=r(g.tokens_per_s),
+            )
     return fields
 
 

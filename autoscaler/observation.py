@@ -13,6 +13,24 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True, slots=True)
+class GenerateSignals:
+    """A generative model's slot and token signals (ADR 0149); None fields unmeasured."""
+
+    slots: int  # per replica: the live workers' reported slots, else generate.slots
+    slots_busy: int  # active sequences: heartbeats' slots_busy, never below in_flight
+    slots_total: int = 0  # slots of the serving workers (heartbeats); 0 when none report
+    ttft_p50_ms: float | None = None  # over autoscaling.metrics_window_s
+    ttft_p99_ms: float | None = None
+    tokens_per_s: float | None = None  # output tokens/s per serving replica, measured
+    expected_output_tokens: float = 64.0  # per job: the prior (generate.expected_output_tokens)
+
+    @property
+    def occupancy(self) -> float | None:
+        """Busy share of the serving workers' slots (None: no worker reports slots)."""
+        return min(1.0, self.slots_busy / self.slots_total) if self.slots_total else None
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What the observer saw for one model; ``None`` fields were not readable."""
 
@@ -45,6 +63,9 @@ class Observation:
     bulk_queued: int = 0  # bulk items in the queues now
     bulk_queued_cost: float = 0.0  # part of the backlog below; shown, not decided on
     bulk_backlog_cost: float = 0.0  # all unfinished bulk work: queued + not yet fed
+    # A generative model's slots, TTFT and tokens/s (ADR 0149); None for the others,
+    # whose decisions never read it.
+    generate: GenerateSignals | None = None
 
     @property
     def missing(self) -> bool:

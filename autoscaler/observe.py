@@ -27,7 +27,7 @@ from typing import Any
 
 import redis
 
-from autoscaler.observation import Observation
+from autoscaler.observation import GenerateSignals, Observation
 from autoscaler.policy import BURST_RATE_S, RECENT_RATE_S
 from autoscaler.rates import Sample, window_rates
 from sluice import keys, registry, waits
@@ -35,6 +35,7 @@ from sluice.backoff import Reconnect
 from sluice.bulk.ops import parse_report
 from sluice.config import ModelConfig
 from sluice.errors import RedisUnavailable
+from sluice.generate.admission import expected_output
 from sluice.jobs import ClassHeads, QueueStats
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
@@ -67,6 +68,7 @@ class Reading:
     workers: list[WorkerInfo]
     bulk: BulkSignals
     stale_workers: list[str]  # registered, heartbeat lapsed: the loop's upkeep prunes them
+    ttft_counts: list[int] | None = None  # generative models: TTFT histogram, metrics window
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +143,32 @@ def _worker_signals(workers: list[WorkerInfo]) -> WorkerSignals:
     )
 
 
+def generate_signals(
+    workers: list[WorkerInfo],
+    in_flight: int,
+    slots: int,
+    expected_output_tokens: float,
+    ttft_counts: list[int] | None,
+) -> GenerateSignals:
+    """Slots per replica (the serving workers' reports, else the configured), active
+    sequences (their busy slots, never fewer than the jobs in flight: a heartbeat is up
+    to a period old), tokens/s per serving replica, and the TTFT p50/p99."""
+    serving = [w for w in workers if w.serving]
+    reported = [w.slots for w in serving if w.slots > 0]
+    busy = sum(w.slots_busy for w in serving)
+    rates = [w.tokens_per_s for w in serving if w.tokens_per_s > 0]
+    counts = ttft_counts or []
+    return GenerateSignals(
+        slots=round(statistics.median(reported)) if reported else slots,
+        slots_busy=max(busy, in_flight),
+        slots_total=sum(reported),
+        ttft_p50_ms=waits.quantile_ms(counts, 0.5) if counts else None,
+        ttft_p99_ms=waits.quantile_ms(counts) if counts else None,
+        tokens_per_s=statistics.fmean(rates) if rates else None,
+        expected_output_tokens=float(expected_output_tokens),
+    )
+
+
 class Observer:
     """Keeps each model's counter samples between reads (for the rate windows); writes
     nothing to Redis."""
@@ -182,12 +210,24 @@ class Observer:
         windows = waits.recent_windows(wall)
         for w in windows:
             pipe.hgetall(keys.wait_hist_key(model, w))
+        ttft = self._ttft_keys(model, wall)
+        for k in ttft:
+            pipe.hgetall(k)
         pipe.hgetall(keys.bulk_backlog_key(model))
         wcall = registry.list_workers_call(model)
         for cmd in wcall.commands:
             pipe.execute_command(*cmd)
         replies = pipe.execute()
-        return self._parse(model, stats, replies, classes, len(windows), wcall)
+        return self._parse(model, stats, replies, classes, len(windows), wcall, len(ttft))
+
+    def _ttft_keys(self, model: str, wall: float) -> list[str]:
+        """A generative model's TTFT histogram windows over metrics_window_s (none for
+        the others: their read is unchanged)."""
+        cfg = self.models[model]
+        if cfg.generate is None:
+            return []
+        span = cfg.autoscaling.metrics_window_s
+        return waits.window_keys(keys.ttft_hist_prefix(model), wall, span)
 
     def _parse(
         self,
@@ -197,6 +237,7 @@ class Observer:
         classes: Call[ClassHeads],
         n_windows: int,
         wcall: Any,
+        n_ttft: int = 0,
     ) -> Reading:
         secs, micros = replies[0]  # TIME through time.lua: two strings
         server_ms = int(secs) * 1000 + int(micros) // 1000
@@ -204,12 +245,14 @@ class Observer:
         heads = classes.parse(replies[1:at])
         non_low, bulk_counts = heads.above_low, heads.bulk_counts
         counts = waits.merge(replies[at : at + n_windows])
-        bulk = _bulk_split(stats, bulk_counts, replies[at + n_windows], server_ms)
-        workers, stale = wcall.parse(replies[at + n_windows + 1 :])
+        at += n_windows
+        ttft = waits.merge(replies[at : at + n_ttft]) if n_ttft else None
+        at += n_ttft
+        bulk = _bulk_split(stats, bulk_counts, replies[at], server_ms)
+        workers, stale = wcall.parse(replies[at + 1 :])
         oldest = self._oldest_wait_ms(model, heads.heads, server_ms)
-        return Reading(
-            self.wall(), stats, non_low, oldest, waits.quantile_ms(counts), workers, bulk, stale
-        )
+        p99 = waits.quantile_ms(counts)
+        return Reading(self.wall(), stats, non_low, oldest, p99, workers, bulk, stale, ttft)
 
     def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
         if not heads:
@@ -270,4 +313,15 @@ class Observer:
             bulk_queued=bulk.queued,
             bulk_queued_cost=bulk.queued_cost,
             bulk_backlog_cost=bulk.backlog_cost,
+            generate=self._generate(model, rd),
         )
+
+    def _generate(self, model: str, rd: Reading) -> GenerateSignals | None:
+        cfg = self.models[model].generate
+        if cfg is None:
+            return None
+        # The mean output of the model's finished jobs (the step script's stats), else
+        # the configured prior.
+        learned = expected_output(rd.stats.counters)
+        out = cfg.expected_output_tokens if learned is None else learned
+        return generate_signals(rd.workers, rd.stats.in_flight, cfg.slots, out, rd.ttft_counts)

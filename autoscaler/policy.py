@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from autoscaler import bulk_policy, saturation
+from autoscaler import bulk_policy, generate_policy, saturation
 from autoscaler.observation import Observation
 from autoscaler.saturation import Saturation
 from sluice.config import AutoscalingConfig, ModelConfig
@@ -48,6 +48,7 @@ REASONS = (
     "bulk-wake",
     "saturated",
     "trend",
+    "ttft-breach",
 )
 
 
@@ -194,7 +195,10 @@ def _want(
 ) -> tuple[int, float, str]:
     """The recommendation before bounds, step limits and stabilisation."""
     cur = obs.current
-    needed, reason = _needed(p, obs, mu, cold_s)
+    if obs.generate is not None:  # slots and time to first token (ADR 0149)
+        needed, reason = generate_policy.needed(p, obs, arrival_s(p, obs, cold_s))
+    else:
+        needed, reason = _needed(p, obs, mu, cold_s)
     want = math.ceil(needed - 1e-9)
     if cur > 0 and want != cur and abs(needed / cur - 1.0) <= p.tolerance:
         want, reason = cur, "tolerance"
@@ -202,12 +206,14 @@ def _want(
         # Land a scale-down a tolerance band below the new count, not at its edge, so
         # ordinary noise does not bounce it straight back up (a flap).
         want = min(cur, math.ceil(needed * (1.0 + p.tolerance) - 1e-9))
-    if _breach(p, obs):
+    ttft = generate_policy.ttft_breach(p, obs)
+    if _breach(p, obs) or ttft:
         # A breach blocks any scale-down; it adds one replica when nothing is starting
-        # already and the backlog will not be gone before a new replica is ready.
-        if want <= cur and obs.starting == 0 and reason == "backlog":
+        # already and the backlog will not be gone before a new replica is ready (a
+        # TTFT breach: whenever jobs wait, since it is measured on admitted jobs).
+        if want <= cur and obs.starting == 0 and (reason == "backlog" or ttft):
             want = cur + 1
-        want, reason = max(want, cur), "slo-breach"
+        want, reason = max(want, cur), "ttft-breach" if ttft else "slo-breach"
     cap = p.low_priority_max_replicas
     queued = obs.queued or 0
     if cap is not None and queued > 0 and obs.queued_non_low == 0 and want > max(cap, cur):

@@ -17,7 +17,8 @@ gateway process and generative model:
    gap, no repeat, and the first tokens never wait for the reader's next round.
 4. A failed read is retried from the same cursors with backoff (ADR 0065):
    streams keep their entries (unlike pub/sub), so a Redis reconnect loses none.
-5. A listener whose queue fills (its client stopped reading) is ended: it
+5. One timer task hands idle listeners a keep-alive (no timer per wait). A
+   listener whose queue fills (its client stopped reading) is ended: it
    resumes from Redis with ``Last-Event-ID``. The reader stops when its model
    has no followed stream, after its current read (``block_ms`` at most).
 """
@@ -66,8 +67,10 @@ class Listener:
         default_factory=lambda: asyncio.Queue(QUEUE_BATCHES)
     )
     closed: bool = False
+    fed_at: float = 0.0  # loop time of the last batch offered (keep-alives count)
 
     def offer(self, batch: list[Entry]) -> None:
+        self.fed_at = asyncio.get_running_loop().time()
         try:
             self.queue.put_nowait(batch)
         except asyncio.QueueFull:
@@ -170,9 +173,22 @@ class TokenHub:
         self.keepalive_s = KEEPALIVE_S
         self.closing = False
         self.read_failures = 0
-        self.keepalives = 0  # idle periods a listener waited out (a keep-alive each)
+        self.keepalives = 0  # keep-alives handed to idle listeners
         self.readers: dict[str, StreamReader] = {}
         self._listeners: set[Listener] = set()
+        self._ticker: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        """One timer for every listener: each idle for ``keepalive_s`` gets ``[]``
+        (a keep-alive), instead of a timer per wait on a queue."""
+        loop = asyncio.get_running_loop()
+        while self._listeners and not self.closing:
+            await asyncio.sleep(self.keepalive_s / 2)
+            idle_since = loop.time() - self.keepalive_s
+            for listener in list(self._listeners):
+                if not listener.closed and listener.fed_at <= idle_since:
+                    self.keepalives += 1
+                    listener.offer([])
 
     @property
     def listeners(self) -> int:
@@ -187,8 +203,10 @@ class TokenHub:
                 f"this gateway already serves {self.max_listeners} token streams; "
                 "retry later or on another replica"
             )
-        listener = Listener(model, job_id)
+        listener = Listener(model, job_id, fed_at=asyncio.get_running_loop().time())
         self._listeners.add(listener)
+        if self._ticker is None or self._ticker.done():
+            self._ticker = asyncio.create_task(self._tick(), name="sluice-token-keepalive")
         return listener
 
     def leave(self, listener: Listener) -> None:
@@ -217,6 +235,8 @@ class TokenHub:
     async def stop(self) -> None:
         self.close()
         tasks = [r.task for r in self.readers.values() if r.task and not r.task.done()]
+        if self._ticker is not None and not self._ticker.done():
+            tasks.append(self._ticker)
         for t in tasks:
             t.cancel()
         if tasks:
@@ -275,14 +295,12 @@ class TokenHub:
 
     async def _queued(self, listener: Listener, last: str) -> AsyncIterator[list[Entry]]:
         while True:
-            try:
-                batch = await asyncio.wait_for(listener.queue.get(), self.keepalive_s)
-            except TimeoutError:
-                self.keepalives += 1
-                yield []
-                continue
+            batch = await listener.queue.get()
             if batch is None:
                 return
+            if not batch:  # the ticker's keep-alive
+                yield []
+                continue
             fresh = [e for e in batch if id_order(e[0]) > id_order(last)]
             if fresh:
                 last = fresh[-1][0]

@@ -53,16 +53,33 @@ async def _finish(st: GatewayState, rec: JobRecord, last: str) -> AsyncIterator[
     yield [ending_of(rec)]
 
 
-async def _next_or_end(nxt: asyncio.Future[list[Entry]], st: GatewayState, job_id: str) -> bool:
-    """Wait for the next batch or the job's end; True when the batch came first."""
-    while True:
-        with st.waiters.waiter(job_id) as ended:
+async def _live(
+    st: GatewayState, listener: Listener, after: str, ended: asyncio.Future[Any]
+) -> AsyncIterator[list[Entry]]:
+    """The hub's batches until a final entry, the hub ends the listener, or the job
+    ends (``ended``: its done notification) with no final entry seen."""
+    batches = st.tokens.follow(listener, after)
+    nxt: asyncio.Future[list[Entry]] = asyncio.ensure_future(batches.__anext__())
+    try:
+        while True:
             both: set[asyncio.Future[Any]] = {nxt, ended}
             await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
-            if nxt.done():
-                return True
-            ended.result()  # ShuttingDown ends the stream: the client resumes elsewhere
-            return False
+            if not nxt.done():
+                return  # the job ended: the caller reads what the stream still holds
+            try:
+                batch = nxt.result()
+            except StopAsyncIteration:
+                return
+            yield batch
+            if batch and is_final(batch[-1]):
+                return
+            nxt = asyncio.ensure_future(batches.__anext__())
+    finally:
+        nxt.cancel()
+        with contextlib.suppress(BaseException):
+            await nxt
+        with contextlib.suppress(BaseException):
+            await batches.aclose()
 
 
 async def job_entries(
@@ -71,32 +88,27 @@ async def job_entries(
     """Entry batches after ``after`` (``[]``: a keep-alive), the last one final.
 
     Ends early (no final batch) when the hub ends the listener (a slow client, a
-    shutdown) or the job is gone: the client resumes from its last id."""
+    shutdown) or the job is gone: the client resumes from its last id. Raises
+    ShuttingDown when the gateway closes while it waits."""
     last = after
-    if not rec.status.terminal:
-        batches = st.tokens.follow(listener, after)
-        nxt: asyncio.Future[list[Entry]] = asyncio.ensure_future(batches.__anext__())
-        try:
-            while await _next_or_end(nxt, st, rec.id):
-                try:
-                    batch = nxt.result()
-                except StopAsyncIteration:
-                    return
+    with st.waiters.waiter(rec.id) as ended:
+        if not rec.status.terminal:  # read again once registered: no end is missed
+            rec = await service.get(st, rec.id, owner)
+        if not rec.status.terminal:
+            async for batch in _live(st, listener, after, ended):
                 if batch:
                     last = batch[-1][0]
                 yield batch
                 if batch and is_final(batch[-1]):
                     return
-                nxt = asyncio.ensure_future(batches.__anext__())
-        finally:
-            nxt.cancel()
-            with contextlib.suppress(BaseException):
-                await nxt
-            with contextlib.suppress(BaseException):
-                await batches.aclose()
-        try:
-            rec = await service.get(st, rec.id, owner)
-        except JobNotFound:
-            return
+            if not ended.done():
+                return  # the hub ended the listener: the client resumes
+            ended.result()  # ShuttingDown: the client resumes elsewhere
+            try:
+                rec = await service.get(st, rec.id, owner)
+            except JobNotFound:
+                return
+            if not rec.status.terminal:
+                return
     async for page in _finish(st, rec, last):
         yield page

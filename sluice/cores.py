@@ -4,7 +4,8 @@ A CPU worker holds the cores its torch threads run on: two workers of two
 threads each on two cores serve less than one worker (they fight for the same
 cores), so the local backend counts cores like a device's memory and never
 starts a worker that would oversubscribe them (docs/adr/0125). A model's worker
-holds ``autoscaling.cpu_cores`` cores; unset, its ``params.num_threads``, else the
+holds ``autoscaling.cpu_cores`` cores; unset, its ``params.num_threads`` (a
+causal-lm's ``params.threads``, ADR 0144), else the
 machine's cores divided by its ``max_replicas`` (at least one). The synthetic
 handler only sleeps and holds none. ``sluice up`` prints the division
 (:func:`describe`) and the local backend passes each worker its thread count
@@ -138,7 +139,8 @@ def cores_per_worker(model: ModelConfig, total: int) -> int:
         return min(a.cpu_cores, total)
     if model.handler in NO_COMPUTE_HANDLERS:
         return 0
-    threads = int(model.params.get("num_threads", 0) or 0)
+    # num_threads: the torch handlers'; threads: the causal-lm handler's (ADR 0144).
+    threads = int(model.params.get("num_threads", 0) or model.params.get("threads", 0) or 0)
     if threads > 0:
         return min(threads, total)
     return max(1, total // max(1, a.max_replicas))

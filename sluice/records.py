@@ -221,6 +221,11 @@ class DecisionRecord:
     queued: int | None = None
     p99_wait_ms: float | None = None
     detail: str = ""  # what a "saturated" decision measured
+    # A generative model's inputs (ADR 0149); None for the others.
+    slots_busy: int | None = None  # active sequences
+    slots_total: int | None = None  # slots of the serving workers (heartbeats)
+    ttft_p99_ms: float | None = None  # over the metrics window
+    tokens_per_s: float | None = None  # output tokens/s per serving replica, measured
 
     @property
     def signature(self) -> tuple[int, int, str]:

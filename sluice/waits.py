@@ -57,3 +57,10 @@ def quantile_ms(counts: list[int], q: float = 0.99) -> float | None:
         if seen >= rank:
             return BOUNDS_MS[i] if i < len(BOUNDS_MS) else INF_WAIT_MS
     return INF_WAIT_MS
+
+
+def window_keys(prefix: str, now_s: float, span_s: float = RECENT_S) -> list[str]:
+    """The hash keys of the windows covering [now - span, now] of any histogram kept in
+    this layout under ``prefix`` (``<prefix><window start s>``): the queue wait's, the
+    end-to-end latency's, the time to first token's (``keys.ttft_hist_prefix``)."""
+    return [f"{prefix}{w}" for w in recent_windows(now_s, span_s)]

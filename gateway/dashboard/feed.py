@@ -28,7 +28,7 @@ from sluice.jobs import QueueStats
 from sluice.queue.scripts import Call, QueueOps
 from sluice.records import JobField
 from sluice.registry import WorkerInfo, list_workers_call
-from sluice.waits import WINDOW_S, recent_windows, window_start
+from sluice.waits import WINDOW_S, recent_windows, window_keys, window_start
 from sluice.webhooks.ops import WebhookOps
 
 LATENCY_SPAN_S = 10.0  # the current (partial) 10 s window and the one before it
@@ -44,8 +44,11 @@ HISTORY_TTL_S = 10.0  # a new window every 10 s: no point reading more often
 CACHE_SHARE = 0.8
 
 
-def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]:
-    """One model's reads as one Call (its commands join the shared pipeline)."""
+def model_reads(
+    ops: QueueOps, model: str, now_s: float, generative: bool = False
+) -> Call[dict[str, Any]]:
+    """One model's reads as one Call (its commands join the shared pipeline); a
+    generative model's also read its time-to-first-token windows (ADR 0149)."""
     parts: list[tuple[str, Call[Any]]] = [
         ("stats", ops.stats(model)),
         ("workers", list_workers_call(model)),
@@ -59,6 +62,9 @@ def model_reads(ops: QueueOps, model: str, now_s: float) -> Call[dict[str, Any]]
         ("dead", ops.dead_letters(model, DEAD_SHOWN)),
         ("webhooks", WebhookOps([model]).backlog(model, int(now_s * 1000))),
     ]
+    if generative:
+        ttft = window_keys(keys.ttft_hist_prefix(model), now_s, LATENCY_SPAN_S)
+        parts.append(("ttft", _many([("HGETALL", k) for k in ttft])))
     cmds = [cmd for _, call in parts for cmd in call.commands]
 
     def parse(replies: list[Any]) -> dict[str, Any]:
@@ -152,7 +158,10 @@ class DashboardFeed:
 
     async def _refresh(self) -> dict[str, Any]:
         now = self.wall()
-        calls = [model_reads(self.ops, m, now) for m in self.models]
+        calls = [
+            model_reads(self.ops, m, now, cfg.generate is not None)
+            for m, cfg in self.models.items()
+        ]
         replies = await self.call(run_reads(self.redis, calls))
         self.refreshes += 1
         by_model = dict(zip(self.models, replies, strict=True))
@@ -230,6 +239,7 @@ class DashboardFeed:
             "verdict": asdict(verdict(_signals(cfg, stats, workers, wait, rates, samples))),
             "autoscaler": view.autoscaler_view(rd["scale"][0], rd["decisions"][0], now),
             "dead_letters": {"count": stats.dead_lettered, "recent": dead_rows},
+            "generate": view.generate_view(cfg, workers, rd["ttft"]) if "ttft" in rd else None,
             "webhooks": {
                 "pending": rd["webhooks"].pending,
                 "due": rd["webhooks"].due,

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sluice.config import ModelConfig
 from sluice.records import DECISION_NUMBERS, JOB_COUNTS, Stat
 from sluice.registry import WORKER_STATES, WorkerInfo, workers_by_state
 from sluice.waits import BOUNDS_MS, merge
@@ -207,3 +208,30 @@ def history_points(
             }
         )
     return points
+
+
+def generate_view(
+    cfg: ModelConfig, workers: list[WorkerInfo], ttft: list[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """A generative model's panel (ADR 0149): slot occupancy of the serving workers,
+    time to first token against the SLO, and output tokens/s."""
+    serving = [w for w in workers if w.serving]
+    slots = sum(w.slots for w in serving)
+    busy = sum(w.slots_busy for w in serving)
+    tps = [w.tokens_per_s for w in serving]
+    measured = [t for t in tps if t > 0]
+    lat = latency(ttft)
+    slo = cfg.autoscaling.ttft_slo_ms
+    return {
+        "slots": slots,
+        "slots_busy": busy,
+        "occupancy": round(min(1.0, busy / slots), 3) if slots else None,
+        "slots_per_worker": cfg.generate.slots if cfg.generate is not None else None,
+        "ttft_p50_ms": lat["p50_ms"],
+        "ttft_p99_ms": lat["p99_ms"],
+        "ttft_count": lat["count"],
+        "ttft_slo_ms": slo,
+        "over_slo": lat["p99_ms"] is not None and lat["p99_ms"] > slo,
+        "tokens_per_s": round(sum(tps), 1),
+        "tokens_per_s_per_worker": round(sum(measured) / len(measured), 1) if measured else None,
+    }

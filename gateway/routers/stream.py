@@ -36,7 +36,7 @@ from gateway.state import GatewayState
 from gateway.token_hub import Entry, Listener, is_final
 from gateway.token_stream import job_entries
 from sluice import fastjson, keys
-from sluice.errors import InvalidInput, RedisUnavailable
+from sluice.errors import InvalidInput, SluiceError
 from sluice.jobs import JobRecord
 from sluice.records import StreamField
 
@@ -95,7 +95,7 @@ async def _events(
                 yield b": keep-alive\n\n"
             for entry in batch:
                 yield sse_entry(entry)
-    except RedisUnavailable:
+    except SluiceError:  # Redis unavailable, shutting down, the job gone
         return  # the client reconnects and resumes from its last id
 
 

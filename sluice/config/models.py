@@ -113,6 +113,9 @@ class AutoscalingConfig(StrictModel):
     max_replicas: int = Field(4, ge=0)
     target_utilization: float = Field(0.65, gt=0, le=1)
     p99_wait_slo_ms: float = Field(1000.0, gt=0)
+    # Generative models only (a generate: section, ADR 0144/0149): the time-to-first-
+    # token p99 over metrics_window_s above this, while jobs wait, scales up.
+    ttft_slo_ms: float = Field(1000.0, gt=0)
     backlog_drain_s: float = Field(30.0, gt=0)
     period_s: float = Field(5.0, gt=0)
     scale_up_max_percent: float = Field(100.0, gt=0)

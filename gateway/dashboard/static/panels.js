@@ -52,7 +52,8 @@ const SluicePanels = (() => {
     constructor(m) {
       this.name = m.name;
       this.ring = new Ring(["arrived", "succeeded", "queued", "wait50", "wait99", "e2e50", "e2e99",
-        "current", "desired", "ready", ...m.buckets.flatMap((b) => ["q" + b.bucket, "c" + b.bucket])]);
+        "current", "desired", "ready", "ttft50", "ttft99", "slots", "slotsBusy", "occupancy", "tps",
+        ...m.buckets.flatMap((b) => ["q" + b.bucket, "c" + b.bucket])]);
       this.buckets = m.buckets.map((b) => b.bucket);
       this.backlogUnit = "jobs";
       this.sortBy = "state";
@@ -112,7 +113,42 @@ const SluicePanels = (() => {
         card("Autoscaler", h("div", {}, this.replicas.el, this.scaleNote, h("div", { class: "scroll" },
           h("table", { class: "log" }, h("thead", {}, h("tr", {}, ...["time", "replicas", "reason", "queued", "p99 it saw"].map((t) => h("th", { text: t })))), this.decisions)))),
         card("Dead letters", h("div", { class: "dead" }, this.deadCount, h("div", { class: "scroll" }, h("table", { class: "log" }, this.deadList)))));
-      this.el.append(head, kpis, charts, lower);
+      this.gen = m.generate ? this.buildGeneration(m, chartEl) : null;
+      this.el.append(head, kpis, charts, ...(this.gen ? [this.gen.el] : []), lower);
+    }
+
+    /* A generative model's row (ADR 0149): slots, occupancy, time to first token
+     * against its SLO, output tokens/s. */
+    buildGeneration(m, chartEl) {
+      const g = m.generate;
+      const note = () => h("span", { class: "muted" });
+      const gen = {
+        slots: lines(chartEl("slots"), [
+          { col: "slots", label: "slots", color: "#8594a8", width: 1.5 },
+          { col: "slotsBusy", label: "busy", color: "#3fb950" }], { unit: "", counts: true }),
+        occupancy: lines(chartEl("occupancy"), [{ col: "occupancy", label: "busy", color: "#e3b341" }], { unit: "%" }),
+        ttft: lines(chartEl("ttft"), [
+          { col: "ttft50", label: "p50", color: "#ffa657", width: 1.5 },
+          { col: "ttft99", label: "p99", color: "#f0883e", width: 2.5 }], { unit: "ms", slo: g.ttft_slo_ms, sloLabel: "TTFT SLO" }),
+        tps: lines(chartEl("tokens"), [{ col: "tps", label: "tokens/s", color: "#58a6ff" }], { unit: "/s" }),
+        notes: { slots: note(), occupancy: note(), ttft: note(), tps: note() },
+      };
+      gen.el = h("div", { class: "grid charts generation", "data-role": "generation" },
+        card("Slots", gen.slots.el, gen.notes.slots),
+        card("Slot occupancy", gen.occupancy.el, gen.notes.occupancy),
+        card("Time to first token", gen.ttft.el, gen.notes.ttft),
+        card("Output tokens/s", gen.tps.el, gen.notes.tps));
+      return gen;
+    }
+
+    renderGeneration(g) {
+      if (!this.gen || !g) return;
+      const n = this.gen.notes;
+      n.slots.textContent = fmt(g.slots_busy) + " of " + fmt(g.slots) + " busy";
+      n.occupancy.textContent = g.occupancy === null ? "no slots reported" : Math.round(100 * g.occupancy) + "%";
+      n.ttft.textContent = "p99 " + fmt(g.ttft_p99_ms, "ms") + " · SLO " + fmt(g.ttft_slo_ms, "ms");
+      n.ttft.className = "muted " + latencyTone(g.ttft_p99_ms, g.ttft_slo_ms);
+      n.tps.textContent = g.tokens_per_s_per_worker === null ? "measuring…" : fmt(g.tokens_per_s_per_worker, "/s") + " per worker";
     }
 
     /* After the section is in the document (uPlot measures its element). */
@@ -141,11 +177,15 @@ const SluicePanels = (() => {
         ready: m.workers.by_state.ready || 0,
       };
       for (const b of m.buckets) { vals["q" + b.bucket] = b.queued; vals["c" + b.bucket] = b.queued_cost; }
+      const g = m.generate;
+      if (g) Object.assign(vals, { ttft50: g.ttft_p50_ms, ttft99: g.ttft_p99_ms, slots: g.slots, slotsBusy: g.slots_busy,
+        occupancy: g.occupancy === null ? null : 100 * g.occupancy, tps: g.tokens_per_s });
       this.ring.push(tS, vals);
       this.renderKpis(m);
       this.renderWorkers();
       this.renderAutoscaler(m);
       this.renderDead(m);
+      this.renderGeneration(m.generate);
       this.draw();
     }
 
@@ -157,6 +197,7 @@ const SluicePanels = (() => {
       this.wait.draw(this.ring);
       this.e2e.draw(this.ring);
       this.replicas.draw(this.ring);
+      if (this.gen) for (const c of [this.gen.slots, this.gen.occupancy, this.gen.ttft, this.gen.tps]) c.draw(this.ring);
     }
 
     renderKpis(m) {

@@ -139,3 +139,14 @@ async def test_many_clients_of_one_job_share_one_reader(gen: Any) -> None:
     await gen.serve(["o", "k"])
     bodies = [events((await c).text) for c in clients]
     assert all(b == bodies[0] for b in bodies) and bodies[0][-1]["event"] == StreamEvent.END
+
+
+async def test_a_shutdown_ends_open_streams_and_refuses_new_ones(gen: Any) -> None:
+    job_id = await submit(gen)
+    task = asyncio.create_task(stream(gen, job_id))
+    await async_wait_until(lambda: gen.state.tokens.listeners == 1, what="a listener")
+    assert gen.state.tokens.close() == 1
+    gen.state.waiters.close()
+    got = events((await task).text)
+    assert all(e["event"] not in ("end", "error") for e in got)  # cut: the client resumes
+    assert (await stream(gen, job_id)).status_code == 503

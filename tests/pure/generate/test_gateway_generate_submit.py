@@ -124,3 +124,23 @@ async def test_stop_sequences_take_a_string_or_up_to_four() -> None:
     assert stop_sequences("x") == ("x",)
     with pytest.raises(ValueError, match="limit is 4"):
         stop_sequences(["a"] * 5)
+
+
+async def test_the_models_own_prompt_codec_tokenizes_once_per_model() -> None:
+    from gateway.generate_service import Codecs, prepare
+    from sluice.config import ModelConfig
+    from sluice.generate.prompt import PromptCodec
+
+    cfg = ModelConfig.model_validate(
+        {"handler": "causal-lm", "params": {"model": "tiny:2x64"}, "generate": {}}
+    )
+    codecs = Codecs()
+    chat = [{"role": "user", "content": "hi"}]
+    values, estimates = await prepare(
+        codecs, "g", cfg, [{"prompt": "hello world", "temperature": 0}, {"messages": chat}]
+    )
+    codec = PromptCodec.for_model(cfg)
+    assert values[0]["prompt_ids"] == codec.encode("hello world")
+    assert values[1]["prompt_ids"] == codec.chat(chat)
+    assert estimates[0].cost > len(values[0]["prompt_ids"])
+    assert await codecs.get("g", cfg) is await codecs.get("g", cfg)

@@ -1,0 +1,121 @@
+"""The gateway (uvicorn on a loopback port) in front of a real ``sluice worker`` on
+the tiny GPT, through OpenAI's client: a completion, a streamed chat, the SSE token
+stream, and a stream that outlives the worker it started on (killed mid-stream,
+another runs the job again) without a token twice."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import uvicorn
+
+from gateway.app import create_app
+from sluice.config import SluiceConfig
+from tests.waits import wait_until
+
+pytestmark = [pytest.mark.system]
+MODEL = "tiny-gpt"
+READY_S = 120.0  # a cold worker imports torch and transformers on a loaded machine
+
+
+def serve(cfg: SluiceConfig, redis_url: str) -> Iterator[str]:
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(cfg, redis_url), host="127.0.0.1", port=0, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), 30, "the gateway")
+    assert thread.is_alive()
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+@pytest.fixture
+def stack(
+    redis_url: str, workers: Callable[[], Any], tiny_config: Callable[..., Any]
+) -> Iterator[tuple[str, Any, Any]]:
+    w = workers()
+    raw = tiny_config(lease_s=1.5)
+    # Accepted before the worker is ready: the first requests wait in the queue.
+    raw["models"][MODEL]["autoscaling"] = {"min_replicas": 0}
+    path, cfg = w.config(raw)
+    first = w.spawn("w1", path)
+    for base in serve(cfg, redis_url):
+        yield base, w, (path, first)
+
+
+def client(base: str) -> openai.OpenAI:
+    return openai.OpenAI(api_key="unused", base_url=f"{base}/v1", max_retries=0, timeout=READY_S)
+
+
+def job_result(base: str, reply_id: str) -> dict[str, Any]:
+    job_id = reply_id.split("-", 1)[1]
+    return dict(httpx.get(f"{base}/v1/jobs/{job_id}").json()["result"])
+
+
+def test_completions_streams_and_sse_against_a_real_worker(stack: tuple[str, Any, Any]) -> None:
+    base, _, _ = stack
+    c = client(base)
+    out = c.completions.create(model=MODEL, prompt="the queue", max_tokens=12, temperature=0)
+    assert out.usage is not None and 0 < out.usage.completion_tokens <= 12
+    assert out.choices[0].text == job_result(base, out.id)["text"]
+    again = c.completions.create(model=MODEL, prompt="the queue", max_tokens=12, temperature=0)
+    assert again.choices[0].text == out.choices[0].text  # greedy: the same text
+    chunks = list(
+        c.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "hello"}],
+            max_tokens=12,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+    )
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == job_result(base, chunks[0].id)["text"]
+    assert chunks[-1].usage is not None
+    job = httpx.post(
+        f"{base}/v1/models/{MODEL}/jobs",
+        json={"input": {"prompt": "a stream", "max_tokens": 8, "temperature": 0}},
+    ).json()["id"]
+    with httpx.stream("GET", f"{base}/v1/jobs/{job}/stream", timeout=READY_S) as resp:
+        kinds = [line[7:] for line in resp.iter_lines() if line.startswith("event: ")]
+    assert kinds[0] == "start" and kinds[-1] == "end" and "tokens" in kinds
+
+
+def test_a_stream_outlives_its_worker_and_shows_no_token_twice(
+    stack: tuple[str, Any, Any],
+) -> None:
+    base, w, (path, first) = stack
+    stream = client(base).completions.create(
+        model=MODEL,
+        prompt="the worker kept going while",
+        max_tokens=160,
+        temperature=0,
+        stream=True,
+    )
+    pieces: list[str] = []
+    reply_id = ""
+    for n, chunk in enumerate(stream):
+        reply_id = chunk.id
+        if chunk.choices:
+            pieces.append(chunk.choices[0].text)
+        if n == 8:  # tokens are flowing: kill the worker mid-generation
+            first.proc.kill()
+            first.proc.wait(10)
+            started = time.monotonic()
+            w.spawn("w2", path)
+    result = job_result(base, reply_id)
+    assert result["attempt"] == 2, "the job should have run again on the second worker"
+    assert "".join(pieces) == result["text"]  # everything once, nothing twice
+    assert time.monotonic() - started < READY_S * 2  # did not hang
