@@ -1,4 +1,4 @@
-"""vLLM behind the ``Engine`` interface (ADR 0144, ADR 0150).
+"""vLLM behind the ``Engine`` interface (ADR 0144, ADR 0151).
 
 Owns: mapping Sluice's sequences, sampling parameters and steps onto vLLM's
 ``LLMEngine`` (the V1 engine core with its own continuous batching, chunked

@@ -71,10 +71,10 @@ def _own_tiny_dir(out: Path) -> Path:
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     try:
-        from sluice.generate.tiny import resolve_model_dir  # type: ignore[import-not-found]
+        from sluice.generate.tiny import resolve_model_dir
     except ImportError:
         return _own_tiny_dir(tmp_path_factory.mktemp("tiny"))
-    return Path(resolve_model_dir("tiny:4x256"))
+    return Path(resolve_model_dir("tiny:4x256", tmp_path_factory.mktemp("models")))
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +177,19 @@ def test_seeded_sampling_reproduces(engine: VLLMEngine) -> None:
     other = run(engine, {"a": (PROMPTS[1], sampled(8))})["a"][0]
     assert again["a"][0] == first
     assert other != first
+
+
+def test_make_engine_builds_it_from_the_handler_params(model_dir: Path) -> None:
+    from sluice.config.generate import GenerateConfig
+    from workers.generate.engines import make_engine
+
+    gen = GenerateConfig(slots=2, max_seq_tokens=128, default_max_tokens=16)
+    engine = make_engine({"engine": "vllm", "dtype": "float32"}, model_dir, gen, threads=1)
+    try:
+        assert isinstance(engine, VLLMEngine) and engine.slots == 2
+        assert len(run(engine, {"a": (PROMPTS[0], greedy(3))})["a"][0]) == 3
+    finally:
+        engine.close()
 
 
 def test_slots_and_budget_are_enforced(engine: VLLMEngine) -> None:
