@@ -13,6 +13,7 @@ COLUMNS = (
     "system",
     "loop",
     "tokens/s",
+    "tok/CPU-s",
     "TTFT p50/p99 ms",
     "ITL p50/p99 ms",
     "req (err, short)",
@@ -75,6 +76,7 @@ def table(data: dict[str, Any]) -> Table:
                 label if loop == "closed" else "",
                 loop,
                 _num(ph["tokens_per_s"]),
+                _num(ph.get("tokens_per_cpu_s")),
                 _pair(ph["ttft_p50_ms"], ph["ttft_p99_ms"]),
                 _pair(ph["itl_p50_ms"], ph["itl_p99_ms"]),
                 f"{ph['requests']} ({ph['errors']}, {ph['short']})",
@@ -98,5 +100,6 @@ def render(data: dict[str, Any], console: Console | None = None) -> None:
         "tokens/s: output tokens that arrived in the window (closed: after the warm-up, "
         "until the clients stop; open: all, first arrival to last token); TTFT from send "
         "(open loop: from the due time); ITL: gaps between chunks spread over their "
-        "tokens; short: requests that ended before max_tokens."
+        "tokens; short: requests that ended before max_tokens; tok/CPU-s: output tokens "
+        "over the CPU seconds of all the system's processes in the loop."
     )

@@ -80,12 +80,12 @@ def served(
         cpu = systems.Cpu(run.proc.pid)
         cpu.mark()
         loop = asyncio.run(closed_loop(target, iter(reqs), p.concurrency, p.duration_s, p.warm_s))
-        out["closed"] = stats.summarize(loop) | {"cpu": cpu.since()}
+        out["closed"] = stats.with_cpu(stats.summarize(loop), cpu.since())
         rate = rate or stats.open_rate(out["closed"]["tokens_per_s"], reqs, p.open_fraction)
         cpu.mark()
         later = open_requests(reqs)
         loop = asyncio.run(open_loop(target, later, arrivals(rate, p.open_s, p.seed, len(reqs))))
-        out["open"] = stats.summarize(loop) | {"cpu": cpu.since(), "offered_rps": rate}
+        out["open"] = stats.with_cpu(stats.summarize(loop), cpu.since()) | {"offered_rps": rate}
         return out
     finally:
         t0 = time.monotonic()
@@ -130,8 +130,8 @@ def in_process(
     raw = json.loads(done.stdout.strip().splitlines()[-1])
     out = {}
     for phase, d in raw.items():
-        out[phase] = stats.summarize(_loop(d)) | {
-            "cpu": {"engine": {"procs": 1, "cpu_s": d["cpu_s"]}},
+        cpu = {"engine": {"procs": 1, "cpu_s": d["cpu_s"]}}
+        out[phase] = stats.with_cpu(stats.summarize(_loop(d)), cpu) | {
             "median_step_ms": d["median_step_ms"],
             "offered_rps": d.get("offered_rps"),
             "steps": d["steps"],

@@ -79,6 +79,15 @@ def open_rate(tokens_per_s: float | None, reqs: Sequence[Request], fraction: flo
     return round((tokens_per_s or 0.0) / mean * fraction, 3)
 
 
+def with_cpu(summary: dict[str, Any], cpu: dict[str, dict[str, float]]) -> dict[str, Any]:
+    """The summary with the system's CPU by role and its output tokens per CPU second
+    (all its processes): a figure the other tenants of a shared machine move less
+    than tokens/s, since a starved process also spends less CPU."""
+    total = sum(r["cpu_s"] for r in cpu.values())
+    per_cpu = round(summary["output_tokens"] / total, 1) if total > 0 else None
+    return summary | {"cpu": cpu, "cpu_s": round(total, 2), "tokens_per_cpu_s": per_cpu}
+
+
 def _div(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 

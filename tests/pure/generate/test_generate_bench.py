@@ -295,3 +295,10 @@ def test_the_mix_parses_and_refuses_nonsense() -> None:
         except ValueError:
             continue
         raise AssertionError(bad)
+
+
+def test_tokens_per_cpu_second_count_every_process_of_the_system() -> None:
+    cpu = {"worker": {"procs": 1, "cpu_s": 8.0}, "gateway": {"procs": 1, "cpu_s": 2.0}}
+    out = stats.with_cpu({"output_tokens": 500}, cpu)
+    assert out["cpu_s"] == 10.0 and out["tokens_per_cpu_s"] == 50.0 and out["cpu"] == cpu
+    assert stats.with_cpu({"output_tokens": 5}, {})["tokens_per_cpu_s"] is None
