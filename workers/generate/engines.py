@@ -1,4 +1,4 @@
-"""Which engine a generative worker decodes with (ADR 0151).
+"""Which engine a generative worker decodes with (ADR 0150).
 
 Owns: the causal-lm handler's ``engine`` param (``hf``, the default, or ``vllm``)
 and building the chosen engine from the model's ``generate:`` section. Each engine

@@ -69,7 +69,8 @@ class EngineHandler(Handler):
 
 
 class CausalLMHandler(EngineHandler):
-    """``causal-lm``: any ``AutoModelForCausalLM`` behind the built-in HF engine."""
+    """``causal-lm``: any ``AutoModelForCausalLM`` behind the built-in HF engine, or
+    vLLM's (``params.engine: vllm``, where vLLM is installed)."""
 
     uses_torch = True
 
@@ -103,20 +104,18 @@ class CausalLMHandler(EngineHandler):
     def build_engine(self) -> Engine:
         t0 = time.perf_counter()
         from sluice.generate.tiny import resolve_model_dir
-        from workers.generate.hf_engine import HFEngine
+        from workers.generate.engines import make_engine
 
         self.load_stages["imports"] = time.perf_counter() - t0
         try:
             model_dir = resolve_model_dir(self.spec)
         except (ValueError, OSError) as e:
             raise ConfigError(f"model {self.ctx.model!r}: params.model: {e}") from e
-        try:
-            return HFEngine(
+        try:  # params.engine: hf (the built-in, default) or vllm (ADR 0150)
+            return make_engine(
+                self.params,
                 model_dir,
-                slots=self.gen.slots,
-                max_seq_tokens=self.gen.max_seq_tokens,
-                prefill_tokens_per_step=self.gen.prefill_tokens_per_step,
-                dtype=self.dtype,
+                self.gen,
                 device=self.device,
                 threads=self.threads or None,
             )

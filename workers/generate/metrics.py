@@ -42,10 +42,15 @@ class TokenRate:
 
 
 class GenerateMetrics:
-    """Every ``sluice_generate_*`` metric of one worker."""
+    """Every ``sluice_generate_*`` metric of one worker, in the worker's registry
+    (a registry of its own when none is given: what a scrape of it would show)."""
 
-    def __init__(self, model: str, registry: CollectorRegistry, slots: int) -> None:
+    def __init__(
+        self, model: str, registry: CollectorRegistry | None = None, slots: int = 0
+    ) -> None:
         self.model = model
+        registry = registry if registry is not None else CollectorRegistry()
+        self.registry = registry
         m = ["model"]
         self.ttft_seconds = Histogram(
             "sluice_generate_ttft_seconds",

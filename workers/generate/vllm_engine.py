@@ -1,4 +1,4 @@
-"""vLLM behind the ``Engine`` interface (ADR 0144, ADR 0151).
+"""vLLM behind the ``Engine`` interface (ADR 0144, ADR 0150).
 
 Owns: mapping Sluice's sequences, sampling parameters and steps onto vLLM's
 ``LLMEngine`` (the V1 engine core with its own continuous batching, chunked
@@ -140,10 +140,10 @@ class VLLMEngine:
     """An ``Engine`` over vLLM. Each ``step`` is one vLLM scheduler step; its
     outputs are the tokens and text each sequence gained since the last step.
 
-    vLLM holds back text that may begin a stop string (as the built-in engine
-    does) but not token ids: a sequence that ends on a stop string has, in its
-    last output, the ids of the tokens that held the stop string, and text cut
-    before it."""
+    Ids and text end before EOS, as the built-in engine's do. vLLM holds back
+    text that may begin a stop string (as the built-in engine does) but not token
+    ids: a sequence that ends on a stop string has, in its last output, the ids of
+    the tokens that held the stop string, and text cut before it."""
 
     def __init__(
         self,
@@ -205,6 +205,8 @@ class VLLMEngine:
         self._live.discard(seq_id)
         reason = str(completion.finish_reason) if completion is not None else "no output"
         finished = _FINISH.get(reason, "error")
+        if reason == "stop" and ids and getattr(completion, "stop_reason", "") is None:
+            ids = ids[:-1]  # vLLM's EOS (stop_reason None); the built-in engine leaves it out too
         error = f"vLLM ended the sequence: {reason}" if finished == "error" else None
         return StepOutput(seq_id, ids, text, finished, error)
 

@@ -139,12 +139,17 @@ def test_output_ends_before_the_first_stop_string(
     ids = codec.encode(text)
     out_ids, streamed, stopped = _stream(codec, ids, tuple(stop))
     full = codec.decode(ids)
-    hits = [i for s in stop if (i := full.find(s)) >= 0]
-    if hits:
-        assert stopped and streamed == full[: min(hits)]
-        assert out_ids == ids[: len(out_ids)]
-    else:
-        assert not stopped and (streamed, out_ids) == (full, ids)
+    # Generation stops at the first token whose text completes a stop string; the
+    # output ends before the earliest stop string in the text so far (a stop that
+    # would only complete with later tokens never sees them: those are not generated).
+    for k in range(1, len(ids) + 1):
+        so_far = codec.decode(ids[:k])
+        hits = [i for s in stop if (i := so_far.find(s)) >= 0]
+        if hits:
+            assert stopped and streamed == so_far[: min(hits)]
+            assert out_ids == ids[: len(out_ids)]
+            return
+    assert not stopped and (streamed, out_ids) == (full, ids)
 
 
 def test_text_that_may_start_a_stop_string_is_held_with_its_tokens() -> None:

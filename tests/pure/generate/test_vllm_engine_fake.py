@@ -45,6 +45,7 @@ class FakeCompletion:
     token_ids: list[int]
     text: str
     finish_reason: str | None = None
+    stop_reason: int | str | None = None  # None with "stop": EOS
 
 
 @dataclass
@@ -62,6 +63,7 @@ class FakeCore:
     live: dict[str, tuple[list[int], FakeSampling]] = field(default_factory=dict)
     produced: dict[str, int] = field(default_factory=dict)
     finish: dict[str, str] = field(default_factory=dict)
+    stop_reason: dict[str, int | str] = field(default_factory=dict)
     aborted: list[str] = field(default_factory=list)
     steps: int = 0
     broken: bool = False
@@ -91,7 +93,9 @@ class FakeCore:
             reason = self.finish.get(rid) or ("length" if n == params.max_tokens else None)
             if reason:
                 del self.live[rid]
-            outs.append(FakeOutput(rid, [FakeCompletion([tok], f"<{tok}>", reason)], bool(reason)))
+            why = self.stop_reason.get(rid)
+            done = FakeCompletion([tok], f"<{tok}>", reason, why)
+            outs.append(FakeOutput(rid, [done], bool(reason)))
         return outs
 
     @property
@@ -160,15 +164,25 @@ def test_steps_give_each_sequences_delta_and_end() -> None:
 
 
 @pytest.mark.parametrize(
-    ("vllm_reason", "ours", "error"),
-    [("stop", "stop", False), ("repetition", "stop", False), ("error", "error", True)],
+    ("vllm_reason", "stop_reason", "ours", "ids", "error"),
+    [
+        ("stop", None, "stop", (), False),  # EOS: left out of the ids, as HFEngine does
+        ("stop", "x", "stop", (2,), False),  # a stop string: its token stays
+        ("stop", 7, "stop", (2,), False),  # a stop token id
+        ("repetition", "repetition_detected", "stop", (2,), False),
+        ("error", None, "error", (2,), True),
+    ],
 )
-def test_finish_reasons(vllm_reason: str, ours: str, error: bool) -> None:
+def test_finish_reasons(
+    vllm_reason: str, stop_reason: str | int | None, ours: str, ids: tuple[int, ...], error: bool
+) -> None:
     engine, core = fake_engine()
     engine.add("a", [1], greedy(50))
     core.finish["a"] = vllm_reason
+    if stop_reason is not None:
+        core.stop_reason["a"] = stop_reason
     (out,) = engine.step()
-    assert out.finished == ours and (out.error is not None) == error
+    assert (out.finished, out.token_ids, out.error is not None) == (ours, ids, error)
 
 
 def test_abort_frees_the_slot_and_drops_its_outputs() -> None:
