@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 
 from sluicebench.generate.client import Target, closed_loop, open_loop
 from sluicebench.generate.workload import requests
-from tests.served import served
+from tests.kit.served import served
 
 
 def stub(hang_over: int = 10_000) -> FastAPI:
