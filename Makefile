@@ -137,9 +137,11 @@ bench-peers:
 	$(RAY_VENV)/bin/pip install -q "ray[serve]==2.60.0" torch==2.13.0 transformers==5.24.0
 
 # Issue 30's benchmark: (a) continuous slots, (b) whole batch, (c) Ray Serve, (d) vLLM
-# when installed, (e) the engine in process (~7 min; run `make bench-peers` first).
+# (the venv `make vllm-venv` makes, when there), (e) the engine in process (8-10 min;
+# `make bench-peers` first).
 bench-generate: $(STAMP)
-	SLUICE_BENCH_RAY_VENV=$(RAY_VENV) $(VENV)/bin/sluice bench generate --json bench/results/generate.json
+	SLUICE_BENCH_RAY_VENV=$(abspath $(RAY_VENV)) SLUICE_VLLM_VENV=$(abspath $(VLLM_VENV)) \
+	  $(VENV)/bin/sluice bench generate --json bench/results/generate.json
 
 # The 10-minute soak of issue 8 at 70% of capacity (not part of `make test`;
 # tests/measure/soak runs a 60-second one). Exits 1 if any criterion fails.
