@@ -1,0 +1,182 @@
+"""Issue 30, section 2: priorities, deadlines, webhooks and the time to first token
+work for generative jobs as for others, through the slot loop (a FakeEngine) on a
+real Redis.
+
+Deadlines: ``deadline_ms`` bounds the wait for a start (docs/api.md: "expires the
+job if no worker has started it by then"), for generative jobs as for others. A
+job past its deadline in the queue ends ``expired`` at the next claim and its
+stream's follower ends with an error; a job whose deadline passes while it runs
+runs to its end: its result is stored and its slot freed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from sluice import keys
+from sluice.generate.ops import StepReply, run_step
+from sluice.generate.params import GenerateInput, SamplingParams
+from sluice.generate.stream import Follower, entry_from_record, parse_entry
+from sluice.jobs import JobStatus, NewJob, Webhook
+from sluice.records import DeliveryField, JobField
+from tests.waits import redis_now_ms, wait_until
+
+pytestmark = pytest.mark.redis
+MODEL = "gen"
+
+
+def new_job(prompt: Sequence[int], max_tokens: int, **kw: Any) -> NewJob:
+    value = GenerateInput(tuple(prompt), SamplingParams(max_tokens, temperature=0.0)).to_dict()
+    return NewJob(value, "256", len(prompt) + max_tokens, **kw)
+
+
+def submit(g: Any, prompt: Sequence[int], max_tokens: int, **kw: Any) -> str:
+    return str(g.qc.submit(MODEL, [new_job(prompt, max_tokens, **kw)])[0].id)
+
+
+def past_deadline(g: Any, job_id: str) -> None:
+    """Wait (on the Redis clock, what deadlines are measured by) until it passed."""
+    dl = int(g.qc.redis.hget(keys.job_key(MODEL, job_id), JobField.DL))
+    assert dl > 0
+    wait_until(lambda: redis_now_ms(g.qc.redis) > dl, what="the deadline to pass")
+
+
+def recording() -> tuple[list[list[str]], Callable[..., StepReply]]:
+    """A step function that records each claim's job ids, in claim order."""
+    claims: list[list[str]] = []
+
+    def step(*args: Any, **kw: Any) -> StepReply:
+        reply = run_step(*args, **kw)
+        if reply.batch.jobs:
+            claims.append([j.id for j in reply.batch.jobs])
+        return reply
+
+    return claims, step
+
+
+def follow(g: Any, job_id: str) -> Follower:
+    """A follower fed the job's whole stream, then the record's ending if the stream
+    has none (what a client does after reading a stream that ended without one)."""
+    follower = Follower()
+    for entry_id, fields in g.qc.redis.xrange(keys.stream_key(MODEL, job_id)):
+        follower.feed(parse_entry(entry_id, fields))
+    if not follower.done:
+        ending = entry_from_record(g.qc.get(job_id, MODEL))
+        if ending is not None:
+            follower.feed(ending)
+    return follower
+
+
+# -- Priorities ----------------------------------------------------------------------
+def test_free_slots_take_high_before_normal_before_low(gen: Callable[..., Any]) -> None:
+    claims, step = recording()
+    g = gen(slots=2, step=step)
+    by_prio: dict[str, list[str]] = {}
+    for prio in ("low", "normal", "high", "low", "normal", "high"):  # low first in time
+        by_prio.setdefault(prio, []).append(submit(g, [len(by_prio), 5], 2, priority=prio))
+    g.until_idle()
+    order = [job_id for claim in claims for job_id in claim]
+    assert order == by_prio["high"] + by_prio["normal"] + by_prio["low"]
+    assert claims[0] == by_prio["high"]  # two free slots: both highs in one claim
+    for job_id in order:
+        assert g.qc.get(job_id, MODEL).status is JobStatus.SUCCEEDED
+
+
+def test_a_slot_freed_mid_run_goes_to_a_high_job_queued_after_low_ones(
+    gen: Callable[..., Any],
+) -> None:
+    claims, step = recording()
+    g = gen(slots=1, step=step)
+    first = submit(g, [1, 2], 3)
+    assert g.loop.turn().claimed == 1  # the only slot is busy
+    lows = [submit(g, [3, i], 2, priority="low") for i in range(2)]
+    high = submit(g, [4], 2, priority="high")
+    g.until_idle()
+    assert [c[0] for c in claims] == [first, high, *lows]
+
+
+# -- Deadlines -----------------------------------------------------------------------
+def test_a_job_past_its_deadline_in_the_queue_expires_and_its_follower_ends(
+    gen: Callable[..., Any],
+) -> None:
+    g = gen(slots=2)
+    job_id = submit(g, [1, 2, 3], 4, deadline_ms=50)
+    past_deadline(g, job_id)
+    assert g.until_idle() == 1  # claimed nothing: the claim expired it
+    rec = g.qc.get(job_id, MODEL)
+    assert rec.status is JobStatus.EXPIRED and rec.attempts == 0
+    assert g.engine.steps == 0 and not g.engine.seqs
+    follower = follow(g, job_id)
+    assert follower.done and follower.result is None
+    assert follower.error is not None and "expired" in follower.error
+    assert follower.text == ""
+
+
+def test_a_job_that_expires_behind_full_slots_never_runs(gen: Callable[..., Any]) -> None:
+    g = gen(slots=1)
+    busy = submit(g, [1, 2], 8)
+    assert g.loop.turn().claimed == 1
+    late = submit(g, [5, 6], 4, deadline_ms=50)
+    past_deadline(g, late)
+    g.until_idle()  # the slot frees, the next claim expires the late job
+    assert g.qc.get(busy, MODEL).status is JobStatus.SUCCEEDED
+    assert g.qc.get(late, MODEL).status is JobStatus.EXPIRED
+    assert g.entries(late) == []  # it never ran: nothing streamed
+    follower = follow(g, late)
+    assert follower.done and follower.error is not None
+
+
+def test_a_job_whose_deadline_passes_while_it_runs_ends_with_its_result(
+    gen: Callable[..., Any],
+) -> None:
+    g = gen(slots=2)
+    job_id = submit(g, [7, 8], 6, deadline_ms=2_000)
+    assert g.loop.turn().claimed == 1
+    g.loop.turn()  # a token streamed, then the deadline passes mid-run
+    past_deadline(g, job_id)
+    g.until_idle()
+    rec = g.qc.get(job_id, MODEL)
+    assert rec.status is JobStatus.SUCCEEDED
+    assert rec.result["text"] == g.expected([7, 8], 6)
+    assert g.loop.active == 0 and not g.engine.seqs  # the slot is free
+    follower = follow(g, job_id)
+    assert follower.text == g.expected([7, 8], 6) and follower.result is not None
+    after = submit(g, [9], 2)  # and it takes the next job
+    g.until_idle()
+    assert g.qc.get(after, MODEL).status is JobStatus.SUCCEEDED
+
+
+# -- Webhooks ------------------------------------------------------------------------
+def test_a_generative_job_with_a_webhook_gets_its_completion_delivery(
+    gen: Callable[..., Any],
+) -> None:
+    g = gen(slots=2)
+    url = "https://hooks.example.com/done"
+    job_id = submit(g, [1, 2], 3, webhook=Webhook(url))
+    plain = submit(g, [3, 4], 3)
+    g.until_idle()
+    delivery = g.qc.redis.hgetall(keys.delivery_key(MODEL, job_id))
+    assert delivery[DeliveryField.URL] == url
+    assert delivery[DeliveryField.EVENT] == "succeeded"
+    assert delivery[DeliveryField.STATE] == "pending"
+    assert g.qc.redis.zscore(keys.deliveries_due_key(MODEL), job_id) is not None
+    rec = g.qc.get(job_id, MODEL)  # what the delivery's body carries (JobRecord.view)
+    assert rec.view()["result"]["text"] == g.expected([1, 2], 3)
+    assert rec.view()["webhook"]["url"] == url
+    assert not g.qc.redis.exists(keys.delivery_key(MODEL, plain))
+
+
+# -- The time to first token ---------------------------------------------------------
+def test_the_job_view_carries_the_time_to_first_token(gen: Callable[..., Any]) -> None:
+    g = gen(slots=2)
+    job_id = submit(g, [1, 2], 3)
+    assert g.loop.turn().claimed == 1
+    assert "ttft_ms" not in g.qc.get(job_id, MODEL).view()["timings"]  # no token yet
+    g.until_idle()
+    timings = g.qc.get(job_id, MODEL).view()["timings"]
+    stored = int(g.qc.redis.hget(keys.job_key(MODEL, job_id), JobField.TTFT))
+    assert timings["ttft_ms"] == stored >= 0
+    assert timings["ttft_ms"] <= (timings["finished_at"] - timings["queued_at"]) * 1000 + 1
