@@ -288,7 +288,11 @@ class JobRecord:
 
 
 def _timings(
-    raw: dict[str, str], queued: int, started: int | None, finished: int | None, run_ms: float | None
+    raw: dict[str, str],
+    queued: int,
+    started: int | None,
+    finished: int | None,
+    run_ms: float | None,
 ) -> dict[str, Any]:
     """The view's timings; a generative job's ``ttft_ms`` (enqueue to its first output
     token, written once by the step script) once it has one."""

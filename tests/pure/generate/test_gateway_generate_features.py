@@ -136,6 +136,8 @@ async def test_max_queued_jobs_of_a_key_is_429_with_retry_after_on_every_route(
             assert "error" in resp.json()
         assert (await submit_job(gen, bearer(ALICE))).status_code == 429
         assert (await submit_job(gen, bearer(BOB))).status_code == 202  # bob is not capped
+        await gen.serve(["o", "k"])  # alice's job ends: her slot under the cap is free
+        assert (await submit_job(gen, bearer(ALICE))).status_code == 202
 
 
 async def test_a_keys_rate_limit_is_429_with_retry_after_on_completions(make_gen: Any) -> None:
@@ -146,6 +148,22 @@ async def test_a_keys_rate_limit_is_429_with_retry_after_on_completions(make_gen
         )
         assert resp.status_code == 429, resp.text
         assert int(resp.headers["retry-after"]) >= 1
+
+
+async def test_a_completions_priority_is_the_jobs_and_a_keys_max_priority_holds(
+    make_gen: Any,
+) -> None:
+    async with make_gen(auth(max_priority="normal")) as gen:
+        worker = asyncio.create_task(gen.serve(["o", "k"]))
+        body = {**COMPLETION, "priority": "low"}
+        resp = await gen.client.post("/v1/completions", json=body, headers=bearer(BOB))
+        await worker
+        job_id = resp.json()["id"].removeprefix("cmpl-")
+        view = (await gen.client.get(f"/v1/jobs/{job_id}", headers=bearer(BOB))).json()
+        assert view["priority"] == "low"
+        high = {**COMPLETION, "priority": "high", "stream": True}
+        refused = await gen.client.post("/v1/completions", json=high, headers=bearer(ALICE))
+        assert refused.status_code == 403, refused.text
 
 
 # -- Idempotency ---------------------------------------------------------------------

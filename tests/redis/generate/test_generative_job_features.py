@@ -11,12 +11,20 @@ runs to its end: its result is stored and its slot freed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+import base64
+import http.server
+import json
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from notifier.loop import build
 from sluice import keys
+from sluice.config import SluiceConfig
 from sluice.generate.ops import StepReply, run_step
 from sluice.generate.params import GenerateInput, SamplingParams
 from sluice.generate.stream import Follower, entry_from_record, parse_entry
@@ -167,6 +175,87 @@ def test_a_generative_job_with_a_webhook_gets_its_completion_delivery(
     assert rec.view()["result"]["text"] == g.expected([1, 2], 3)
     assert rec.view()["webhook"]["url"] == url
     assert not g.qc.redis.exists(keys.delivery_key(MODEL, plain))
+
+
+SECRET_ENV = "SLUICE_G8_WEBHOOK_SECRET"
+SECRET = "whsec_" + base64.b64encode(b"sluice-g8-test-secret-0123456789").decode()
+HOOKS = {
+    "secret_env": SECRET_ENV,
+    "allow_networks": ["127.0.0.1/32"],
+    "allow_http": True,
+    "retry_schedule_s": [0.2],
+    "jitter": 0.0,
+}
+
+
+@contextmanager
+def receiver() -> Iterator[tuple[str, list[bytes]]]:
+    """A loopback HTTP receiver answering 200: its URL and the bodies it got."""
+    bodies: list[bytes] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            bodies.append(self.rfile.read(int(self.headers.get("content-length") or 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+@contextmanager
+def notifier_running(cfg: SluiceConfig, redis_url: str) -> Iterator[None]:
+    """The webhook notifier's loop in a thread of its own until the block ends."""
+    n = build(cfg, redis_url, {SECRET_ENV: SECRET})
+    stop = threading.Event()
+
+    async def main() -> None:
+        try:
+            await n.run(stop.is_set)
+        finally:
+            await n.client.redis.aclose()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(30)
+        assert not thread.is_alive(), "the notifier did not stop"
+
+
+def test_the_notifier_delivers_a_generative_jobs_result_to_its_webhook(
+    gen: Callable[..., Any], redis_url: str
+) -> None:
+    g = gen(slots=2, sections={"webhooks": HOOKS})
+    with receiver() as (url, bodies), notifier_running(g.cfg, redis_url):
+        job_id = submit(g, [1, 2], 3, webhook=Webhook(url))
+        g.until_idle()
+        wait_until(lambda: bodies, what="the webhook's delivery")
+        wait_until(
+            lambda: (
+                g.qc.redis.hget(keys.delivery_key(MODEL, job_id), DeliveryField.STATE)
+                == "delivered"
+            ),
+            what="the delivery to be marked delivered",
+        )
+    body = json.loads(bodies[0])
+    job = body["data"]  # docs/webhooks.md: {"type", "timestamp", "data": the job view}
+    assert job["id"] == job_id and job["status"] == "succeeded"
+    assert job["result"]["text"] == g.expected([1, 2], 3)
+    assert job["result"]["finish_reason"] == "length"
 
 
 # -- The time to first token ---------------------------------------------------------
