@@ -212,7 +212,10 @@ async def test_an_idempotency_key_on_the_job_route_returns_the_same_job(gen: Any
     first = await submit_job(gen, idem)
     again = await submit_job(gen, idem)
     assert first.status_code == 202, first.text
-    assert again.status_code in (200, 202) and again.json()["id"] == first.json()["id"]
+    assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
+    assert again.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    assert (await gen.queue.stats("g")).counters.get("arrived", 0) == 1
     other = await gen.client.post(
         "/v1/models/g/jobs", json={"input": {"prompt": "bye"}}, headers=idem
     )

@@ -157,6 +157,25 @@ def test_a_job_whose_deadline_passes_while_it_runs_ends_with_its_result(
     assert g.qc.get(after, MODEL).status is JobStatus.SUCCEEDED
 
 
+def test_a_job_past_its_deadline_whose_worker_died_expires_and_frees_the_old_slot(
+    gen: Callable[..., Any],
+) -> None:
+    dead, other = gen(slots=2, lease_s=0.3), gen(slots=2, lease_s=0.3)
+    job_id = submit(dead, [2, 3], 8, deadline_ms=1_000)
+    assert dead.loop.turn().claimed == 1
+    dead.loop.turn()  # a token streamed; then this worker stalls (its lease runs out)
+    assert dead.entries(job_id)
+    past_deadline(dead, job_id)
+    lease = dead.qc.redis.zscore(keys.inflight_key(MODEL), job_id)
+    wait_until(lambda: redis_now_ms(dead.qc.redis) > lease, what="the lease to lapse")
+    assert other.loop.turn().claimed == 0  # reclaimed, then expired: never run again
+    assert dead.qc.get(job_id, MODEL).status is JobStatus.EXPIRED
+    assert dead.loop.turn().lost == 1  # the stalled worker learns and frees its slot
+    assert dead.loop.active == 0 and not dead.engine.seqs
+    follower = follow(dead, job_id)
+    assert follower.done and follower.error is not None and follower.result is None
+
+
 # -- Webhooks ------------------------------------------------------------------------
 def test_a_generative_job_with_a_webhook_gets_its_completion_delivery(
     gen: Callable[..., Any],
