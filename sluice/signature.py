@@ -13,7 +13,7 @@ by ``sluice.lua_loader.source``) that reads the fixed ARGV into Lua locals of th
 same names, ``arg_group(i)`` that returns the i-th group as a table of named
 fields, ``N_GROUPS``, and ``reply{...}`` / ``reply_group(out, {...})`` that build
 the reply in declared order. A script body never indexes ARGV itself:
-tests/unit/test_signatures.py checks that for every script, and that every
+tests/pure/core/test_signatures.py checks that for every script, and that every
 declared name is used.
 """
 

@@ -11,7 +11,7 @@ product's own ``sluice.local.children``), and the argparse programs under
 Results go to ``bench/results/`` and ``docs/benchmarks/``.
 
 Nothing in sluice/, gateway/, workers/ or autoscaler/ imports this package
-(tests/unit/test_import_rules.py checks it); it imports theirs.
+(tests/pure/repo/test_import_rules.py checks it); it imports theirs.
 """
 
 from __future__ import annotations

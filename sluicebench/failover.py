@@ -12,7 +12,7 @@ The replica replicates through :class:`LagLink`; with ``lag_s`` it stops
 receiving the primary's stream that long before the kill, as over a slow or
 partitioned link (on loopback alone a replica is never behind).
 
-``tests/ha`` asserts on it (``durability: replica`` loses nothing) and
+``tests/*/ha`` asserts on it (``durability: replica`` loses nothing) and
 ``sluice bench failover`` reports it for both settings.
 """
 

@@ -23,7 +23,7 @@ import pytest
 import redis
 from hypothesis import HealthCheck, settings
 
-from sluice.config import SluiceConfig, load_config, parse_config
+from sluice.config import SluiceConfig, load_config
 from sluice.errors import SluiceError
 from sluice.local.redis_server import (
     RedisServer,
@@ -34,6 +34,19 @@ from sluice.local.redis_server import (
 from sluice.local.redis_topology import LocalCluster
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.factories import sluice_config
+
+# The component fixtures (and the helpers their tests import) live in tests/kit;
+# registered here once so every tier reaches them. Fixture names are unique
+# across these modules.
+pytest_plugins = [
+    "tests.kit.deploy",
+    "tests.kit.faults",
+    "tests.kit.gateway",
+    "tests.kit.security",
+    "tests.kit.webhooks",
+    "tests.kit.workers",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = ROOT / "examples" / "sluice.yaml"
@@ -51,23 +64,28 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporter.write_line(line)
 
 
-# Tiers whose tests start redis-server processes of their own (through the CLI,
-# `sluice up` or RedisServer) rather than through the redis_server fixture.
-_OWN_SERVER_TIERS = ("bench", "bulk", "cli", "e2e", "faults", "ha", "redis", "workers")
+# The suite is laid out by how a test runs, then by component
+# (tests/<tier>/<component>/): `pure` (no Redis server, no process; fakeredis is
+# fine), `redis` (a real redis-server: the fixtures below, or servers it starts
+# in-process), `process` (starts processes: the CLI, `sluice up`, children,
+# subprocess, chromium), `measure` (a benchmark or soak run), and `gpu`
+# (`make test-gpu`). Shared helpers and the component fixtures live in tests/kit.
+PURE_TIER = "pure"
+# Tiers whose every test starts processes or a measurement that may run on a
+# real redis-server (the CLI, `sluice up`, a benchmark): each is marked `redis`,
+# so `make test-fast` runs none of them. In tests/redis the rules below mark a
+# test (the fixtures, a "real" parameter, a server it starts), which leaves the
+# gateway tests' fakeredis runs to `make test-fast`.
+_OWN_SERVER_TIERS = ("process", "measure")
 # A test module that calls one of these starts a server of its own.
 _SERVER_STARTERS = ("start_redis(", "RedisServer(", "SentinelGroup(", "LocalCluster(")
-# Tests elsewhere that start one indirectly, through a benchmark's main or script.
-# A path here that no longer exists stops the collection (a moved file must be
-# named again); a test missing here fails `make test-fast`, which finds no
-# redis-server.
-_OWN_SERVER_TESTS = (
-    "gateway/test_bench.py",
-    "security/test_bench_auth_submit.py",
-    "security/test_bench_keys.py",
-    "unit/test_bench_scripts.py::test_a_script_whose_benchmark_spawns_processes_runs",
-)
+# Tests in the other tiers that start one indirectly, through a benchmark's main
+# or script. A path here that no longer exists stops the collection (a moved file
+# must be named again); a test missing here fails `make test-fast`, which finds no
+# redis-server. Empty since the tier layout: such a test is in tests/measure.
+_OWN_SERVER_TESTS: tuple[str, ...] = ()
 # The parameter value that puts a test on a real Redis: fixtures parametrized
-# with gateway_kinds() (tests/gateway/conftest.py's `kind`, the fuzz tests'
+# with gateway_kinds() (tests/kit/gateway.py's `kind`, the fuzz tests'
 # servers) run each test on fakeredis, on a real server, or both.
 _REAL_REDIS_PARAM = "real"
 
@@ -142,17 +160,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that runs on a real redis-server ``redis``, so that
     ``make test-redis62`` can run them all again on another Redis version and
     ``make test-fast`` (``-m "not redis"``) runs none of them; give each
-    ``system`` test its longer timeout."""
+    ``system`` test its longer timeout. A test under tests/pure that would run on
+    a real Redis stops the collection: it belongs in another tier."""
     tests_dir = Path(__file__).resolve().parent
     stale = [t for t in _OWN_SERVER_TESTS if not (tests_dir / t.split("::")[0]).exists()]
     if stale:
         raise pytest.UsageError(f"tests/conftest.py _OWN_SERVER_TESTS names missing {stale}")
     starts: dict[Path, bool] = {}
+    misplaced: list[str] = []
     for item in items:
         rel = Path(str(item.path)).resolve().relative_to(tests_dir).as_posix()
         if _on_real_redis(item, rel, starts):
             item.add_marker(pytest.mark.redis)
+            if rel.split("/", 1)[0] == PURE_TIER:
+                misplaced.append(item.nodeid)
         _give_system_tests_their_timeout(item)
+    if misplaced:
+        raise pytest.UsageError(
+            f"tests/pure runs on no Redis server; move to tests/redis (or process): {misplaced}"
+        )
 
 
 # SLUICE_TEST_REDIS=cluster: the redis_server fixture is a 3-shard Redis Cluster
@@ -198,10 +224,9 @@ def example_config() -> SluiceConfig:
 
 
 def make_config(**model_overrides: object) -> SluiceConfig:
-    """A config with one model ``m`` (buckets 32/128/512), overridable per section."""
-    model: dict[str, object] = {"handler": "synthetic", "buckets": [32, 128, 512]}
-    model.update(model_overrides)
-    return parse_config({"models": {"m": model}})
+    """A config with one model ``m`` (buckets 32/128/512), overridable per section
+    (tests/factories.py's ``sluice_config``)."""
+    return sluice_config(dict(model_overrides))
 
 
 @pytest.fixture

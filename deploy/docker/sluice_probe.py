@@ -11,7 +11,7 @@
 A worker has no readiness endpoint of its own: its Prometheus port serves the
 same text on every path. Its ``sluice_worker_state{state="ready"}`` gauge is 1
 only after the model is loaded and warmed up, and drops to 0 when it drains or
-quarantines, so that gauge is the readiness signal (tests/deploy runs this script
+quarantines, so that gauge is the readiness signal (tests/*/deploy runs this script
 against a real worker metrics server). A parked warm-pool worker (``standby``) is
 loaded and healthy too: ready for a rollout, promoted by the autoscaler.
 """

@@ -4,7 +4,7 @@ A GPT-2 (``GPT2LMHeadModel``, head tied to the token embeddings) whose every
 tensor is drawn by numpy from a generator seeded by the tensor's name, saved as
 ``model.safetensors`` (the format is a length-prefixed JSON header and the raw
 little-endian tensors, written here directly). The core package never imports
-torch (tests/unit/test_import_rules.py), and the same bytes come out on every
+torch (tests/pure/repo/test_import_rules.py), and the same bytes come out on every
 machine.
 """
 

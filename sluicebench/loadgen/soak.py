@@ -240,7 +240,7 @@ def run_soak(workdir: Path, p: SoakParams) -> dict[str, Any]:
 
 
 def quick_params(**overrides: Any) -> SoakParams:
-    """The suite's 60-second soak (tests/soak): short TTLs, short warm-up, 2 s samples."""
+    """The suite's 60-second soak (tests/*/soak): short TTLs, short warm-up, 2 s samples."""
     base = SoakParams(
         duration_s=60.0,
         warmup_s=20.0,

@@ -17,9 +17,9 @@ from sluice.config import SluiceConfig, parse_config
 from sluice.errors import ConfigError
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
-from tests.gpu.cuda import needs_cuda
+from tests.kit.cuda import needs_cuda
+from tests.kit.workers import MODEL, submit, worker_config
 from tests.waits import wait_until
-from tests.workers.conftest import MODEL, submit, worker_config
 from workers.handlers import HandlerContext, make_handler
 from workers.main import build_worker, resolve_device
 from workers.worker import WorkerOptions
@@ -58,7 +58,7 @@ def local_config() -> SluiceConfig:
         {
             "models": {
                 MODEL: {
-                    "handler": "tests.gpu.handlers:WhereAmIHandler",
+                    "handler": "tests.kit.gpu_handlers:WhereAmIHandler",
                     "autoscaling": {"max_replicas": n, "gpu_memory_gb": 1},
                 }
             },
@@ -78,7 +78,7 @@ def backend(
     cfg = local_config()
     path = tmp_path / "sluice.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True)))
-    # The spawned `sluice worker` imports tests.gpu.handlers from this checkout.
+    # The spawned `sluice worker` imports tests.kit.gpu_handlers from this checkout.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     be = LocalBackend(cfg, path, redis_url, log_dir=tmp_path / "logs")

@@ -14,9 +14,8 @@ import torch
 from sluice.config import SluiceConfig, parse_config
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
-from tests.gpu.cuda import needs_cuda
-from tests.workers.conftest import MODEL, submit
-from tests.workers.test_embedding import cosines, mixed_texts
+from tests.kit.cuda import needs_cuda
+from tests.kit.workers import MODEL, cosines, mixed_texts, submit
 from workers.handlers import Handler, HandlerContext, make_handler
 from workers.main import build_worker
 from workers.worker import EXIT_OK, WorkerOptions

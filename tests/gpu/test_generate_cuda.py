@@ -11,7 +11,7 @@ import torch
 
 from sluice.generate.params import SamplingParams
 from sluice.generate.tiny import ensure_tiny
-from tests.gpu.cuda import needs_cuda
+from tests.kit.cuda import needs_cuda
 from workers.generate.engine import StepOutput
 from workers.generate.hf_engine import HFEngine
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 
 from sluice.jobs import ClaimedJob
-from tests.gpu.cuda import needs_cuda
-from tests.workers.conftest import MODEL, worker_config
+from tests.kit.cuda import needs_cuda
+from tests.kit.workers import MODEL, worker_config
 from workers.budget import TokenBudget
 from workers.execute import BatchRunner, warm_up
 from workers.handlers import HandlerContext, Shape, make_handler
@@ -23,7 +23,7 @@ def free_bytes() -> int:
 
 
 def hog(**params: object) -> Handler:
-    cfg = worker_config("tests.gpu.handlers:CudaHogHandler", params=dict(params))
+    cfg = worker_config("tests.kit.gpu_handlers:CudaHogHandler", params=dict(params))
     h = make_handler(HandlerContext(MODEL, cfg.model(MODEL), device="cuda:0"))
     h.load()
     return h

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from sluice.config import parse_config
-from tests.gpu.cuda import needs_cuda
+from tests.kit.cuda import needs_cuda
 from workers.handlers import HandlerContext, make_handler
 
 pytestmark = [needs_cuda, pytest.mark.system]

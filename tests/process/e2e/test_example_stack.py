@@ -1,0 +1,87 @@
+"""``sluice up`` with examples/sluice.yaml, untouched, as a new user gets it (one
+stack for the module): the ``openai`` client embeds through ``/v1/embeddings``
+with MiniLM; and under a backlog that scales MiniLM to its most workers, the
+workers' CPU threads never add up to more than the machine's cores (two workers
+of torch's default two threads on two cores served less than one worker,
+docs/adr/0125), and ``sluice up`` says how it divided the machine."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from sluice.config import load_config
+from sluice.cores import cores_per_worker, machine_cores
+from tests.conftest import EXAMPLE_CONFIG
+from tests.kit.upstack import Up, launch, shut_down
+from tests.waits import wait_until
+
+pytestmark = [pytest.mark.system]
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
+    stack = launch(yaml.safe_load(EXAMPLE_CONFIG.read_text()), tmp_path_factory.mktemp("up"))
+    yield stack
+    shut_down(stack)
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))  # MiniLM's vectors are unit length
+
+
+def test_the_openai_client_embeds_with_minilm(example: Up) -> None:
+    # Closed at the end: a pooled connection left open fails the suite at exit.
+    with openai.OpenAI(base_url=f"{example.gateway}/v1", api_key="unused", timeout=60) as client:
+        check_embeddings(client, example)
+
+
+def check_embeddings(client: openai.OpenAI, example: Up) -> None:
+    texts = ["A man is eating food.", "A man is eating bread.", "The new movie is awesome."]
+    got = client.embeddings.create(model="minilm", input=texts)  # base64, decoded by the client
+    floats = client.embeddings.create(model="minilm", input=texts, encoding_format="float")
+    vectors = [d.embedding for d in floats.data]
+    assert [len(v) for v in vectors] == [384] * 3
+    assert all(abs(cosine(v, v) - 1) < 1e-4 for v in vectors)
+    for a, b in zip(got.data, floats.data, strict=True):
+        assert a.embedding == pytest.approx(b.embedding, abs=1e-6)  # float32 of the same
+    assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2]) + 0.3
+    costs = httpx.post(
+        f"{example.gateway}/v1/models/minilm/jobs/batch", json={"inputs": texts}, timeout=30
+    ).json()["jobs"]
+    assert got.usage.prompt_tokens == sum(j["cost"] for j in costs)  # the tokenizer's count
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="text-embedding-3-small", input="x")
+    with pytest.raises(openai.BadRequestError, match="dimensions"):
+        client.embeddings.create(model="minilm", input="x", dimensions=128)
+
+
+def test_the_example_stack_never_oversubscribes_the_cores(example: Up) -> None:
+    cfg = load_config(EXAMPLE_CONFIG)
+    cores = machine_cores()
+    per = cores_per_worker(cfg.models["minilm"], cores)
+    most = min(cfg.models["minilm"].autoscaling.max_replicas, cores // per)
+    assert any(line.startswith(f"cores: {cores} CPU cores") for line in example.printed)
+    texts = [" ".join(["token"] * (8 + i % 40)) for i in range(256)]
+    for _ in range(24):  # ~6,000 jobs: minutes of work for one worker, so it scales up
+        r = httpx.post(
+            f"{example.gateway}/v1/models/minilm/jobs/batch", json={"inputs": texts}, timeout=30
+        )
+        assert r.status_code == 202, r.text
+
+    held: list[int] = []
+
+    def threads_at_most_cores_until_scaled() -> bool:
+        ready = [w for w in example.workers("minilm") if w.state == "ready"]
+        threads = [int(w.extra.get("threads", 0)) for w in ready]
+        held.append(sum(threads))
+        assert sum(threads) <= cores, threads  # at every look, not only at the end
+        assert all(t == per for t in threads), threads
+        return len(ready) >= most
+
+    wait_until(threads_at_most_cores_until_scaled, 240, f"{most} MiniLM workers", every_s=0.2)
+    assert max(held) == most * per <= cores

@@ -1,0 +1,192 @@
+"""Schemathesis over every operation of the OpenAPI schema, valid and invalid requests.
+
+Extends test_schema.py (which runs the CLI process on a real Redis): here the
+app is served in-process, on fakeredis with more examples and on a real Redis
+with fewer; path, query and header parameters (Idempotency-Key, wait, timeout)
+are all generated from the schema; every response must be no 5xx, have a status
+the schema declares, and a body that validates against the schema.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import schemathesis
+import uvicorn
+from fakeredis import FakeServer
+from fakeredis import aioredis as fake_aioredis
+from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+
+from gateway.app import create_app
+from sluice.config import SluiceConfig, parse_config
+from sluice.local.redis_server import RedisServer
+from tests.conftest import gateway_kinds
+from tests.kit.gateway import error_keys, waited_out
+
+FUZZ_LIMIT = 65_536
+
+
+def fuzz_config() -> SluiceConfig:
+    """A words model and a tokenizer model, both scaling from zero (no worker needed);
+    waits kept short so a generated ``?wait=60`` or predict cannot stall the run."""
+    return parse_config(
+        {
+            "models": {
+                "m": {
+                    "handler": "synthetic",
+                    "cost": {"method": "words"},
+                    "autoscaling": {"min_replicas": 0},
+                },
+                "t": {
+                    "handler": "embedding",
+                    "cost": {"method": "tokenizer"},
+                    "autoscaling": {"min_replicas": 0},
+                },
+            },
+            "gateway": {
+                "predict_timeout_s": 0.2,
+                "max_wait_s": 0.2,
+                "max_body_bytes": FUZZ_LIMIT,
+                "max_batch_inputs": 16,
+            },
+        }
+    )
+
+
+@contextmanager
+def serve(redis_url: str | None) -> Iterator[str]:
+    """The gateway's base URL; ``redis_url`` None serves it on fakeredis."""
+    cfg = fuzz_config()
+    if redis_url is None:
+        fake = fake_aioredis.FakeRedis(server=FakeServer(), decode_responses=True)
+        app = create_app(cfg, redis=fake)
+    else:
+        app = create_app(cfg, redis_url)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="critical",
+            loop="uvloop",
+            http="httptools",
+        )
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("the fuzzed gateway did not start")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+# Per operation and generation mode, as shares of the hypothesis profile's budget
+# (`ci`: 30 on fakeredis, 8 on a real server; `fast` 5 each, so `make test-fast`
+# stays inside the 60 s timeout on a loaded machine; `thorough` 300 and 80).
+EXAMPLES = {"fake": 0.3, "real": 0.08}
+
+
+def examples(kind: str) -> int:
+    return max(5, round(settings.default.max_examples * EXAMPLES[kind]))
+
+
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
+
+
+@pytest.fixture(scope="module", params=gateway_kinds())
+def served(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    url = None
+    if request.param == "real":
+        server: RedisServer = request.getfixturevalue("redis_server")
+        url = server.url
+    with serve(url) as base:
+        yield request.param, base
+
+
+def _run(op: Any, mode: GenerationMode, base: str, examples: int) -> bool:
+    """Fuzz one operation; False when no request of this mode exists for it."""
+
+    @given(case=op.as_strategy(generation_mode=mode))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    def check(case: Any) -> None:
+        resp = case.call(base_url=base, timeout=5)  # a hang fails the test, bounded
+        path = case.formatted_path
+        timed_out = waited_out(path, resp)
+        assert resp.status_code < 500 or timed_out, (case.method, path, resp.text)
+        checks = CHECKS[1:] if timed_out else CHECKS  # the rest hold for the 504 too
+        case.validate_response(resp, checks=checks)  # invalid requests get declared answers too
+        if resp.status_code >= 400 and path != "/readyz":
+            assert set(resp.json()["error"]) == error_keys(path), resp.text
+
+    try:
+        check()
+    except Unsatisfiable:
+        return False
+    return True
+
+
+def test_every_operation_fuzzed_from_the_schema(served: tuple[str, str]) -> None:
+    kind, base = served
+    schema = schemathesis.openapi.from_url(f"{base}/openapi.json")
+    ops = [r.ok() for r in schema.get_all_operations()]
+    covered: set[tuple[str, str, str]] = set()
+    for op, mode in itertools.product(ops, GenerationMode):
+        if _run(op, mode, base, examples(kind)):
+            covered.add((op.method.upper(), op.path, mode.value))
+        else:  # only an operation with no input has no invalid request
+            assert mode is GenerationMode.NEGATIVE and not op.definition.raw.get("parameters")
+    positive = {(m, p) for m, p, mode in covered if mode == GenerationMode.POSITIVE.value}
+    assert positive == {(o.method.upper(), o.path) for o in ops}  # every route and method
+    negative = {(m, p) for m, p, mode in covered if mode == GenerationMode.NEGATIVE.value}
+    assert {("POST", "/v1/models/{model}/jobs"), ("GET", "/v1/jobs/{job_id}")} <= negative
+
+
+def test_the_schema_documents_the_fuzzed_parameters(served: tuple[str, str]) -> None:
+    _, base = served
+    raw = schemathesis.openapi.from_url(f"{base}/openapi.json").raw_schema
+    params = {
+        (method.upper(), path, p["in"], p["name"])
+        for path, item in raw["paths"].items()
+        for method, op in item.items()
+        for p in op.get("parameters", [])
+    }
+    for route in (
+        "/v1/models/{model}/jobs",
+        "/v1/models/{model}/jobs/batch",
+        "/v1/models/{model}/predict",
+    ):
+        assert ("POST", route, "header", "Idempotency-Key") in params
+    assert ("GET", "/v1/jobs/{job_id}", "query", "wait") in params
+    assert ("POST", "/v1/models/{model}/predict", "query", "timeout") in params
