@@ -18,7 +18,7 @@ from sluice.generate.params import FinishReason, GenerateInput, SamplingParams
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from workers.generate.engine import StepOutput
+from workers.generate.engine import EngineDead, StepOutput
 from workers.generate.handler import EngineHandler
 from workers.generate.loop import SlotLoop
 from workers.generate.worker import GenerativeWorker
@@ -48,6 +48,7 @@ class FakeEngine:
     max_seq_tokens: int = 256
     chunk: int = 8
     fail_next_step: bool = False
+    dead: bool = False  # failed as a whole: step raises, add raises EngineDead
     delay_s: float = 0.0  # each step takes this long (a model's compute)
     seqs: dict[str, _FakeSeq] = field(default_factory=dict)
     steps: int = 0
@@ -58,6 +59,8 @@ class FakeEngine:
         return (sum(prompt) + k) % 97 + 1
 
     def add(self, seq_id: str, prompt_ids: Sequence[int], params: SamplingParams) -> None:
+        if self.dead:
+            raise EngineDead("the fake engine is dead")
         if not prompt_ids:
             raise ValueError("the prompt is empty")
         if len(prompt_ids) + params.max_tokens > self.max_seq_tokens:
@@ -78,6 +81,8 @@ class FakeEngine:
         self.steps += 1
         if self.delay_s:
             time.sleep(self.delay_s)
+        if self.dead:
+            raise RuntimeError("the fake engine died")
         if self.fail_next_step:
             self.fail_next_step = False
             raise RuntimeError("the fake engine failed")

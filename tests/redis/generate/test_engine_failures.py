@@ -10,12 +10,18 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+import redis
+
+from sluice.generate.params import GenerateInput, SamplingParams
 from sluice.generate.stream import Follower, read_stream_sync
-from sluice.jobs import JobStatus
+from sluice.jobs import JobStatus, NewJob
+from sluice.queue import QueueClient
 from sluice.records import StreamEvent, StreamField
+from tests.waits import wait_until
 from workers.generate.engine import StepOutput
 from workers.generate.loop import SlotLoop
 from workers.generate.vllm_engine import VLLMEngine, VLLMOptions
+from workers.worker import EXIT_QUARANTINED
 
 Make = Callable[..., Any]
 MODEL = "gen"
@@ -132,3 +138,21 @@ def test_one_sequences_engine_error_is_retried_then_succeeds(gen: Make) -> None:
     for entry in read_stream_sync(g.qc.redis, MODEL, job):
         follower.feed(entry)
     assert follower.done and follower.text == rec.result["text"]
+
+
+def test_a_worker_over_a_dead_engine_is_quarantined_and_loses_no_job(
+    gen_worker: Callable[..., Any], gen_config: Callable[..., Any], r: redis.Redis
+) -> None:
+    cfg = gen_config(slots=2)
+    wcfg = cfg.worker.model_copy(update={"quarantine_after_failures": 3, "quarantine_grace_s": 0})
+    cfg = cfg.model_copy(update={"worker": wcfg})
+    qc = QueueClient(r, dict(cfg.models))
+    params = GenerateInput((1, 2), SamplingParams(50, temperature=0.0)).to_dict()
+    [job] = [s.id for s in qc.submit(MODEL, [NewJob(params, "256", 52)])]
+    run = gen_worker(cfg, delay_s=0.01)
+    wait_until(lambda: qc.get(job).status == JobStatus.RUNNING, what="the job runs")
+    run.engine.dead = True  # its next step raises, and every add after
+    assert run.join() == EXIT_QUARANTINED
+    rec = qc.get(job)
+    assert rec.status == JobStatus.QUEUED, "given back, never failed"
+    assert rec.attempts == 1, "the run that died used one attempt; the refused claims none"
