@@ -125,8 +125,11 @@ def _tokenize(codec: Codec, req: GenerateRequest) -> list[int]:
         if req.messages is not None:
             return list(codec.chat(req.messages))
         return list(codec.encode(req.prompt or ""))
-    except ValueError as e:
-        raise InvalidInput(f"messages: {e}" if req.messages is not None else str(e)) from e
+    except (ValueError, TypeError) as e:  # TypeError: what the tokenizer refuses
+        msg = str(e)
+        if req.messages is not None and not msg.startswith("messages"):
+            msg = f"messages: {msg}"
+        raise InvalidInput(msg) from e
 
 
 def _admit(

@@ -76,6 +76,7 @@ class PromptCodec:
         """Token ids of plain text (no special tokens added)."""
         if not isinstance(text, str):
             raise ValueError("prompt: a string")
+        _check_text(text, "prompt")
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -131,6 +132,20 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
         extra = set(m) - MESSAGE_KEYS
         if extra:
             raise ValueError(f"messages[{i}]: unknown field(s) {sorted(extra)}")
+        for key in sorted(MESSAGE_KEYS & set(m)):
+            if isinstance(m[key], str):
+                _check_text(m[key], f"messages[{i}].{key}")
+
+
+def _check_text(text: str, where: str) -> None:
+    """ValueError unless the text is valid Unicode (JSON's ``\\ud800`` escapes decode
+    to lone surrogates, which no tokenizer takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{where}: not valid Unicode text (a lone surrogate at character {e.start})"
+        ) from None
 
 
 def _compile(source: str) -> Any:
