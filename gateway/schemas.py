@@ -76,6 +76,9 @@ class Timings(BaseModel):
     finished_at: float | None
     queue_wait_ms: float | None
     run_ms: float | None
+    ttft_ms: int | None = Field(
+        None, description="Generative jobs: enqueue to the first output token (absent before it)."
+    )
 
 
 class WebhookState(BaseModel):

@@ -283,14 +283,30 @@ class JobRecord:
             worker=raw.get(J.WORKER),
             owner=raw.get(J.OWNER) or None,
             webhook=webhook_of(raw, delivery, status.value, status.terminal),
-            timings={
-                "queued_at": queued / 1000,
-                "started_at": started / 1000 if started else None,
-                "finished_at": finished / 1000 if finished else None,
-                "queue_wait_ms": (started - queued) if started else None,
-                "run_ms": run_ms,
-            },
+            timings=_timings(raw, queued, started, finished, run_ms),
         )
+
+
+def _timings(
+    raw: dict[str, str],
+    queued: int,
+    started: int | None,
+    finished: int | None,
+    run_ms: float | None,
+) -> dict[str, Any]:
+    """The view's timings; a generative job's ``ttft_ms`` (enqueue to its first output
+    token, written once by the step script) once it has one."""
+    out: dict[str, Any] = {
+        "queued_at": queued / 1000,
+        "started_at": started / 1000 if started else None,
+        "finished_at": finished / 1000 if finished else None,
+        "queue_wait_ms": (started - queued) if started else None,
+        "run_ms": run_ms,
+    }
+    ttft = raw.get(J.TTFT)
+    if ttft is not None and ttft.isdigit():
+        out["ttft_ms"] = int(ttft)
+    return out
 
 
 def webhook_of(

@@ -6,12 +6,14 @@ completes it."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import fakeredis
 import httpx
+import pytest
 import pytest_asyncio
 from fakeredis import aioredis as fake_aioredis
 
@@ -48,9 +50,13 @@ class CharCodec:
         return "".join(chr(i) for i in ids)
 
 
-def generative_config(**gateway: Any) -> SluiceConfig:
+def generative_config(auth: dict[str, Any] | None = None, **gateway: Any) -> SluiceConfig:
+    """Models ``m`` and ``g`` (generative); ``auth``: the config's auth section."""
+    sections: dict[str, Any] = {"auth": auth} if auth else {}
     cfg = sluice_config(
-        {"autoscaling": {"min_replicas": 0}}, gateway={"predict_timeout_s": 20, **gateway}
+        {"autoscaling": {"min_replicas": 0}},
+        gateway={"predict_timeout_s": 20, **gateway},
+        **sections,
     )
     g = ModelConfig.model_validate(
         {
@@ -122,12 +128,13 @@ class Gen:
         return job_id
 
 
-@pytest_asyncio.fixture(loop_scope="function")
-async def gen() -> AsyncIterator[Gen]:
+@asynccontextmanager
+async def open_gen(cfg: SluiceConfig | None = None) -> AsyncIterator[Gen]:
+    """The gateway of ``cfg`` (default: generative_config()) on a fresh fakeredis."""
     server = fakeredis.FakeServer()
     r = fake_aioredis.FakeRedis(server=server, decode_responses=True)
     side = fake_aioredis.FakeRedis(server=server, decode_responses=True)
-    cfg = generative_config()
+    cfg = cfg or generative_config()
     app = create_app(cfg, redis=r)
     app.state.gateway.codecs = Codecs(lambda _cfg: CharCodec())
     transport = httpx.ASGITransport(app=app)
@@ -137,3 +144,16 @@ async def gen() -> AsyncIterator[Gen]:
                 yield Gen(c, app, app.state.gateway, AsyncQueueClient(side, dict(cfg.models)), side)
     finally:
         await side.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def gen() -> AsyncIterator[Gen]:
+    async with open_gen() as g:
+        yield g
+
+
+@pytest.fixture
+def make_gen() -> Callable[..., AbstractAsyncContextManager[Gen]]:
+    """``async with make_gen(auth=None, **gateway) as g``: the gateway of
+    ``generative_config(auth, **gateway)`` (API keys, other gateway settings)."""
+    return lambda auth=None, **gateway: open_gen(generative_config(auth, **gateway))

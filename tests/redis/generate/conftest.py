@@ -112,7 +112,10 @@ def gen_config_fixture() -> Callable[..., SluiceConfig]:
     return gen_config
 
 
-def gen_config(slots: int = 4, admission: str = "continuous", lease_s: float = 5) -> SluiceConfig:
+def gen_config(
+    slots: int = 4, admission: str = "continuous", lease_s: float = 5, **sections: Any
+) -> SluiceConfig:
+    """``sections``: the config's other top-level sections (``webhooks=...``)."""
     model: dict[str, Any] = {
         "handler": "causal-lm",
         "params": {"model": "tiny:4x256"},
@@ -126,7 +129,7 @@ def gen_config(slots: int = 4, admission: str = "continuous", lease_s: float = 5
             "admission": admission,
         },
     }
-    return parse_config({"models": {MODEL: model}, "worker": {"heartbeat_s": 0.2}})
+    return parse_config({"models": {MODEL: model}, "worker": {"heartbeat_s": 0.2}, **sections})
 
 
 @dataclass
@@ -165,10 +168,17 @@ class Gen:
 
 @pytest.fixture
 def gen(r: redis.Redis) -> Iterator[Callable[..., Gen]]:
-    """``gen(slots=4, admission='continuous', lease_s=5, step=None) -> Gen``."""
+    """``gen(slots=4, admission='continuous', lease_s=5, sections=None, step=None) -> Gen``;
+    ``sections``: the config's other top-level sections (``{"webhooks": ...}``)."""
 
-    def make(slots: int = 4, admission: str = "continuous", lease_s: float = 5, **kw: Any) -> Gen:
-        cfg = gen_config(slots, admission, lease_s)
+    def make(
+        slots: int = 4,
+        admission: str = "continuous",
+        lease_s: float = 5,
+        sections: dict[str, Any] | None = None,
+        **kw: Any,
+    ) -> Gen:
+        cfg = gen_config(slots, admission, lease_s, **(sections or {}))
         qc = QueueClient(r, dict(cfg.models))
         engine = FakeEngine(slots=slots)
         gcfg = cfg.model(MODEL).generate
