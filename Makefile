@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 SLUICE_TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-redis62 lint up bench soak clean chromium
+.PHONY: install test test-redis62 lint up bench soak clean chromium bench-peers bench-generate
 
 install: $(STAMP) chromium
 
@@ -127,6 +127,21 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/sluice bench queue --json bench/results/queue_hop.json
+
+# The generation benchmark's peers, each in its own venv (never in .venv): Ray Serve
+# for system (c) of `sluice bench generate`, pinned to what was measured
+# (docs/benchmarks/generate.md). A missing venv makes the benchmark skip that peer.
+RAY_VENV ?= /work/venvs/ray
+bench-peers:
+	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/pip install -q "ray[serve]==2.60.0" torch==2.13.0 transformers==5.24.0
+
+# Issue 30's benchmark: (a) continuous slots, (b) whole batch, (c) Ray Serve, (d) vLLM
+# (the venv `make vllm-venv` makes, when there), (e) the engine in process (8-10 min;
+# `make bench-peers` first).
+bench-generate: $(STAMP)
+	SLUICE_BENCH_RAY_VENV=$(abspath $(RAY_VENV)) SLUICE_VLLM_VENV=$(abspath $(VLLM_VENV)) \
+	  $(VENV)/bin/sluice bench generate --json bench/results/generate.json
 
 # The 10-minute soak of issue 8 at 70% of capacity (not part of `make test`;
 # tests/measure/soak runs a 60-second one). Exits 1 if any criterion fails.

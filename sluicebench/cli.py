@@ -37,6 +37,7 @@ SCRIPTS = {
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    from sluicebench.generate.command import generate_cmd
     from sluicebench.loadgen.soak_cli import soak_cmd
     from sluicebench.scripts.auth_submit import cli as auth_submit_cmd
 
@@ -52,6 +53,7 @@ def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     bench_app.command("load")(load_cmd)
     bench_app.command("stack")(stack_cmd)
     bench_app.command("e2e")(e2e_cmd)
+    bench_app.command("generate")(generate_cmd)
     bench_app.command("json")(json_cmd)
     bench_app.command("soak")(soak_cmd)
     bench_app.command("auth-submit")(auth_submit_cmd)
