@@ -6,12 +6,15 @@ admitted (``sluice.generate.admission``: PromptTooLong is a 422, OpenAI's
 section instead of its cost estimator, so priorities, deadlines, API keys,
 idempotency, webhooks and the queue limits (429) apply to generative jobs
 unchanged. The prompt codec (tokenizer and chat template, no torch) loads once
-per model per gateway process, on the first request that needs it, in a thread.
+per model per gateway process, at its start, in a thread: a model whose codec
+does not load makes /readyz not ready and its submits 503, never 500.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -20,11 +23,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from sluice.config import ModelConfig
 from sluice.cost import Estimate
-from sluice.errors import InvalidInput
+from sluice.errors import InvalidInput, ModelUnavailable
 from sluice.generate.admission import expected_output, new_job
 from sluice.generate.params import MAX_STOP_SEQUENCES, GenerateInput
 
+log = logging.getLogger("sluice.gateway")
 OFFLOAD_TEXT_CHARS = 16_384  # longer prompts are tokenized in a worker thread
+LOAD_RETRY_S = 30.0  # a codec that failed to load is tried again after this
 
 
 class Codec(Protocol):
@@ -44,12 +49,28 @@ def load_codec(cfg: ModelConfig) -> Codec:
 
 
 class Codecs:
-    """One codec per generative model of this process, loaded on first use."""
+    """One codec per generative model of this process, loaded at start
+    (:meth:`load_all`). A model whose codec fails to load is recorded in
+    ``failed`` (``/readyz`` reports it) and its submits are refused with
+    ModelUnavailable (503), the load tried again at most every ``retry_s``."""
 
-    def __init__(self, loader: Callable[[ModelConfig], Codec] = load_codec) -> None:
+    def __init__(
+        self, loader: Callable[[ModelConfig], Codec] = load_codec, retry_s: float = LOAD_RETRY_S
+    ) -> None:
         self.loader = loader
+        self.retry_s = retry_s
+        self.failed: dict[str, str] = {}  # model -> why its codec did not load
+        self._failed_at: dict[str, float] = {}
         self._codecs: dict[str, Codec] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+
+    async def load_all(self, models: Mapping[str, ModelConfig]) -> None:
+        """Load every generative model's codec now, each in a thread; a failure is
+        recorded, never raised."""
+        for name, cfg in models.items():
+            if cfg.generative:
+                with contextlib.suppress(ModelUnavailable):
+                    await self.get(name, cfg)
 
     async def get(self, model: str, cfg: ModelConfig) -> Codec:
         codec = self._codecs.get(model)
@@ -58,8 +79,28 @@ class Codecs:
         async with self._locks.setdefault(model, asyncio.Lock()):
             codec = self._codecs.get(model)
             if codec is None:
-                codec = self._codecs[model] = await asyncio.to_thread(self.loader, cfg)
+                codec = self._codecs[model] = await self._load(model, cfg)
         return codec
+
+    async def _load(self, model: str, cfg: ModelConfig) -> Codec:
+        now = asyncio.get_running_loop().time()
+        if model in self.failed and now - self._failed_at[model] < self.retry_s:
+            raise self._unavailable(model)
+        try:
+            codec = await asyncio.to_thread(self.loader, cfg)
+        except Exception as e:  # missing files, a bad template: the server's fault
+            self.failed[model] = f"{type(e).__name__}: {e}"[:500]
+            self._failed_at[model] = now
+            log.error("model %s: its prompt codec did not load: %s", model, self.failed[model])
+            raise self._unavailable(model) from e
+        self.failed.pop(model, None)
+        return codec
+
+    def _unavailable(self, model: str) -> ModelUnavailable:
+        return ModelUnavailable(
+            f"model {model!r} cannot take jobs on this gateway: its tokenizer / chat "
+            f"template did not load ({self.failed[model]}); see /readyz"
+        )
 
 
 class GenerateRequest(BaseModel):
@@ -125,8 +166,11 @@ def _tokenize(codec: Codec, req: GenerateRequest) -> list[int]:
         if req.messages is not None:
             return list(codec.chat(req.messages))
         return list(codec.encode(req.prompt or ""))
-    except ValueError as e:
-        raise InvalidInput(f"messages: {e}" if req.messages is not None else str(e)) from e
+    except (ValueError, TypeError) as e:  # TypeError: what the tokenizer refuses
+        msg = str(e)
+        if req.messages is not None and not msg.startswith("messages"):
+            msg = f"messages: {msg}"
+        raise InvalidInput(msg) from e
 
 
 def _admit(

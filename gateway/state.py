@@ -70,8 +70,8 @@ class GatewayState:
         self.queue = AsyncQueueClient(self.redis, models)
         # Tokenizers load once per process, here, not on the first request.
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
-        # Generative models' prompt codecs: loaded on first use (a chat template and
-        # a tokenizer per model; no torch in the gateway).
+        # Generative models' prompt codecs: loaded by start() (a chat template and a
+        # tokenizer per model; no torch in the gateway).
         self.codecs = Codecs()
         self.metrics = GatewayMetrics()
         self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
@@ -132,6 +132,7 @@ class GatewayState:
         self._close_waiters_on_exit_signals()
         with contextlib.suppress(Exception):  # Redis may be down at start: readyz says so
             await self.snapshots.refresh()
+        await self.codecs.load_all(self.cfg.models)  # a failure: readyz says so
         self._tasks = [
             asyncio.create_task(self.waiters.run(), name="sluice-completions"),
             asyncio.create_task(

@@ -195,7 +195,9 @@ class TokenHub:
         return len(self._listeners)
 
     def join(self, model: str, job_id: str) -> Listener:
-        """A listener of the job's stream (it reads nothing until :meth:`follow`)."""
+        """A listener of the job's stream (it reads nothing until :meth:`follow`).
+        ``job_id`` may be "" to take a slot before the job is submitted: set the
+        listener's ``job_id`` before following it."""
         if self.closing:
             raise ShuttingDown("this gateway is shutting down; retry")
         if len(self._listeners) >= self.max_listeners:

@@ -163,6 +163,14 @@ class ShuttingDown(NotReady):
     retry_after_s = 0.5
 
 
+class ModelUnavailable(NotReady):
+    """This gateway cannot take the model's jobs (its prompt codec did not load):
+    a server-side fault, reported by /readyz; retry later or on another replica."""
+
+    type = "model_unavailable"
+    retry_after_s = 5.0
+
+
 class UnsupportedMediaType(SluiceError):
     type = "unsupported_media_type"
 

@@ -25,7 +25,10 @@ def worker_info(**overrides: Any) -> WorkerInfo:
 
 
 def sluice_config(model: dict[str, Any] | None = None, **sections: Any) -> SluiceConfig:
-    """Model ``m`` (synthetic, buckets 32/128/512) updated by ``model``; ``sections``
+    """Model ``m`` (synthetic, or causal-lm with a ``generate`` section; buckets
+    32/128/512) updated by ``model``; ``sections``
     are the config's other top-level sections (``webhooks=...``, ``auth=...``)."""
-    m: dict[str, Any] = {"handler": "synthetic", "buckets": [32, 128, 512], **(model or {})}
+    model = model or {}
+    handler = "causal-lm" if "generate" in model else "synthetic"  # generate: needs an engine
+    m: dict[str, Any] = {"handler": handler, "buckets": [32, 128, 512], **model}
     return parse_config({"models": {"m": m}, **sections})

@@ -7,6 +7,8 @@ for the job (up to ``gateway.predict_timeout_s``; a job not done by then is
 cancelled unless an Idempotency-Key lets a retry wait on it: 504). With
 ``stream`` it answers OpenAI's SSE chunks from the job's token stream (the
 token hub), then ``data: [DONE]``; across a worker restart no text is sent twice.
+A stream refused (429 at the hub's cap, 503) makes no job, and one that fails
+before its response starts cancels its job: a retry never leaves an orphan.
 Errors are OpenAI's shape (gateway.errors); what is refused is listed in
 gateway.generate_schemas.
 """
@@ -52,14 +54,17 @@ ERRORS = openai_errors(400, 401, 403, 404, 409, 413, 415, 429, 502, 503, 504)
 Body = CompletionRequest | ChatCompletionRequest
 
 
+def _check_generative(st: GatewayState, model: str) -> None:
+    if not st.model(model).generative:
+        raise oa.NotGenerative(
+            f"model {model!r} does not generate text (no generate: section in its config)"
+        )
+
+
 async def _submit(
     st: GatewayState, body: Body, job_input: dict[str, Any], key: ApiKey | None, idem: str | None
 ) -> str:
-    cfg = st.model(body.model)
-    if not cfg.generative:
-        raise oa.NotGenerative(
-            f"model {body.model!r} does not generate text (no generate: section in its config)"
-        )
+    _check_generative(st, body.model)
     owner = key.owner if key else None
     digest = service.request_hash(body) if idem is not None else ""
     spec = service.Spec(body.priority, body.deadline_ms, None, idem, owner, request_hash=digest)
@@ -83,18 +88,46 @@ async def _wait(st: GatewayState, job_id: str, owner: str | None, keep: bool) ->
 async def _answer(
     st: GatewayState, body: Body, job_input: dict[str, Any], key: ApiKey | None, idem: str | None
 ) -> Json | StreamingResponse:
-    chat = isinstance(body, ChatCompletionRequest)
+    if body.stream:
+        return await _open_stream(st, body, job_input, key, idem)
     job_id = await _submit(st, body, job_input, key, idem)
     owner = key.name if key else None
-    reply = oa.reply_for(job_id, body.model, int(time.time()), chat)
-    if body.stream:
-        rec = await service.get(st, job_id, owner)
-        usage = body.stream_options is not None and body.stream_options.include_usage
-        listener = st.tokens.join(body.model, job_id)
-        return ListenerResponse(st, _chunks(st, listener, rec, reply, owner, usage), listener)
+    reply = oa.reply_for(
+        job_id, body.model, int(time.time()), isinstance(body, ChatCompletionRequest)
+    )
     rec = await _wait(st, job_id, owner, idem is not None)
     result = GenerateResult.from_dict(rec.result)
     return Json(oa.response(reply, result), headers={"Location": f"/v1/jobs/{job_id}"})
+
+
+async def _open_stream(
+    st: GatewayState, body: Body, job_input: dict[str, Any], key: ApiKey | None, idem: str | None
+) -> ListenerResponse:
+    """A streaming answer whose refusals all come before the job exists, or cancel it.
+
+    The hub's slot is taken first (429 past its cap, 503 while shutting down), so a
+    refused stream leaves no job behind for a retry to duplicate. A failure between
+    the submit and the response (the job's read: 503 when Redis is unavailable)
+    cancels the job, unless an Idempotency-Key lets the retry find it again.
+    """
+    _check_generative(st, body.model)
+    listener = st.tokens.join(body.model, "")  # the job's id is bound once submitted
+    owner = key.name if key else None
+    job_id = ""
+    try:
+        job_id = await _submit(st, body, job_input, key, idem)
+        listener.job_id = job_id
+        rec = await service.get(st, job_id, owner)
+    except BaseException:
+        st.tokens.leave(listener)
+        if job_id and idem is None:
+            with contextlib.suppress(Exception):
+                await service.cancel(st, job_id, owner)
+        raise
+    chat = isinstance(body, ChatCompletionRequest)
+    reply = oa.reply_for(job_id, body.model, int(time.time()), chat)
+    usage = body.stream_options is not None and body.stream_options.include_usage
+    return ListenerResponse(st, _chunks(st, listener, rec, reply, owner, usage), listener)
 
 
 def _data(obj: Any) -> bytes:

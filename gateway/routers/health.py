@@ -21,22 +21,31 @@ async def healthz() -> dict[str, str]:
 
 @router.get("/readyz", response_model=None)
 async def readyz(st: State) -> Any:
-    """Ready when the config is loaded and Redis answers (and completions are subscribed),
-    and the process is not shutting down."""
+    """Ready when the config is loaded, Redis answers (and completions are subscribed),
+    every generative model's prompt codec loaded, and the process is not shutting down."""
     closing = st.waiters.closing
     redis_ok = False if closing else await st.ping()
     subscribed = st.waiters.connected.is_set()
-    ok = redis_ok and subscribed and not closing
+    unavailable = dict(sorted(st.codecs.failed.items()))
+    ok = redis_ok and subscribed and not closing and not unavailable
     body = {
         "status": "ready" if ok else "not_ready",
         "redis": redis_ok,
         "completions_subscribed": subscribed,
         "shutting_down": closing,
         "models": sorted(st.cfg.models),
+        "models_unavailable": unavailable,
     }
     if ok:
         return body
-    why = "shutting down" if closing else "Redis is not answering"
+    if closing:
+        why = "shutting down"
+    elif not redis_ok or not subscribed:
+        why = "Redis is not answering"
+    else:
+        why = "; ".join(
+            f"model {m!r}: its prompt codec did not load ({r})" for m, r in unavailable.items()
+        )
     return JSONResponse(
         {"error": {"type": "not_ready", "message": why}, **body},
         status_code=503,

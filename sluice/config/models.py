@@ -211,6 +211,7 @@ class ModelConfig(StrictModel):
                 f"bulk.max_batch_tokens ({bulk_tokens}) < the largest bucket "
                 f"({self.buckets[-1]}): a bulk item of that size could never be claimed"
             )
+        _check_generative(self)
         return self
 
     @property
@@ -224,3 +225,43 @@ class ModelConfig(StrictModel):
     @property
     def bulk_max_queued(self) -> int:
         return self.bulk.max_queued or 4 * self.batching.max_batch
+
+
+GENERATIVE_HANDLER = "causal-lm"  # the built-in generative handler (workers.handlers)
+
+
+def stream_entries_bound(model: ModelConfig) -> int:
+    """The most entries one job's token stream can get: per attempt a start (or
+    restart) entry, at most one tokens entry per output token (the step writes one
+    per sequence per step, and only with news; a slot holds ``max_seq_tokens``)
+    and an end or error entry."""
+    g = model.generate
+    assert g is not None
+    return model.batching.max_attempts * (g.max_seq_tokens + 2)
+
+
+def _check_generative(model: ModelConfig) -> None:
+    """A ``generate:`` section goes with a generative handler (``causal-lm`` or a
+    user's ``package.module:Class``), and ``causal-lm`` with a ``generate:`` section;
+    a job's whole stream fits ``generate.stream_maxlen``."""
+    user_handler = ":" in model.handler
+    if model.generate is None:
+        if model.handler == GENERATIVE_HANDLER:
+            raise ValueError(
+                f"handler {GENERATIVE_HANDLER!r} generates text: it needs a generate: section "
+                "(slots, max_seq_tokens, ...; docs/config.md)"
+            )
+        return
+    if model.handler != GENERATIVE_HANDLER and not user_handler:
+        raise ValueError(
+            f"generate: is for a generative handler ({GENERATIVE_HANDLER!r} or a "
+            f"'package.module:Class' engine handler); handler {model.handler!r} makes no tokens"
+        )
+    need = stream_entries_bound(model)
+    if model.generate.stream_maxlen < need:
+        raise ValueError(
+            f"generate.stream_maxlen ({model.generate.stream_maxlen}) is below what one job's "
+            f"stream may hold: batching.max_attempts ({model.batching.max_attempts}) x "
+            f"(generate.max_seq_tokens ({model.generate.max_seq_tokens}) + 2) = {need}; "
+            "raise it (or lower either), or a restarted job's entries would be trimmed"
+        )

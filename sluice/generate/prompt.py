@@ -2,8 +2,11 @@
 
 Loaded from a Hugging Face model directory's ``tokenizer.json`` (the
 ``tokenizers`` library, no torch, no transformers) and the chat template in its
-``tokenizer_config.json``, rendered with jinja2 in a sandbox the way
-transformers renders it (same ids as ``AutoTokenizer.apply_chat_template``).
+``tokenizer_config.json``, compiled when the codec loads (a template that does
+not compile is a ConfigError: the server's, never a client's) and rendered with
+jinja2 in a sandbox the way transformers renders it (its ``raise_exception``,
+``strftime_now``, ``tojson`` and ``{% generation %}``; same ids as
+``AutoTokenizer.apply_chat_template``).
 The gateway uses it to count and store a prompt's ids; engines use its
 ``detokenizer`` to stream text.
 """
@@ -12,10 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from sluice.errors import ConfigError
 from sluice.generate.detok import IncrementalDetokenizer
 
 MESSAGE_KEYS = frozenset({"role", "content", "name"})
@@ -32,7 +37,8 @@ class PromptCodec:
             named = {t.get("name"): t.get("template") for t in template}
             template = named.get("default") or next(iter(named.values()), None)
         self._template_src: str | None = template
-        self._template: Any = None
+        # Compiled at load: a template that does not compile is the server's fault.
+        self._template: Any = _compile(template) if template else None
         self.eos_token: str | None = _token_text(self._config.get("eos_token"))
         self.bos_token: str | None = _token_text(self._config.get("bos_token"))
         self.eos_token_id: int | None = self._id_of(self.eos_token)
@@ -76,6 +82,7 @@ class PromptCodec:
         """Token ids of plain text (no special tokens added)."""
         if not isinstance(text, str):
             raise ValueError("prompt: a string")
+        _check_text(text, "prompt")
         return list(self._tok.encode(text, add_special_tokens=False).ids)
 
     def chat(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
@@ -85,10 +92,8 @@ class PromptCodec:
 
     def render_chat(self, messages: Sequence[Mapping[str, Any]]) -> str:
         _check_messages(messages)
-        if not self._template_src:
-            raise ValueError("this model has no chat template: send a prompt, not messages")
         if self._template is None:
-            self._template = _compile(self._template_src)
+            raise ValueError("this model has no chat template: send a prompt, not messages")
         try:
             return str(
                 self._template.render(
@@ -131,9 +136,42 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
         extra = set(m) - MESSAGE_KEYS
         if extra:
             raise ValueError(f"messages[{i}]: unknown field(s) {sorted(extra)}")
+        for key in sorted(MESSAGE_KEYS & set(m)):
+            if isinstance(m[key], str):
+                _check_text(m[key], f"messages[{i}].{key}")
+
+
+def _check_text(text: str, where: str) -> None:
+    """ValueError unless the text is valid Unicode (JSON's ``\\ud800`` escapes decode
+    to lone surrogates, which no tokenizer takes)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(
+            f"{where}: not valid Unicode text (a lone surrogate at character {e.start})"
+        ) from None
+
+
+def _tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    """transformers' ``tojson`` filter (not jinja2's, which escapes HTML)."""
+    return json.dumps(
+        x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
 
 
 def _compile(source: str) -> Any:
+    """The template compiled as transformers compiles it (its globals, filters and
+    ``{% generation %}`` tag); ConfigError when it does not compile."""
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -141,16 +179,32 @@ def _compile(source: str) -> Any:
         raise _TemplateError(message)
 
     env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=["jinja2.ext.loopcontrols", _generation_extension()],
     )
     env.globals["raise_exception"] = raise_exception
-    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(
-        x, ensure_ascii=False, indent=indent
-    )
+    env.globals["strftime_now"] = _strftime_now
+    env.filters["tojson"] = _tojson
     try:
         return _Wrapped(env.from_string(source), TemplateError)
     except TemplateError as e:
-        raise ValueError(f"the model's chat template does not compile: {e}") from e
+        raise ConfigError(f"the model's chat template does not compile: {e}") from e
+
+
+def _generation_extension() -> Any:
+    """``{% generation %}...{% endgeneration %}`` (marks the assistant's tokens for
+    transformers' ``return_assistant_tokens_mask``): rendered as its body."""
+    from jinja2.ext import Extension
+
+    class Generation(Extension):
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return Generation
 
 
 class _Wrapped:

@@ -188,10 +188,11 @@ def test_for_model_reads_the_handler_params_and_builds_no_weights(tmp_path, monk
     from sluice.config.models import ModelConfig
 
     monkeypatch.setenv("SLUICE_MODEL_CACHE", str(tmp_path))
-    codec = PromptCodec.for_model(ModelConfig(handler="causal-lm", params={"model": "tiny:3x96"}))
+    cfg = ModelConfig(handler="causal-lm", params={"model": "tiny:3x96"}, generate={})
+    codec = PromptCodec.for_model(cfg)
     assert codec.encode("the queue") == PromptCodec.load(ensure_tiny_tokenizer("tiny:2x64")).encode(
         "the queue"
     )
     assert not list(tmp_path.glob("tiny-*"))  # the tokenizer only: no weights built
     with pytest.raises(ValueError, match="params.model"):
-        PromptCodec.for_model(ModelConfig(handler="causal-lm", params={}))
+        PromptCodec.for_model(cfg.model_copy(update={"params": {}}))

@@ -22,7 +22,7 @@ from tests.waits import redis_now_ms, wait_until
 
 pytestmark = pytest.mark.redis
 
-GEN = {"slots": 4, "max_seq_tokens": 256, "default_max_tokens": 32, "stream_maxlen": 64}
+GEN = {"slots": 4, "max_seq_tokens": 256, "default_max_tokens": 32}
 
 
 def client(r: redis.Redis, **overrides: Any) -> QueueClient:
@@ -84,13 +84,15 @@ def test_a_failure_writes_an_error_entry_and_dead_letters_the_job(r: redis.Redis
 
 
 def test_the_stream_is_capped(r: redis.Redis) -> None:
-    qc = client(r)
+    # the smallest cap the config allows: one attempt of a 62-token slot
+    small = {**GEN, "max_seq_tokens": 62, "default_max_tokens": 16, "stream_maxlen": 64}
+    qc = client(r, generate=small, batching={"max_attempts": 1})
     [jid] = submit(qc)
     run_step(qc, "m", "w1", [], [], 1)
     for i in range(300):
         run_step(qc, "m", "w1", [Append(jid, 1, i, (i,), "x", started=i == 0)], [], 0)
     # MAXLEN ~ trims whole nodes: about the cap, far below what was written
-    assert GEN["stream_maxlen"] <= r.xlen(keys.stream_key("m", jid)) < 300
+    assert small["stream_maxlen"] <= r.xlen(keys.stream_key("m", jid)) < 300
 
 
 def test_a_cancel_makes_the_job_lost_and_ends_its_stream(r: redis.Redis) -> None:
