@@ -129,6 +129,8 @@ class SlotTable:
             seq.started = True
             if ids:
                 self._tokens(seq, ids, text, now, news)
+            elif text:  # a text-only flush (the detokenizer's tail): the result has it too
+                seq.texts.append(text)
             if out is not None and (out.error is not None or out.finished is not None):
                 news.finished.append(self._end(seq, out))
                 news.reasons.append("error" if out.error is not None else str(out.finished))

@@ -131,6 +131,17 @@ def test_time_to_first_token_counts_the_queue_wait_and_gaps_per_token() -> None:
     assert news.inter_token_s == [1.0] and news.reasons == ["length"]
 
 
+def test_a_text_only_last_output_is_in_the_result_as_in_the_stream() -> None:
+    table = SlotTable(ScriptedEngine())
+    table.admit(job("j", valid_input()), now=0.0, waited_s=0.0)
+    table.collect([StepOutput("j", (1,), "a")], 1.0)
+    news = table.collect([StepOutput("j", (), "\ufffd", "stop")], 2.0)
+    streamed = "a" + "".join(a.text for a in news.appends)
+    (end,) = news.finished
+    assert end.result is not None and end.result.text == streamed == "a\ufffd"
+    assert end.result.token_ids == (1,)
+
+
 def test_drop_aborts_only_active_sequences() -> None:
     engine = ScriptedEngine()
     table = SlotTable(engine)
