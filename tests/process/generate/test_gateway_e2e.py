@@ -1,12 +1,12 @@
 """The gateway (uvicorn on a loopback port) in front of a real ``sluice worker`` on
-the tiny GPT, through OpenAI's client: a completion, a streamed chat, the SSE token
-stream, and a stream that outlives the worker it started on (killed mid-stream,
-another runs the job again) without a token twice."""
+the tiny GPT, through OpenAI's client: a completion, a streamed chat and the SSE
+token stream. A stream that outlives its killed worker is
+tests/process/generate/test_up_chat.py's (through `sluice up`), and
+test_worker_kill.py's at the Redis level."""
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -91,31 +91,3 @@ def test_completions_streams_and_sse_against_a_real_worker(stack: tuple[str, Any
     with httpx.stream("GET", f"{base}/v1/jobs/{job}/stream", timeout=READY_S) as resp:
         kinds = [line[7:] for line in resp.iter_lines() if line.startswith("event: ")]
     assert kinds[0] == "start" and kinds[-1] == "end" and "tokens" in kinds
-
-
-def test_a_stream_outlives_its_worker_and_shows_no_token_twice(
-    stack: tuple[str, Any, Any],
-) -> None:
-    base, w, (path, first) = stack
-    stream = client(base).completions.create(
-        model=MODEL,
-        prompt="the worker kept going while",
-        max_tokens=160,
-        temperature=0,
-        stream=True,
-    )
-    pieces: list[str] = []
-    reply_id = ""
-    for n, chunk in enumerate(stream):
-        reply_id = chunk.id
-        if chunk.choices:
-            pieces.append(chunk.choices[0].text)
-        if n == 8:  # tokens are flowing: kill the worker mid-generation
-            first.proc.kill()
-            first.proc.wait(10)
-            started = time.monotonic()
-            w.spawn("w2", path)
-    result = job_result(base, reply_id)
-    assert result["attempt"] == 2, "the job should have run again on the second worker"
-    assert "".join(pieces) == result["text"]  # everything once, nothing twice
-    assert time.monotonic() - started < READY_S * 2  # did not hang
