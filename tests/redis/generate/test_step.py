@@ -18,6 +18,7 @@ from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
 from sluice.records import Stat, StreamEvent
 from tests.conftest import make_config, on_cluster
+from tests.kit.queue import CountingRedis
 from tests.waits import redis_now_ms, wait_until
 
 pytestmark = pytest.mark.redis
@@ -173,25 +174,6 @@ def test_the_claim_fills_every_free_slot_whatever_the_costs(r: redis.Redis) -> N
     ids = submit(qc, 6, prompt=200, max_tokens=56)  # cost near the whole KV budget
     got = run_step(qc, "m", "w1", [], [], 4).batch.jobs
     assert len(got) == 4 and {j.id for j in got} <= set(ids)
-
-
-class CountingRedis(redis.Redis):
-    trips = 0
-
-    def execute_command(self, *args: Any, **options: Any) -> Any:
-        CountingRedis.trips += 1
-        return super().execute_command(*args, **options)
-
-    def pipeline(self, transaction: bool = True, shard_hint: Any = None) -> Any:
-        pipe = super().pipeline(transaction, shard_hint)
-        original = pipe.execute
-
-        def execute(raise_on_error: bool = True) -> Any:
-            CountingRedis.trips += 1
-            return original(raise_on_error)
-
-        pipe.execute = execute  # type: ignore[method-assign]
-        return pipe
 
 
 @pytest.mark.skipif(on_cluster(), reason="counts the round trips of a single-node client")
