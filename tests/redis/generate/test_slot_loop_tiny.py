@@ -17,7 +17,9 @@ from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
 
 torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
+
+from tests.kit.generate import greedy_reference  # noqa: E402
 
 pytestmark = [pytest.mark.system]
 MODEL = "gen"
@@ -33,21 +35,8 @@ def _one_thread() -> Iterator[None]:
 
 
 def reference(prompt: list[int], max_tokens: int) -> list[int]:
-    """transformers' generate() alone, greedy, stopping at EOS like the engine."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(resolve_model_dir(SPEC))
-    model = model.double().eval()
-    eos = model.generation_config.eos_token_id
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
-        )
-    new: list[int] = out[0, len(prompt) :].tolist()
-    return new[: new.index(eos)] if eos in new else new
+    """generate() alone, greedy, in float64 as the engine runs here."""
+    return greedy_reference(SPEC, prompt, max_tokens, torch.float64)
 
 
 def test_jobs_joining_a_running_batch_get_generates_greedy_output(

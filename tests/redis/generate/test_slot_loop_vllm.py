@@ -25,7 +25,8 @@ if importlib.util.find_spec("vllm") is None:
     )
 
 import torch  # noqa: E402
-import transformers  # noqa: E402
+
+from tests.kit.generate import greedy_reference  # noqa: E402
 
 pytestmark = [
     pytest.mark.system,  # vLLM's import and engine start are a model load
@@ -39,20 +40,8 @@ SPEC = "tiny:4x256"
 
 
 def reference(prompt: list[int], max_tokens: int) -> list[int]:
-    """transformers' generate() alone, greedy, float32 as vLLM runs, cut at EOS."""
-    model = transformers.AutoModelForCausalLM.from_pretrained(resolve_model_dir(SPEC)).eval()
-    eos = model.generation_config.eos_token_id
-    with torch.inference_mode():
-        out = model.generate(
-            torch.tensor([prompt]),
-            attention_mask=torch.ones((1, len(prompt)), dtype=torch.long),
-            max_new_tokens=max_tokens,
-            do_sample=False,
-            eos_token_id=eos,
-            pad_token_id=0,
-        )
-    new: list[int] = out[0, len(prompt) :].tolist()
-    return new[: new.index(eos)] if eos in new else new
+    """generate() alone, greedy, float32 as vLLM runs."""
+    return greedy_reference(SPEC, prompt, max_tokens)
 
 
 def test_jobs_joining_vllms_batch_get_generates_greedy_output(
