@@ -81,13 +81,19 @@ class GatewayState:
             reads=self.redis,
             timeout_s=self.timeout_s,
         )
-        # Model event streams and generative token streams: their blocking reads on a
-        # client of their own, at most one connection per watched model for each (two
-        # while a stopped reader lets go).
+        self._stream_hubs(url, redis)
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._bulk_and_webhooks(url, injected=redis is not None)
+
+    def _stream_hubs(self, url: str, redis: aioredis.Redis | None) -> None:
+        """Model event streams and generative token streams: their blocking reads on a
+        client of their own, at most one connection per watched model for each (two
+        while a stopped reader lets go)."""
+        cfg = self.cfg
         self.events_redis = (
             redis
             if redis is not None
-            else connect(url, self.timeout_s, max_connections=4 * len(models))
+            else connect(url, self.timeout_s, max_connections=4 * len(cfg.models))
         )
         self.events = EventHub(
             self.events_redis,
@@ -100,8 +106,6 @@ class GatewayState:
         self.tokens = TokenHub(
             self.events_redis, reads=self.redis, call=self.call, timeout_s=self.timeout_s
         )
-        self._tasks: list[asyncio.Task[Any]] = []
-        self._bulk_and_webhooks(url, injected=redis is not None)
 
     def _bulk_and_webhooks(self, url: str, *, injected: bool) -> None:
         """Their scripts on the queue client, their Redis operations and policies."""
