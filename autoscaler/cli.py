@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -21,6 +21,9 @@ from sluice.cli_common import (
     write_json,
 )
 from sluice.errors import ConfigError, SluiceError
+
+if TYPE_CHECKING:
+    from autoscaler.sim import dispatch_report
 
 BENCH_CONFIG = Path(__file__).resolve().parent.parent / "bench" / "autoscaler_sim.yaml"
 
@@ -128,6 +131,26 @@ StepMsOpt = Annotated[
 ]
 
 
+def _dispatch_setup(
+    trace: str | None,
+    dispatch: str,
+    utilization: str,
+    replicas: int | None,
+    jobs: int | None,
+    seed: int,
+) -> dispatch_report.Setup:
+    from autoscaler.sim import dispatch_report
+
+    return dispatch_report.Setup(
+        trace or "mixed",
+        dispatch_report.parse_strategies(dispatch),
+        dispatch_report.parse_utilizations(utilization),
+        replicas or 8,
+        jobs or 40_000,
+        seed,
+    )
+
+
 def simulate_cmd(
     trace: TraceOpt = None,
     config: ConfigOpt = None,
@@ -167,14 +190,7 @@ def simulate_cmd(
                 raise ConfigError("--plot draws policy replays; --dispatch prints a table only")
             if capacity_cost_per_s is not None:
                 raise ConfigError("--capacity-cost-per-s is for policy replays, not --dispatch")
-            setup = dispatch_report.Setup(
-                trace or "mixed",
-                dispatch_report.parse_strategies(dispatch),
-                dispatch_report.parse_utilizations(utilization),
-                replicas or 8,
-                jobs or 40_000,
-                seed,
-            )
+            setup = _dispatch_setup(trace, dispatch, utilization, replicas, jobs, seed)
             out = dispatch_report.dispatch_cmd(mc, setup, service_rate)
         elif trace is None:
             raise ConfigError("--trace is required (or pass --dispatch)")
