@@ -67,8 +67,10 @@ CLAIM = Signature(
         ("bulk_reserve", "num"),  # live workers kept free of bulk batches
         ("prio_wait", "num"),  # queue.max_priority_wait_s in ms; 0 = strict priority
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms (0 = requeue at once), ADR 0153
+        ("backoff_max_ms", "num"),
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[7..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[9..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )
@@ -86,6 +88,8 @@ COMPLETE = Signature(
         ("wprefix", "str"),  # wake list prefix
         ("eprefix", "str"),  # end-to-end histogram prefix
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
+        ("backoff_max_ms", "num"),
     ),
     group=(
         ("id", "str"),
@@ -114,6 +118,8 @@ RECLAIM = Signature(
         ("dead_ttl", "num"),  # s
         ("wprefix", "str"),
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
+        ("backoff_max_ms", "num"),
     ),
     reply=("reclaimed",),
 )

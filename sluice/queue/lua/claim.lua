@@ -5,11 +5,12 @@
 -- KEYS[6] live workers (zset, heartbeat expiry s)
 -- KEYS[7] live workers that claim nothing (zset, heartbeat expiry s: parked in the warm
 --   pool, ADR 0128, starting, draining or quarantined)
--- KEYS[8..] queue keys served
+-- KEYS[8] retries waiting out their backoff (zset, due ms; docs/adr/0153)
+-- KEYS[9..] queue keys served
 -- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
 -- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
---   the same order as KEYS[8..]). The reply is declared there too (reply, REPLY,
+--   the same order as KEYS[9..]). The reply is declared there too (reply, REPLY,
 --   reply_group).
 -- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
@@ -49,13 +50,17 @@ end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, live_workers, idle_workers = KEYS[5], KEYS[6], KEYS[7]
-local Q1 = 8  -- KEYS index of the first queue
+local retries = KEYS[8]
+local Q1 = 9  -- KEYS index of the first queue
 local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
 local ended = {}
 
+local rt = {key = retries, base = backoff_ms, cap = backoff_max_ms}
 local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now,
-                                    reclaim_limit, max_attempts, dead_ttl, ended, nil, owners)
+                                    reclaim_limit, max_attempts, dead_ttl, ended, nil, owners, rt)
+-- Retries whose backoff has passed join their queues before the pick (O(log n + k)).
+promote_due(retries, jprefix, qprefix, now, reclaim_limit, wake_prefix)
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK_RANK, LOW = RANK.bulk, RANK.low
