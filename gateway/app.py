@@ -17,6 +17,7 @@ from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import (
     audit,
     bulk,
+    dead_letters,
     embeddings,
     events,
     generate,
@@ -77,6 +78,7 @@ def create_app(
         webhooks.router,
         health.router,
         audit.router,
+        dead_letters.router,
     )
     for r in (*routers, dashboard.router):
         app.include_router(r)
