@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler import bulk_policy, generate_policy, saturation
 from autoscaler.observation import Observation
+from autoscaler.pool_size import IDLE_NEED, PoolSize
 from autoscaler.saturation import Saturation
 from sluice.config import AutoscalingConfig, ModelConfig
 
@@ -49,6 +50,7 @@ REASONS = (
     "saturated",
     "trend",
     "ttft-breach",
+    "pool-wake",
 )
 
 
@@ -76,6 +78,7 @@ class Decision:
     reason: str
     needed: float  # replicas the load and backlog call for, before limits
     state: PolicyState = field(default_factory=PolicyState)
+    pool: PoolSize | None = None  # warm_pool.size: auto: this period's size and why
 
     @property
     def direction(self) -> str:
@@ -173,6 +176,18 @@ def _breach(p: AutoscalingConfig, obs: Observation) -> bool:
     )
 
 
+def _pool_wake(p: AutoscalingConfig, obs: Observation, mu: float) -> bool:
+    """A burst from idle (docs/adr/0157): the metrics window's rate says the model was
+    idle, parked workers wait, and more work is queued than the ready workers clear
+    within half the SLO. The whole pool is promoted at once: an idle model's pool is
+    sized for one burst from idle, and a wrong guess costs a park, not a cold start."""
+    if obs.parked == 0 or not obs.queued:
+        return False
+    idle = (obs.arrival_rate_cost or 0.0) < IDLE_NEED * mu * p.target_utilization
+    clears = max(1, obs.ready) * mu * p.p99_wait_slo_ms / 2000.0
+    return idle and (obs.queued_cost or 0.0) > clears
+
+
 def _orphaned(obs: Observation) -> bool:
     """Jobs are in flight at zero replicas and no registered worker (even a draining one)
     holds them: a crash or reboot left their leases with nobody. Until those leases
@@ -214,6 +229,8 @@ def _want(
         if want <= cur and obs.starting == 0 and (reason == "backlog" or ttft):
             want = cur + 1
         want, reason = max(want, cur), "ttft-breach" if ttft else "slo-breach"
+    if _pool_wake(p, obs, mu) and want < cur + obs.parked:
+        want, reason = cur + obs.parked, "pool-wake"
     cap = p.low_priority_max_replicas
     queued = obs.queued or 0
     if cap is not None and queued > 0 and obs.queued_non_low == 0 and want > max(cap, cur):
@@ -245,7 +262,7 @@ def down_window_s(p: AutoscalingConfig, cur: int, before_burst: int | None) -> t
     pool, the replicas a burst added go back after the pool's short window (a wrong
     guess costs a promotion); below the count before the burst, the usual window."""
     short = min(p.scale_down_window_s, p.warm_pool.scale_down_window_s)
-    if p.warm_pool.size > 0 and before_burst is not None and cur > before_burst:
+    if p.warm_pool.enabled and before_burst is not None and cur > before_burst:
         return short, before_burst
     return p.scale_down_window_s, 0
 

@@ -36,6 +36,7 @@ script by ``sluice.lua_loader.source``: no script spells them out.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -239,6 +240,39 @@ class DecisionRecord:
 
     def fields(self) -> dict[str, Any]:
         return {**asdict(self), "needed": round(self.needed, 2)}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMinute:
+    """One minute of a model's warm-pool history (``size: auto``, docs/adr/0156): the
+    largest rise of the need (replicas) within one cold start, the largest of those that
+    began from idle, and the serving replicas summed over its periods. Stored as a JSON
+    member of ``keys.pool_history_key``'s sorted set, scored by ``start_s`` (wall clock)."""
+
+    start_s: float
+    rise: float
+    idle_rise: float
+    serving_sum: float
+    periods: int
+
+    def to_json(self) -> str:
+        d = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return json.dumps(d, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> PoolMinute:
+        """Raises ValueError on a malformed member (the reader skips it)."""
+        try:
+            d = json.loads(raw)
+            return cls(
+                float(d["start_s"]),
+                float(d["rise"]),
+                float(d["idle_rise"]),
+                float(d["serving_sum"]),
+                int(d["periods"]),
+            )
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"bad pool history entry {raw!r}: {e}") from e
 
 
 DECISION_PERIOD_FIELD = "period_s"  # the latest-decision hash only: the loop's period

@@ -16,7 +16,7 @@ from pathlib import Path
 from sluice.errors import ConfigError
 from sluice.tracefile import read_trace_csv
 
-BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed", "workday")
+BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed", "workday", "from-idle")
 COST_MIN, COST_MAX = 8, 512  # log-uniform job costs (tokens): mean about 121
 
 
@@ -141,6 +141,24 @@ def workday(
     return poisson("workday", rate, peak * factor, duration_s, seed)
 
 
+def from_idle(
+    rate: float = 24.0,
+    idle_s: float = 300.0,
+    burst_s: float = 180.0,
+    cycles: int = 4,
+    seed: int = 7,
+) -> Trace:
+    """Traffic that starts from idle, again and again: nothing for ``idle_s`` (5 min),
+    then ``rate`` jobs/s for ``burst_s`` (3 min; at 24 jobs/s about 4.5 replicas'
+    worth at the 0.65 target), four times (docs/adr/0157)."""
+    cycle = idle_s + burst_s
+
+    def r(t: float) -> float:
+        return rate if t % cycle >= idle_s else 0.0
+
+    return poisson("from-idle", r, rate, cycle * cycles, seed)
+
+
 def mixed(
     rate: float = 80.0,
     duration_s: float = 1800.0,
@@ -166,7 +184,8 @@ def mixed(
 def builtin(name: str, factor: float | None = None) -> Trace:
     """A built-in shape; ``factor`` is the step's or spike's multiple, the diurnal
     peak-to-trough ratio's inverse share, the noisy trace's +-share, the mixed
-    trace's rate in jobs/s, or the workday's burst multiple."""
+    trace's rate in jobs/s, the workday's burst multiple, or the from-idle trace's
+    burst rate in jobs/s."""
     if name == "step":
         return step(factor=factor or 2.0)
     if name == "spike":
@@ -177,6 +196,8 @@ def builtin(name: str, factor: float | None = None) -> Trace:
         return mixed(rate=factor or 80.0)
     if name == "workday":
         return workday(factor=factor or 2.0)
+    if name == "from-idle":
+        return from_idle(rate=factor or 24.0)
     return noisy(noise=factor or 0.2)
 
 
