@@ -45,7 +45,8 @@ class PoolState:
 
     minutes: tuple[PoolMinute, ...] = ()
     open: PoolMinute | None = None
-    recent: tuple[tuple[float, float], ...] = ()  # (now_s, need) within one cold start
+    # (now_s, need, serving) within one cold start
+    recent: tuple[tuple[float, float, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +62,15 @@ def need(p: AutoscalingConfig, rate_cost: float | None, mu: float) -> float:
 
 
 def observe(
-    state: PoolState, now_s: float, need_now: float, serving: int, cold_s: float
+    state: PoolState, now_s: float, need_now: float, serving: int, cold_s: float, share: float
 ) -> tuple[PoolState, PoolMinute | None]:
     """The history with this period's need; the minute it closed, if one did (the
-    caller stores it)."""
-    recent = tuple((t, n) for t, n in state.recent if t >= now_s - cold_s)
-    low = min((n for _, n in recent), default=need_now)
-    rise = max(0.0, need_now - low)
+    caller stores it). ``share``: target / burst utilisation (a bridge's replicas per
+    replica of need)."""
+    recent = tuple(x for x in state.recent if x[0] >= now_s - cold_s)
+    low = min((n for _, n, _ in recent), default=need_now)
+    fleet = min((s for _, _, s in recent), default=serving)
+    rise = max(0.0, need_now * share - fleet)
     idle_rise = rise if low < IDLE_NEED else 0.0
     start = math.floor(now_s / MINUTE_S) * MINUTE_S
     cur, closed = state.open, None
@@ -84,7 +87,7 @@ def observe(
             cur.periods + 1,
         )
     minutes = state.minutes if closed is None else (*state.minutes, closed)
-    new = PoolState(minutes, cur, (*recent, (now_s, need_now)))
+    new = PoolState(minutes, cur, (*recent, (now_s, need_now, serving)))
     return new, closed
 
 
@@ -163,6 +166,7 @@ def step(
     arrival rate), the pool's size for ``serving`` replicas, and the minute that
     closed, if one did (the loop stores it)."""
     n = need(p, rate_cost, mu)
-    state, closed = observe(state, now_s, n, serving, cold_s)
+    share = p.target_utilization / max(p.target_utilization, p.warm_pool.burst_utilization)
+    state, closed = observe(state, now_s, n, serving, cold_s, share)
     state = forget(state, now_s, p.warm_pool.history_s)
     return state, size(p, state, now_s, serving, n, room), closed

@@ -144,12 +144,12 @@ def workday(
 def from_idle(
     rate: float = 24.0,
     idle_s: float = 300.0,
-    burst_s: float = 180.0,
+    burst_s: float = 300.0,
     cycles: int = 4,
     seed: int = 7,
 ) -> Trace:
     """Traffic that starts from idle, again and again: nothing for ``idle_s`` (5 min),
-    then ``rate`` jobs/s for ``burst_s`` (3 min; at 24 jobs/s about 4.5 replicas'
+    then ``rate`` jobs/s for ``burst_s`` (5 min; at 24 jobs/s about 4.5 replicas'
     worth at the 0.65 target), four times (docs/adr/0157)."""
     cycle = idle_s + burst_s
 
