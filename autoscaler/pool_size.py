@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from autoscaler.observation import Observation
 from sluice.config import AutoscalingConfig
 from sluice.records import PoolMinute
 
@@ -156,16 +157,17 @@ def step(
     p: AutoscalingConfig,
     state: PoolState,
     now_s: float,
-    rate_cost: float | None,
+    obs: Observation,
     mu: float,
     cold_s: float,
     serving: int,
     room: int | None = None,
 ) -> tuple[PoolState, PoolSize, PoolMinute | None]:
-    """One period: the history with this period's need (``rate_cost``, the short
-    arrival rate), the pool's size for ``serving`` replicas, and the minute that
+    """One period: the history with this period's need (the short arrival rate, else
+    the window's), the pool's size for ``serving`` replicas, and the minute that
     closed, if one did (the loop stores it)."""
-    n = need(p, rate_cost, mu)
+    rate = obs.arrival_rate_cost_recent
+    n = need(p, obs.arrival_rate_cost if rate is None else rate, mu)
     share = p.target_utilization / max(p.target_utilization, p.warm_pool.burst_utilization)
     state, closed = observe(state, now_s, n, serving, cold_s, share)
     state = forget(state, now_s, p.warm_pool.history_s)

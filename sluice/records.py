@@ -232,11 +232,14 @@ class DecisionRecord:
     slots_total: int | None = None  # slots of the serving workers (heartbeats)
     ttft_p99_ms: float | None = None  # over the metrics window
     tokens_per_s: float | None = None  # output tokens/s per serving replica, measured
+    # warm_pool.size: auto (ADR 0156): the pool's size this period and which bound set it.
+    pool: int | None = None
+    pool_reason: str = ""
 
     @property
-    def signature(self) -> tuple[int, int, str]:
-        """What makes a decision news for the log: another count or reason."""
-        return self.current, self.desired, self.reason
+    def signature(self) -> tuple[int, int, str, int | None]:
+        """What makes a decision news for the log: another count, reason or pool size."""
+        return self.current, self.desired, self.reason, self.pool
 
     def fields(self) -> dict[str, Any]:
         return {**asdict(self), "needed": round(self.needed, 2)}
@@ -279,7 +282,11 @@ DECISION_PERIOD_FIELD = "period_s"  # the latest-decision hash only: the loop's 
 # Every number a reader of the latest-decision hash parses back (the rest is text).
 DECISION_NUMBERS = frozenset(
     [
-        *(f.name for f in fields(DecisionRecord) if f.name not in ("reason", "detail")),
+        *(
+            f.name
+            for f in fields(DecisionRecord)
+            if f.name not in ("reason", "detail", "pool_reason")
+        ),
         DECISION_PERIOD_FIELD,
     ]
 )

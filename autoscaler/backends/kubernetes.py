@@ -111,7 +111,8 @@ class KubernetesBackend:
     ) -> None:
         self.apps, self.core = api_clients(api_client)
         self.control = control  # promote commands; without it no pool is kept
-        self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
+        self.pools = {m: c.autoscaling.warm_pool.sized(c.autoscaling.warm_pool.start_size)
+                      for m, c in cfg.models.items()}
         self.workers: dict[str, list[WorkerInfo]] = {}
         self.promoted: dict[str, set[str]] = {}  # ids sent a promote, still seen parked
         self.serving: dict[str, int] = {}  # the latest serving count read or set

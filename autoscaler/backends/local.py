@@ -68,7 +68,8 @@ class LocalBackend:
         self.cfg, self.config_path, self.redis_url = cfg, config_path, redis_url
         # Sends promote and park commands; without it no pool is kept.
         self.control = control
-        self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
+        self.pools = {m: c.autoscaling.warm_pool.sized(c.autoscaling.warm_pool.start_size)
+                      for m, c in cfg.models.items()}
         self.command = command or sluice_command()
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-workers-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -42,10 +42,8 @@ class SluicePolicy:
         if not self.policy.warm_pool.auto or mu is None:
             return d
         cold_s = d.state.cold_start_s or self.policy.cold_start_s
-        rate = obs.arrival_rate_cost_recent
-        rate = obs.arrival_rate_cost if rate is None else rate
         self.pool, size, _ = pool_size.step(
-            self.policy, self.pool, now_s, rate, mu, cold_s, max(0, d.desired)
+            self.policy, self.pool, now_s, obs, mu, cold_s, max(0, d.desired)
         )
         return replace(d, pool=size)
 

@@ -181,24 +181,25 @@ def mixed(
     return Trace("mixed", times, costs, duration_s, lambda _t: rate, mean)
 
 
-def builtin(name: str, factor: float | None = None) -> Trace:
+def builtin(name: str, factor: float | None = None, seed: int | None = None) -> Trace:
     """A built-in shape; ``factor`` is the step's or spike's multiple, the diurnal
     peak-to-trough ratio's inverse share, the noisy trace's +-share, the mixed
     trace's rate in jobs/s, the workday's burst multiple, or the from-idle trace's
-    burst rate in jobs/s."""
+    burst rate in jobs/s. ``seed``: another draw of the same shape (None: its own)."""
+    s = {} if seed is None else {"seed": seed}
     if name == "step":
-        return step(factor=factor or 2.0)
+        return step(factor=factor or 2.0, **s)
     if name == "spike":
-        return spike(factor=factor or 3.0)
+        return spike(factor=factor or 3.0, **s)
     if name == "diurnal":
-        return diurnal(trough_share=factor or 0.1)
+        return diurnal(trough_share=factor or 0.1, **s)
     if name == "mixed":
-        return mixed(rate=factor or 80.0)
+        return mixed(rate=factor or 80.0, **s)
     if name == "workday":
-        return workday(factor=factor or 2.0)
+        return workday(factor=factor or 2.0, **s)
     if name == "from-idle":
-        return from_idle(rate=factor or 24.0)
-    return noisy(noise=factor or 0.2)
+        return from_idle(rate=factor or 24.0, **s)
+    return noisy(noise=factor or 0.2, **s)
 
 
 def load_csv(path: Path) -> Trace:
@@ -209,8 +210,9 @@ def load_csv(path: Path) -> Trace:
     return Trace(path.stem, times, costs, times[-1] + 1.0, None, sum(costs) / len(costs))
 
 
-def resolve(spec: str) -> Trace:
-    """``step``, ``spike:1.5`` (a built-in and its factor) or a CSV path."""
+def resolve(spec: str, seed: int | None = None) -> Trace:
+    """``step``, ``spike:1.5`` (a built-in and its factor) or a CSV path; ``seed``:
+    another draw of a built-in shape."""
     name, _, arg = spec.partition(":")
     if name in BUILTIN:
         try:
@@ -219,6 +221,6 @@ def resolve(spec: str) -> Trace:
             raise ConfigError(f"trace {spec!r}: factor must be a number") from e
         if factor is not None and factor <= 0:
             raise ConfigError(f"trace {spec!r}: factor must be > 0")
-        trace = builtin(name, factor)
+        trace = builtin(name, factor, seed)
         return replace(trace, name=spec)
     return load_csv(Path(spec))
