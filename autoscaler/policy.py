@@ -51,6 +51,7 @@ REASONS = (
     "trend",
     "ttft-breach",
     "pool-wake",
+    "burst-over",
 )
 
 
@@ -283,11 +284,31 @@ def _burst_base(
     return cur if desired > steady else None
 
 
+def _burst_over(
+    p: AutoscalingConfig, obs: Observation, state: PolicyState, want: int, reason: str
+) -> tuple[int, str]:
+    """With a warm pool, a burst whose arrivals stopped: none for RECENT_RATE_S, nothing
+    queued or in flight. Its replicas go back to the count before it without waiting
+    out the pool's window (a step a period): the silence was the stabilisation, and a
+    wrong guess costs a promotion (docs/adr/0157). The metrics window's rate, which
+    still remembers the burst for a minute, would hold them."""
+    if not p.warm_pool.enabled or obs.arrival_rate_cost_recent != 0:
+        return want, reason
+    if obs.queued or obs.in_flight:
+        return want, reason
+    cur, base = obs.current, state.before_burst
+    if base is not None and base < cur and base < want:
+        return base, "burst-over"
+    return min(want, cur), reason  # nothing arrives: no scale-up for the minute's rate
+
+
 def _stabilise_down(
     p: AutoscalingConfig, cur: int, state: PolicyState, now_s: float, reason: str
 ) -> tuple[int, str]:
     """Down only to the highest recommendation in the window, a bounded step at a time."""
     window, floor = down_window_s(p, cur, state.before_burst)
+    if reason == "burst-over":
+        window = 0.0  # RECENT_RATE_S of silence was the stabilisation
     # The recommendation made now always counts (a window of 0 holds only it).
     highest = max(w for t, w in state.recommendations if t > now_s - window or t >= now_s)
     watched = now_s - (state.started_s if state.started_s is not None else now_s)
@@ -441,6 +462,7 @@ def decide(
         return Decision(cur, 0, "idle", 0.0, replace(new_state, recommendations=()))
     want, needed, reason = _want(p, obs, mu, cold_s)
     want, needed, reason = bulk_policy.raise_for_bulk(p, obs, mu, want, needed, reason)
+    want, reason = _burst_over(p, obs, state, want, reason)
     rec = _bound(p, want, floor, reason)
     want, reason, sat = _cap_saturated(p, obs, state.saturation, rec, floor, cold_s, now_s)
     new_state = replace(_window(p, new_state, now_s, want), saturation=sat)

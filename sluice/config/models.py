@@ -92,7 +92,7 @@ class WarmPoolConfig(StrictModel):
     # The pool bridges a rise only until the cold starts it triggers serve: the
     # serving and promoted workers may run this busy meanwhile (the size is the
     # replicas the risen rate needs at it, beyond those serving before the rise).
-    burst_utilization: float = Field(0.75, gt=0, le=1)
+    burst_utilization: float = Field(0.7, gt=0, le=1)
     # The pool's cost (parked workers at cost_fraction) is at most this share of the
     # serving fleet's mean over the history window (0: no pool can be afforded).
     max_cost_fraction: float = Field(0.5, ge=0)
