@@ -34,12 +34,15 @@ class PoolHistory:
         try:
             raw = self.redis.zrangebyscore(keys.pool_history_key(model), now_s - history_s, "+inf")
         except (redis.RedisError, *REDIS_ERRORS) as e:
-            log.warning("autoscaler: %s: reading the pool history failed (%s): starting over", model, e)
+            log.warning(
+                "autoscaler: %s: reading the pool history failed (%s): starting over", model, e
+            )
             return PoolState()
         minutes = []
         for member in raw:
             try:
-                minutes.append(PoolMinute.from_json(member))
+                text = member.decode() if isinstance(member, bytes) else str(member)
+                minutes.append(PoolMinute.from_json(text))
             except ValueError as e:
                 log.warning("autoscaler: %s: %s: skipped", model, e)
         return PoolState(tuple(sorted(minutes, key=lambda m: m.start_s)))
@@ -50,7 +53,9 @@ class PoolHistory:
         pipe.zadd(key, {minute.to_json(): minute.start_s})
         pipe.zremrangebyscore(key, "-inf", f"({minute.start_s - history_s}")
         pipe.expire(key, int(history_s) + 60)
-        outage = self.outages.setdefault(model, Reconnect(log, f"autoscaler: {model}: pool history"))
+        outage = self.outages.setdefault(
+            model, Reconnect(log, f"autoscaler: {model}: pool history")
+        )
         try:
             pipe.execute()
         except (redis.RedisError, *REDIS_ERRORS) as e:

@@ -111,8 +111,9 @@ def _covered_s(state: PoolState, now_s: float) -> float:
     return 0.0 if first is None else now_s - first
 
 
-def _bound(p: AutoscalingConfig, want: int, reason: str, mean_serving: float, cur: int,
-           room: int | None) -> PoolSize:
+def _bound(
+    p: AutoscalingConfig, want: int, reason: str, mean_serving: float, cur: int, room: int | None
+) -> PoolSize:
     wp = p.warm_pool
     size, why = want, reason
     promotable = max(0, p.max_replicas - cur)

@@ -29,6 +29,8 @@ where more than one program reads or writes them:
 - **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
   log): what the autoscaler writes each period and the dashboard shows
   (:class:`DecisionRecord`).
+- **pool history** (``keys.pool_history_key``): ``warm_pool.size: auto``'s minutes
+  (:class:`PoolMinute`, JSON members scored by their start), ADR 0156.
 
 The Lua scripts get these values from :func:`lua_constants`, prepended to every
 script by ``sluice.lua_loader.source``: no script spells them out.

@@ -207,7 +207,9 @@ def test_warm_pool_component_parks_every_worker_and_nothing_else(
     """The warm-pool component (ADR 0128/0156) starts each model's worker pods
     ``--parked``, and changes nothing else in the base."""
     base, pooled = rendered["base"], rendered["warm-pool"]
-    workers = [d for d in find(pooled, "Deployment") if "sluice.dev/model" in d["metadata"]["labels"]]
+    workers = [
+        d for d in find(pooled, "Deployment") if "sluice.dev/model" in d["metadata"]["labels"]
+    ]
     assert workers
     for w in workers:
         args = containers(w)[0]["args"]

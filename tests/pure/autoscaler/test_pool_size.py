@@ -26,9 +26,14 @@ P = AutoscalingConfig(
 )
 
 
-def _minutes(rises: list[float], serving: float = 4.0, idle: list[float] | None = None) -> PoolState:
+def _minutes(
+    rises: list[float], serving: float = 4.0, idle: list[float] | None = None
+) -> PoolState:
     idle = idle or [0.0] * len(rises)
-    ms = [PoolMinute(60.0 * i, r, ir, serving, 1) for i, (r, ir) in enumerate(zip(rises, idle, strict=True))]
+    ms = [
+        PoolMinute(60.0 * i, r, ir, serving, 1)
+        for i, (r, ir) in enumerate(zip(rises, idle, strict=True))
+    ]
     return PoolState(tuple(ms))
 
 
@@ -138,8 +143,14 @@ def test_the_simulated_pool_follows_the_auto_size() -> None:
 
 def _wake_obs(**kw: object) -> Observation:
     base: dict[str, object] = dict(
-        current=1, ready=1, parked=4, queued=10, queued_cost=1500.0, in_flight=1,
-        arrival_rate_cost=50.0, arrival_rate_cost_recent=400.0,
+        current=1,
+        ready=1,
+        parked=4,
+        queued=10,
+        queued_cost=1500.0,
+        in_flight=1,
+        arrival_rate_cost=50.0,
+        arrival_rate_cost_recent=400.0,
     )
     return Observation(**{**base, **kw})  # type: ignore[arg-type]
 
@@ -174,8 +185,13 @@ def test_a_burst_whose_arrivals_stopped_goes_back_at_once() -> None:
     # nothing arrived for 15 s and nothing waits or runs: back to 1 now, not after the
     # pool's 60 s window.
     quiet = Observation(
-        current=6, ready=6, parked=4, queued=0, queued_cost=0.0,
-        arrival_rate_cost=3000.0, arrival_rate_cost_recent=0.0,
+        current=6,
+        ready=6,
+        parked=4,
+        queued=0,
+        queued_cost=0.0,
+        arrival_rate_cost=3000.0,
+        arrival_rate_cost_recent=0.0,
     )
     st = PolicyState(started_s=0.0, before_burst=1, recommendations=((995.0, 6),))
     d = decide(p, quiet, st, 1000.0)

@@ -29,7 +29,9 @@ def _loop(tmp_path: Path, redis_url: str) -> Autoscaler:
     path = tmp_path / "sluice.yaml"
     pool = {"size": "auto", "history_s": 3600, "history_min_s": 300}
     auto = {"max_replicas": 20, "service_rate_cost_per_s": 1000, "warm_pool": pool}
-    path.write_text(yaml.safe_dump({"models": {"m": {"handler": "synthetic", "autoscaling": auto}}}))
+    path.write_text(
+        yaml.safe_dump({"models": {"m": {"handler": "synthetic", "autoscaling": auto}}})
+    )
     cfg = load_config(path)
     client = QueueClient(connect(redis_url), dict(cfg.models))
     observer = Observer(client, dict(cfg.models))
@@ -44,9 +46,14 @@ def test_a_restarted_autoscaler_sizes_the_pool_from_the_stored_history(
     # A previous autoscaler stored 10 minutes (rises up to 7.2; 4 serving on average:
     # the cost cap, 0.5 x 4 / 0.1 = 20, does not bind) and one past the window.
     for i in range(10):
-        store.save("m", PoolMinute(NOW - 60.0 * (10 - i), 7.2 if i == 4 else 1.0, 0.0, 48.0, 12), 3600)
+        store.save(
+            "m", PoolMinute(NOW - 60.0 * (10 - i), 7.2 if i == 4 else 1.0, 0.0, 48.0, 12), 3600
+        )
     r.zadd(keys.pool_history_key("m"), {"not json": NOW - 30})  # skipped, logged
-    r.zadd(keys.pool_history_key("m"), {PoolMinute(NOW - 7200, 30.0, 0.0, 4.0, 1).to_json(): NOW - 7200})
+    r.zadd(
+        keys.pool_history_key("m"),
+        {PoolMinute(NOW - 7200, 30.0, 0.0, 4.0, 1).to_json(): NOW - 7200},
+    )
     assert len(store.load("m", NOW, 3600).minutes) == 10
     loop = _loop(tmp_path, redis_url)
     obs = Observation(current=4, ready=4, arrival_rate_cost=2000.0, arrival_rate_cost_recent=2000.0)
