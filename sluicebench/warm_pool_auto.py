@@ -69,10 +69,12 @@ def row(label: str, trace: str, r: SimResult, oracle: SimResult) -> dict[str, An
     return d
 
 
-def targets(model: ModelConfig, period_s: float) -> list[dict[str, Any]]:
+def targets(
+    model: ModelConfig, period_s: float, names: tuple[str, ...] = AUTO_TRACES
+) -> list[dict[str, Any]]:
     auto = auto_model(model, period_s)
     rows = []
-    for name in AUTO_TRACES:
+    for name in names:
         trace = traces.resolve(name)
         oracle, bare = replay.run_trace(trace, model, ["sluice"])
         warm = run_auto(trace, auto, yesterday(name, auto))
