@@ -173,7 +173,8 @@ class Autoscaler:
             state = self.pool_history.load(model, now, p.warm_pool.history_s)
         cold_s = d.state.cold_start_s or p.cold_start_s
         serving = max(0, d.desired)
-        state, size, closed = pool_size.step(p, state, now, obs, mu, cold_s, serving)
+        room = self.backend.pool_room(model)
+        state, size, closed = pool_size.step(p, state, now, obs, mu, cold_s, serving, room)
         self.pool_states[model] = state
         if closed is not None:
             self.pool_history.save(model, closed, p.warm_pool.history_s)

@@ -258,6 +258,10 @@ class KubernetesBackend:
             want = self.serving.get(model)
             self.promote(model, self.current(model) if want is None else want)
 
+    def pool_room(self, model: str) -> int | None:
+        """No bound known here: a parked pod holds its requests from its start."""
+        return None
+
     def promote(self, model: str, want: int) -> int:
         """Promote parked workers (warm ones first, then those still loading) until
         ``want`` workers serve or are starting to; how many were promoted."""

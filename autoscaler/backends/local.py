@@ -238,6 +238,11 @@ class LocalBackend:
         fits = self._promotable(model, leaving.cores if leaving is not None else 0)
         return max(0, min(self.pools[model].start_size, room, fits))
 
+    def pool_room(self, model: str) -> int | None:
+        """Parked workers the free cores could promote (None: no core bound): the bound
+        ``warm_pool.size: auto`` reports (ADR 0156); the pool's trim applies it anyway."""
+        return None if self._threads(model) == 0 else self._promotable(model, 0)
+
     def _promotable(self, model: str, freed: int) -> int:
         """How many parked workers of ``model`` the free cores could promote: cores not
         held, not due to a pending restart and not counted on by another model's pool
