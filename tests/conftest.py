@@ -180,31 +180,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         raise pytest.UsageError(
             f"tests/pure runs on no Redis server; move to tests/redis (or process): {misplaced}"
         )
-    items[:] = longest_first(items, tests_dir)
-
-
-# The order modules start in (`make test` runs them as they come, with xdist's
-# --no-loadscope-reorder): first the modules with a `system` test (a soak, a
-# benchmark's run, a stack, a model load: the longest, up to 100 s each), then by
-# tier, the measure and process tiers before the Redis and pure ones, so the many
-# short tests fill the end and no long one starts last on an idle machine.
-# (xdist's own reorder puts the modules with the most tests first: the
-# one-test soak and benchmark runs came last and ran alone for a minute.)
-_TIER_ORDER = ("measure", "process", "redis", "pure")
-
-
-def longest_first(items: list[pytest.Item], tests_dir: Path) -> list[pytest.Item]:
-    """``items`` with whole modules moved (stable sort, so modules stay whole and in
-    collection order within each rank)."""
-    system: set[Path] = {Path(str(i.path)) for i in items if i.get_closest_marker("system")}
-
-    def rank(item: pytest.Item) -> tuple[int, int]:
-        path = Path(str(item.path))
-        tier = path.resolve().relative_to(tests_dir).parts[0]
-        tier_rank = _TIER_ORDER.index(tier) if tier in _TIER_ORDER else len(_TIER_ORDER)
-        return (0 if path in system else 1, tier_rank)
-
-    return sorted(items, key=rank)
 
 
 # SLUICE_TEST_REDIS=cluster: the redis_server fixture is a 3-shard Redis Cluster
