@@ -4,17 +4,15 @@ uvicorn on a loopback port, on fakeredis or a real Redis."""
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import uvicorn
 from fakeredis import FakeServer
 from fakeredis import aioredis as fake_aioredis
 
 from gateway.app import create_app
 from sluice.config import SluiceConfig, parse_config
+from tests.kit.served import served
 
 FUZZ_LIMIT = 65_536
 
@@ -55,26 +53,5 @@ def serve(redis_url: str | None) -> Iterator[str]:
         app = create_app(cfg, redis=fake)
     else:
         app = create_app(cfg, redis_url)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="critical",
-            loop="uvloop",
-            http="httptools",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the fuzzed gateway did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with served(app, log_level="critical", loop="uvloop", http="httptools") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
