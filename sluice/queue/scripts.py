@@ -18,6 +18,7 @@ from sluice.errors import (
     JobConflict,
     JobNotFound,
     LeaseLost,
+    ModelPaused,
     QueueFull,
     RateLimited,
 )
@@ -169,6 +170,7 @@ class QueueOps:
             keys.owner_jobs_key(model),
             keys.rate_limit_key(model),
             fence[0] if fence else keys.stats_key(model),  # unread without a token
+            keys.paused_key(model),
         ]
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
         return _durable(Call(_parse_submit, "submit", ks, args), cfg)
@@ -225,7 +227,7 @@ class QueueOps:
             groups,
         )
         ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
-        ks += [keys.idle_workers_key(model)]
+        ks += [keys.idle_workers_key(model), keys.paused_key(model)]
         ks += [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
@@ -475,6 +477,8 @@ def _claimed(j: dict[str, Any]) -> ClaimedJob:
 def _parse_submit(reply: list[Any]) -> list[Submitted]:
     head, jobs = SUBMIT.unpack(reply)
     state, detail = head["state"], head["detail"]
+    if state == "paused":
+        raise ModelPaused("this model is paused and refuses new jobs until it is resumed")
     if state == "fenced":
         raise LeaseLost("the lease this submit was fenced on is held by another holder")
     if state == "reused":

@@ -68,7 +68,7 @@ CLAIM = Signature(
         ("prio_wait", "num"),  # queue.max_priority_wait_s in ms; 0 = strict priority
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[7..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[9..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )
