@@ -320,7 +320,7 @@ def lua_constants() -> str:
             f"local WAIT_OVER, WAIT_COUNT = '{WAIT_OVER_LABEL}', '{WAIT_COUNT_FIELD}'",
             f"local STAT = {{{stats}}}",
             f"local STAT_BUCKET_COST = '{BUCKET_COST_PREFIX}'",
-            f"local RUN_TIME_EXCEEDED = '{RUN_TIME_EXCEEDED}'",
+            f"local RUN_TIME_EXCEEDED, LEASE_LOST = '{RUN_TIME_EXCEEDED}', '{LEASE_LOST}'",
             "",
         )
     )

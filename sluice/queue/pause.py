@@ -53,9 +53,7 @@ def parse_state(raw: dict[str, str] | None) -> PauseState:
         at = int(float(raw.get(PauseField.AT, "0") or 0))
     except ValueError:
         at = 0
-    return PauseState(
-        True, at, raw.get(PauseField.BY, ""), raw.get(PauseField.REFUSE, "0") == "1"
-    )
+    return PauseState(True, at, raw.get(PauseField.BY, ""), raw.get(PauseField.REFUSE, "0") == "1")
 
 
 def state_call(model: str) -> Call[PauseState]:
