@@ -287,8 +287,8 @@ class QueueOps:
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
         """The ids not renewed (:meth:`renew_why` says why)."""
-        call = self.renew_why(model, worker_id, job_ids)
-        return replace(call, parse=lambda r: list(call.parse(r)))  # type: ignore[arg-type]
+        why = self.renew_why(model, worker_id, job_ids)
+        return Call(lambda r: list(why.parse(r)), why.script, why.keys, why.args)
 
     def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[dict[str, str]]:
         """Renew; for each id not renewed, why: ``records.LEASE_LOST`` or how the job
