@@ -51,6 +51,13 @@ def seq_key(model: str) -> str:
     return f"{_tag(model)}seq"
 
 
+def retry_key(model: str) -> str:
+    """Zset of queued retries waiting out their backoff, scored by when each becomes
+    claimable (epoch ms, the Redis clock); claim and reclaim move due ones into their
+    queues (docs/adr/0153)."""
+    return f"{_tag(model)}retry"
+
+
 def dead_letter_key(model: str) -> str:
     return f"{_tag(model)}dead"
 

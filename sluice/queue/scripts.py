@@ -218,11 +218,12 @@ class QueueOps:
                 "bulk_reserve": cfg.bulk.reserve_workers,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
                 "nprefix": keys.notify_prefix(model),
+                **_backoff(cfg),
             },
             groups,
         )
         ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
-        ks += [keys.idle_workers_key(model), keys.paused_key(model)]
+        ks += [keys.idle_workers_key(model), keys.retry_key(model), keys.paused_key(model)]
         ks += [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
@@ -266,6 +267,7 @@ class QueueOps:
             "eprefix": keys.e2e_hist_prefix(model),
             "nprefix": keys.notify_prefix(model),
             "max_run_ms": cfg.limits.max_run_ms or 0,
+            **_backoff(cfg),
         }
         groups = [
             {
@@ -277,7 +279,7 @@ class QueueOps:
             for o in outcomes
         ]
         args = COMPLETE.pack(fixed, groups)
-        ks = [*self._ks(model), keys.bulk_holders_key(model)]
+        ks = [*self._ks(model), keys.bulk_holders_key(model), keys.retry_key(model)]
 
         def parse(reply: list[Any]) -> tuple[int, int]:
             head, _ = COMPLETE.unpack(reply)
@@ -321,11 +323,11 @@ class QueueOps:
                 "dead_ttl": cfg.queue.dead_letter_ttl_s,
                 "wprefix": keys.wake_prefix(model),
                 "nprefix": keys.notify_prefix(model),
+                **_backoff(cfg),
             }
         )
-        return Call(
-            lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", self._ks(model), args
-        )
+        ks = [*self._ks(model), keys.retry_key(model)]
+        return Call(lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", ks, args)
 
     def cancel(self, job_id: str, owner: str = "") -> Call[str]:
         """With ``owner``, a job another API key submitted is not found (404, not 403)."""
@@ -335,6 +337,7 @@ class QueueOps:
             keys.stats_key(model),
             keys.job_key(model, job_id),
             keys.owner_jobs_key(model),
+            keys.retry_key(model),
         ]
         args = CANCEL.pack(
             {
@@ -402,7 +405,8 @@ class QueueOps:
         names = self.model(model).bucket_names
         cmds: list[tuple[Any, ...]] = [("HGETALL", keys.stats_key(model))]
         cmds += [("ZCARD", keys.queue_key(model, b)) for b in names]
-        cmds += [("ZCARD", keys.inflight_key(model)), ("LLEN", keys.dead_letter_key(model))]
+        cmds += [("ZCARD", keys.retry_key(model)), ("ZCARD", keys.inflight_key(model))]
+        cmds += [("LLEN", keys.dead_letter_key(model))]
 
         def parse(r: list[Any]) -> QueueStats:
             raw = {k: int(v) for k, v in r[0].items()}
@@ -411,7 +415,7 @@ class QueueOps:
                 for i, b in enumerate(names)
             ]
             counters = {k: v for k, v in raw.items() if not k.startswith(BUCKET_COST_PREFIX)}
-            return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters)
+            return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters, int(r[-3]))
 
         return Call(parse, commands=cmds)
 
@@ -455,6 +459,10 @@ def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None
     tokens = max_tokens or cfg.batching.max_batch_tokens
     bulk = cfg.bulk
     return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
+
+
+def _backoff(cfg: ModelConfig) -> dict[str, int]:  # the retry backoff (docs/adr/0153)
+    return {"backoff_ms": cfg.retry.backoff_ms, "backoff_max_ms": cfg.retry.backoff_max_ms}
 
 
 def _events(hook: Webhook | None) -> str:

@@ -112,7 +112,8 @@ const SluicePanels = (() => {
         card("Workers", h("div", {}, this.states, this.tiles), sort),
         card("Autoscaler", h("div", {}, this.replicas.el, this.scaleNote, h("div", { class: "scroll" },
           h("table", { class: "log" }, h("thead", {}, h("tr", {}, ...["time", "replicas", "reason", "queued", "p99 it saw"].map((t) => h("th", { text: t })))), this.decisions)))),
-        card("Dead letters", h("div", { class: "dead" }, this.deadCount, h("div", { class: "scroll" }, h("table", { class: "log" }, this.deadList)))));
+        card("Dead letters", h("div", { class: "dead" }, this.deadCount, h("div", { class: "scroll" }, h("table", { class: "log" }, this.deadList))),
+          SluiceActions.bar(m.name, h)));
       this.gen = m.generate ? this.buildGeneration(m, chartEl) : null;
       this.el.append(head, kpis, charts, ...(this.gen ? [this.gen.el] : []), lower);
     }
