@@ -84,7 +84,7 @@ def test_a_job_over_max_run_ms_fails_for_good_and_its_result_is_refused(
 ) -> None:
     q = queue_factory(limits={"max_run_ms": 200}, batching={"max_attempts": 3})
     renewed, refused = _running(q), _running(q)
-    start = int(r.hget(keys.job_key("m", renewed), "start"))
+    start = int(r.hget(keys.job_key("m", refused), "start"))  # the later claim
     wait_until(lambda: redis_now_ms(r) > start + 200, what="max_run_ms to pass")
     assert q.renew_why("m", "w1", [renewed]) == {renewed: "run_time_exceeded"}
     # A result that reaches complete before any renewal saw the overrun: refused too.
