@@ -127,6 +127,9 @@ def gen_config(
         "buckets": [256],
         "cost": {"method": "words"},
         "batching": {"max_batch": 64, "lease_s": lease_s},
+        # A retried sequence is claimable at once: these tests step the loop turn by
+        # turn (the retry backoff itself is tested in tests/redis/admin).
+        "retry": {"backoff_ms": 0},
         "generate": {
             "slots": slots,
             "max_seq_tokens": 256,
