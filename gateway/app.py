@@ -24,6 +24,7 @@ from gateway.routers import (
     health,
     jobs,
     models,
+    pause,
     stream,
     webhooks,
 )
@@ -78,6 +79,7 @@ def create_app(
         webhooks.router,
         health.router,
         audit.router,
+        pause.router,
         dead_letters.router,
     )
     for r in (*routers, dashboard.router):

@@ -171,6 +171,12 @@ def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
 
 
+def paused_key(model: str) -> str:
+    """Hash of a paused model (``records.PauseField``); absent while it runs. Its
+    existence is what claim.lua checks (one EXISTS): no worker claims (ADR 0154)."""
+    return f"{_tag(model)}paused"
+
+
 def audit_key() -> str:
     """Stream of operator actions (``sluice.audit``; fields ``records.AuditField``),
     capped. One key outside every model's hash tag, like the registry (ADR 0151)."""

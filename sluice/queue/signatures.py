@@ -70,7 +70,7 @@ CLAIM = Signature(
         ("backoff_ms", "num"),  # retry.backoff_ms (0 = requeue at once), ADR 0153
         ("backoff_max_ms", "num"),
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[9..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[10..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )
@@ -88,6 +88,7 @@ COMPLETE = Signature(
         ("wprefix", "str"),  # wake list prefix
         ("eprefix", "str"),  # end-to-end histogram prefix
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
         ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
         ("backoff_max_ms", "num"),
     ),
@@ -102,9 +103,19 @@ COMPLETE = Signature(
 
 RENEW = Signature(
     "renew",
-    (("jprefix", "str"), ("worker", "str"), ("lease_ms", "num")),
+    (
+        ("jprefix", "str"),
+        ("worker", "str"),
+        ("lease_ms", "num"),
+        ("channel", "str"),  # done channel (jobs this call ends over a limit)
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("result_ttl", "num"),  # s
+        ("dead_ttl", "num"),  # s
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
+    ),
     group=(("id", "str"),),
-    reply_group=("lost",),  # the ids whose lease was lost
+    # per id not renewed: 'lost' (records.LEASE_LOST), else how the job ended
+    reply_group=("id", "why"),
 )
 
 RECLAIM = Signature(

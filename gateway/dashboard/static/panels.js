@@ -65,7 +65,8 @@ const SluicePanels = (() => {
       // Is it keeping up? Decided by the gateway (gateway/dashboard/verdict.py), shown here.
       this.verdict = h("span", { class: "verdict", "data-role": "verdict" });
       this.why = h("span", { class: "why", "data-role": "why" });
-      const head = h("div", { class: "model-head" }, h("h2", { text: m.name }), h("span", { class: "handler", text: m.handler }), this.why, this.verdict);
+      this.pause = SluicePause.control(m.name, h);  // paused badge, pause/resume (ADR 0154)
+      const head = h("div", { class: "model-head" }, h("h2", { text: m.name }), h("span", { class: "handler", text: m.handler }), this.pause.el, this.why, this.verdict);
       this.k = { queued: kpi("Queued"), thr: kpi("Throughput"), wait: kpi("p99 queue wait"), e2e: kpi("p99 end to end"),
         workers: kpi("Workers ready"), replicas: kpi("Replicas"), dead: kpi("Dead letters") };
       const kpis = h("div", { class: "kpis" }, ...Object.values(this.k).map((x) => x.el));
@@ -202,6 +203,7 @@ const SluicePanels = (() => {
     }
 
     renderKpis(m) {
+      this.pause.update(m.pause);
       this.verdict.textContent = m.verdict.text;
       this.verdict.className = "verdict " + m.verdict.level;
       this.why.textContent = m.verdict.why;

@@ -6,7 +6,8 @@ from ``sluice bench load`` on loopback, one dead-lettered job, then: the page
 loads with no console errors, every chart draws non-empty data (counted by the
 page and read off the canvas), a ``sluice worker`` started mid-test appears in
 the workers grid, the dead letter's Redrive button (after a confirmation) puts it
-back and it succeeds, and a screenshot is saved (path printed). API keys are
+back and it succeeds, the Pause button pauses the model (its badge shows, GET
+/v1/models says so) and Resume resumes it, and a screenshot is saved (path printed). API keys are
 configured, so the page first asks for the admin key: a non-admin key is
 refused with a clear message, the admin key opens it.
 """
@@ -183,6 +184,32 @@ def _redrive_from_the_page(page: Any, stack: dict[str, Any], dead_id: str) -> No
     )
 
 
+def _pause_and_resume_from_the_page(page: Any, stack: dict[str, Any]) -> None:
+    """Pause (after a confirmation): the badge shows once the feed says so, and the
+    API agrees; then Resume (ADR 0154)."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def paused() -> bool:
+        models = httpx.get(f"{stack['url']}/v1/models", headers=admin, timeout=10).json()
+        return bool(models["data"][0]["paused"])
+
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    badge = "document.querySelector('section.model [data-role=\"paused\"]')"
+    page.once("dialog", answer)
+    page.click('section.model [data-action="pause"]')
+    wait_js(page, f"!{badge}.hidden && {badge}.textContent.startsWith('PAUSED')", 15, "the badge")
+    assert asked and "stop claiming" in asked[0] and paused()
+    page.once("dialog", answer)
+    page.click('section.model [data-action="resume"]')
+    wait_js(page, f"{badge}.hidden", 15, "the badge to go")
+    assert len(asked) == 2 and not paused()
+
+
 def _sort_and_switch(page: Any) -> None:
     """The workers sort by id on request; the backlog switches to cost and still draws."""
     page.select_option('select[aria-label="sort workers"]', "id")
@@ -273,6 +300,7 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
             assert dead is not None and int(dead.replace(",", "")) >= 1
             assert "cannot embed poison" in (page.text_content("section.model .dead") or "")
             _redrive_from_the_page(page, stack, dead_id)
+            _pause_and_resume_from_the_page(page, stack)
             assert page.text_content('[data-role="verdict"]')
             ARTIFACTS.mkdir(exist_ok=True)
             shot = ARTIFACTS / "dashboard.png"
