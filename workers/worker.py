@@ -34,6 +34,7 @@ from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
 from workers.parking import Control, Standby
 from workers.startpath import StartPath
 from workers.status import WorkerStatus
+from workers.yielding import BulkYield
 
 log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
@@ -123,6 +124,7 @@ class Worker:
         self.streak = FailureStreak(wc.quarantine_after_failures)
         self.metrics = WorkerMetrics(self.model)
         self.runner = BatchRunner(handler)
+        self.bulk_yield = BulkYield.of(client.redis, self.mcfg, opts, self.buckets, self.metrics)
         self.status = WorkerStatus(first_info(opts, self.buckets, wall()))
         self.start_path = opts.start_path or StartPath()
         self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
@@ -361,6 +363,8 @@ class Worker:
         if not batch.jobs:
             return None
         self.status.hold([j.id for j in batch.jobs])
+        if batch.bulk and self.bulk_yield is not None:
+            return _Fetched(batch, None)  # its micro-batches collate as they run
         try:
             collated: Collated | None = self.handler.collate(
                 [j.input for j in batch.jobs], [j.cost for j in batch.jobs]
@@ -414,17 +418,21 @@ class Worker:
         batch = f.batch
         waits = [(batch.claimed_at_ms - j.enqueued_at_ms) / 1000 for j in batch.jobs]
         self.metrics.observe_waits(batch.bucket, waits)
+        ran, released = batch, list[Outcome]()
         try:
-            result = self.runner.run(batch.jobs, f.collated)
+            if batch.bulk and self.bulk_yield is not None:  # micro-batches; may give some back
+                ran, result, released = self.bulk_yield.run(self.runner, batch)
+            else:
+                result = self.runner.run(batch.jobs, f.collated)
         except Exception as e:  # noqa: BLE001 - a bug must not kill the worker holding leases
             log.exception("batch runner failed")
             msg = f"{type(e).__name__}: {e}"[:500]
             result = BatchResult(
                 [Outcome.retry(j.id, "worker_error", msg) for j in batch.jobs], failed=True
             )
-        self._complete(result.outcomes)
+        self._complete(result.outcomes + released)
         self.status.release([j.id for j in batch.jobs])
-        self._account(batch, result)
+        self._account(ran, result)
 
     def _complete(self, outcomes: list[Outcome]) -> bool:
         """Send one batch's outcomes as their holder (retried ~10 s); False if it gave up."""

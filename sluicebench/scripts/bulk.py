@@ -6,8 +6,9 @@ sluice bench bulk [--variants 8,2:no-overlap] [--rounds 2] [--duration-s 20]
                                [--max-queued N] [--json bench/results/bulk.json]
 
 A variant is a ``bulk.max_batch`` value, optionally ``:no-overlap`` (workers
-without prefetch) and ``:reserveN`` (``bulk.reserve_workers``):
-``--variants 8,2,1,8:no-overlap,8:reserve1``. Logic in
+without prefetch), ``:reserveN`` (``bulk.reserve_workers``) and ``:microN``
+(``bulk.micro_batch``: yield to interactive jobs every N items, ADR 0155):
+``--variants 8,2,1,8:no-overlap,8:reserve1,8:micro1``. Logic in
 sluicebench/loadgen/bulk_bench.py; about 3.5 minutes with the defaults.
 """
 
@@ -24,7 +25,12 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.errors import ConfigError
-from sluicebench.loadgen.bulk_bench import BulkParams, parse_variants, run_bulk
+from sluicebench.loadgen.bulk_bench import (
+    TARGET_IDLE_SHARE,
+    BulkParams,
+    parse_variants,
+    run_bulk,
+)
 
 
 def _n(x: Any, digits: int = 1) -> str:
@@ -63,7 +69,7 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         "busy w/o",
         "busy with",
         "p99 <= 1.10x",
-        "share >= 0.70",
+        f"share >= {TARGET_IDLE_SHARE:.2f}",
     ):
         t.add_column(name, justify="right")
     for v in data["variants"]:
@@ -114,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         prog="sluice bench bulk", description=(__doc__ or "").splitlines()[0]
     )
     ap.add_argument(
-        "--variants", default="8,2:no-overlap", help="bulk.max_batch values[:no-overlap][:reserveN]"
+        "--variants", default="8,2:no-overlap", help="bulk.max_batch values[:no-overlap][:reserveN][:microN]"
     )
     ap.add_argument("--rounds", type=int, default=d.rounds, help="A/B pairs per variant")
     ap.add_argument("--duration-s", type=float, default=d.duration_s, help="s per phase")
