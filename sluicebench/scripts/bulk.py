@@ -120,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
         prog="sluice bench bulk", description=(__doc__ or "").splitlines()[0]
     )
     ap.add_argument(
-        "--variants", default="8,2:no-overlap", help="bulk.max_batch values[:no-overlap][:reserveN][:microN]"
+        "--variants",
+        default="8,2:no-overlap",
+        help="bulk.max_batch values[:no-overlap][:reserveN][:microN]",
     )
     ap.add_argument("--rounds", type=int, default=d.rounds, help="A/B pairs per variant")
     ap.add_argument("--duration-s", type=float, default=d.duration_s, help="s per phase")
