@@ -146,6 +146,18 @@ def idle_share(bulk_per_s: float, capacity_per_s: float, utilisation: float) -> 
     return round(bulk_per_s / idle, 3) if idle > 0 else None
 
 
+def idle_time_share(
+    bulk_per_s: float, capacity_per_s: float, busy_without: float | None
+) -> float | None:
+    """The share bulk used of the time the workers really sat idle without it:
+    ``capacity x (1 - busy without bulk)``. Interactive jobs in small batches keep
+    the workers busier than ``utilisation`` says (a batch's fixed cost is paid more
+    often), so this is the ceiling bulk can reach without making them batch up."""
+    if busy_without is None or busy_without >= 1.0:
+        return None
+    return round(bulk_per_s / (capacity_per_s * (1.0 - busy_without)), 3)
+
+
 def busy_fraction(
     before: dict[str, tuple[float, int, int]],
     after: dict[str, tuple[float, int, int]],
@@ -268,6 +280,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "p99_ratio_per_round": p99_ratios,
         "bulk_per_s": median([r["with"]["bulk"]["per_s"] for r in rounds]),
         "idle_share": median([r["with"]["bulk"]["idle_share"] for r in rounds]),
+        "idle_time_share": median([r["with"]["bulk"].get("idle_time_share") for r in rounds]),
         "busy_without": median(side("without", "busy_fraction")),
         "busy_with": median(side("with", "busy_fraction")),
         "without_hold_mean_ms": median(side("without", "hold_mean_ms")),
@@ -512,6 +525,9 @@ def _variant(b: _Bench, v: Variant, capacity: float) -> dict[str, Any]:
             b, v, replace(spec, label=f"{v.name}: B{r + 1} with bulk"), bulk_id, capacity
         )
         final = b.stop_bulk(v.model, bulk_id)
+        w["bulk"]["idle_time_share"] = idle_time_share(
+            w["bulk"]["per_s"], capacity, a["busy_fraction"]
+        )
         w["bulk"]["output"] = final.pop("output")
         w["bulk"]["final"] = final
         rounds.append({"round": r + 1, "without": a, "with": w})

@@ -66,6 +66,7 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         "wait p99 with",
         "bulk/s",
         "share of idle",
+        "of idle time",
         "busy w/o",
         "busy with",
         "p99 <= 1.10x",
@@ -86,6 +87,7 @@ def print_report(data: dict[str, Any], console: Console) -> None:
             _n(s["with_wait_p99_ms"]),
             _n(s["bulk_per_s"]),
             _n(s["idle_share"], 2),
+            _n(s.get("idle_time_share"), 2),
             _n(s["busy_without"], 2),
             _n(s["busy_with"], 2),
             _met(s["met"]["p99_within"]),
@@ -94,7 +96,8 @@ def print_report(data: dict[str, Any], console: Console) -> None:
     console.print(t)
     console.print(
         "medians over the rounds; p99 ratio = median of each round's with / without; "
-        "busy = share of time the workers' model slept in a batch"
+        "busy = share of time the workers' model slept in a batch; share of idle = bulk / "
+        "(capacity x (1 - utilisation)); of idle time = bulk / (capacity x (1 - busy w/o))"
     )
     for v in data["variants"]:
         per = ", ".join(

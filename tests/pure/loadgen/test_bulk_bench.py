@@ -19,6 +19,7 @@ from sluicebench.loadgen.bulk_bench import (
     busy_fraction,
     check_output,
     idle_share,
+    idle_time_share,
     nominal_capacity,
     parse_variants,
     summarise,
@@ -177,3 +178,18 @@ def test_batch_check_sizes_batches_and_finds_hidden_items() -> None:
     # A sleep that overran by 7 ms (under half an item) is not an item.
     assert batch_check(_batch(140, 1, 27.0), 8, 5.0, 15.0)["with_other_items"] == 0
     assert batch_check(_batch(150, 3, 50.0), 2, 5.0, 15.0)["over_limit"] == 1
+
+
+@pytest.mark.parametrize(
+    ("bulk", "capacity", "busy", "share"),
+    [
+        (60.0, 250.0, 0.70, 0.8),  # idle time = 250 x 0.3 = 75 jobs/s
+        (75.0, 250.0, 0.70, 1.0),
+        (10.0, 250.0, 1.0, None),  # never idle: no share
+        (10.0, 250.0, None, None),  # busy not measured
+    ],
+)
+def test_idle_time_share(
+    bulk: float, capacity: float, busy: float | None, share: float | None
+) -> None:
+    assert idle_time_share(bulk, capacity, busy) == share
