@@ -122,6 +122,9 @@ class BulkParams:
     duration_s: float = 20.0  # per A or B phase, warm-up included
     warmup_s: float = 4.0
     capacity_s: float = 8.0
+    # Given: no closed-loop phase, this figure (jobs/s) sets the load. On a shared
+    # machine a capacity phase that other work slows sets every later phase wrong.
+    capacity_per_s: float | None = None
     bulk_alone_s: float = 6.0
     rounds: int = 2
     # The defaults (prefetch on, bulk batches as large as interactive ones) and
@@ -570,6 +573,18 @@ def _capacity(b: _Bench, v: Variant) -> dict[str, Any]:
     }
 
 
+def _given(p: BulkParams) -> dict[str, Any]:
+    """``--capacity``: the load is set from this figure, no capacity phase runs."""
+    given = float(p.capacity_per_s or 0.0)
+    nominal = nominal_capacity(p)
+    return {
+        "measured_per_s": given,
+        "nominal_per_s": round(nominal, 2),
+        "measured_over_nominal": ratio(given, nominal),
+        "given": True,
+    }
+
+
 def run_bulk(workdir: Path, p: BulkParams, progress: bool = True) -> dict[str, Any]:
     """The whole benchmark; returns the JSON document."""
     cfg = bulk_config(p)
@@ -584,8 +599,8 @@ def run_bulk(workdir: Path, p: BulkParams, progress: bool = True) -> dict[str, A
             assert st.redis is not None
             queue = QueueClient(connect(st.redis.url), dict(parse_config(cfg).models))
             b = _Bench(st, p, http, queue, bulk_file(p, lines), replace(base, url=st.url))
-            capacity = _capacity(b, p.variants[0])
-            cap = capacity["measured_per_s"]
+            capacity = _capacity(b, p.variants[0]) if p.capacity_per_s is None else _given(p)
+            cap = float(capacity["measured_per_s"])
             variants = [_variant(b, v, cap) for v in p.variants]
     return {
         "params": asdict(p),

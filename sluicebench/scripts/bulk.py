@@ -46,7 +46,8 @@ def print_report(data: dict[str, Any], console: Console) -> None:
     console.print(
         f"[bold]Bulk benchmark[/]: {p['workers']} synthetic workers, max_batch {p['max_batch']}, "
         f"batch ms = {p['base_ms']} + {p['per_token_ms']} x {p['words']} words x n; capacity "
-        f"[bold]{cap['measured_per_s']:.1f}[/] jobs/s measured ({cap['nominal_per_s']:.1f} "
+        f"[bold]{cap['measured_per_s']:.1f}[/] jobs/s "
+        f"{'given' if cap.get('given') else 'measured'} ({cap['nominal_per_s']:.1f} "
         f"nominal, {_n(cap['measured_over_nominal'], 2)}); interactive at "
         f"{p['utilisation']:.0%}; idle capacity {data['idle_per_s']:.1f} jobs/s; "
         f"{p['rounds']} A/B round(s) of {p['duration_s']:.0f} s ({p['warmup_s']:.0f} s warm-up)"
@@ -137,6 +138,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-batch", type=int, default=d.max_batch)
     ap.add_argument("--utilisation", type=float, default=d.utilisation)
     ap.add_argument("--max-queued", type=int, default=None, help="bulk.max_queued")
+    ap.add_argument(
+        "--capacity", type=float, default=None, help="jobs/s: skip the capacity phase, use this"
+    )
     ap.add_argument("--seed", type=int, default=d.seed)
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/sluice-bench-bulk"))
     ap.add_argument("--no-progress", action="store_true")
@@ -150,6 +154,7 @@ def main(argv: list[str] | None = None) -> None:
             per_token_ms=a.per_token_ms,
             max_batch=a.max_batch,
             bulk_max_queued=a.max_queued,
+            capacity_per_s=a.capacity,
             utilisation=a.utilisation,
             duration_s=a.duration_s,
             warmup_s=a.warmup_s,
