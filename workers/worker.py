@@ -34,7 +34,7 @@ from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
 from workers.parking import Control, Standby
 from workers.startpath import StartPath
 from workers.status import WorkerStatus
-from workers.yielding import BulkYield
+from workers.yielding import BulkYield, run_batch
 
 log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
@@ -419,11 +419,8 @@ class Worker:
         waits = [(batch.claimed_at_ms - j.enqueued_at_ms) / 1000 for j in batch.jobs]
         self.metrics.observe_waits(batch.bucket, waits)
         ran, released = batch, list[Outcome]()
-        try:
-            if batch.bulk and self.bulk_yield is not None:  # micro-batches; may give some back
-                ran, result, released = self.bulk_yield.run(self.runner, batch)
-            else:
-                result = self.runner.run(batch.jobs, f.collated)
+        try:  # a bulk batch may stop between micro-batches, giving the rest back (ADR 0155)
+            ran, result, released = run_batch(self.runner, self.bulk_yield, batch, f.collated)
         except Exception as e:  # noqa: BLE001 - a bug must not kill the worker holding leases
             log.exception("batch runner failed")
             msg = f"{type(e).__name__}: {e}"[:500]

@@ -30,6 +30,7 @@ from sluice.config import ModelConfig
 from sluice.jobs import Batch, ClaimedJob, Outcome
 from sluice.records import BULK_RANK, score_range
 from workers.execute import BatchResult, BatchRunner
+from workers.handlers.base import Collated
 from workers.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
@@ -162,3 +163,13 @@ class BulkYield:
             return False
         self._said = False
         return waiting
+
+
+def run_batch(
+    runner: BatchRunner, bulk_yield: BulkYield | None, batch: Batch, collated: Collated | None
+) -> tuple[Batch, BatchResult, list[Outcome]]:
+    """A claimed batch: a bulk one through ``bulk_yield`` when the model sets
+    ``bulk.micro_batch``, any other whole. The part that ran, its result, releases."""
+    if batch.bulk and bulk_yield is not None:
+        return bulk_yield.run(runner, batch)
+    return batch, runner.run(batch.jobs, collated), []
