@@ -15,13 +15,16 @@ from gateway import dashboard, errors
 from gateway.auth import AuthGuard, needs_key
 from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import (
+    audit,
     bulk,
+    dead_letters,
     embeddings,
     events,
     generate,
     health,
     jobs,
     models,
+    pause,
     stream,
     webhooks,
 )
@@ -75,6 +78,9 @@ def create_app(
         embeddings.router,
         webhooks.router,
         health.router,
+        audit.router,
+        pause.router,
+        dead_letters.router,
     )
     for r in (*routers, dashboard.router):
         app.include_router(r)

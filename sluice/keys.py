@@ -51,6 +51,13 @@ def seq_key(model: str) -> str:
     return f"{_tag(model)}seq"
 
 
+def retry_key(model: str) -> str:
+    """Zset of queued retries waiting out their backoff, scored by when each becomes
+    claimable (epoch ms, the Redis clock); claim and reclaim move due ones into their
+    queues (docs/adr/0153)."""
+    return f"{_tag(model)}retry"
+
+
 def dead_letter_key(model: str) -> str:
     return f"{_tag(model)}dead"
 
@@ -162,6 +169,18 @@ def workers_info_key(model: str) -> str:
 
 def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
+
+
+def paused_key(model: str) -> str:
+    """Hash of a paused model (``records.PauseField``); absent while it runs. Its
+    existence is what claim.lua checks (one EXISTS): no worker claims (ADR 0154)."""
+    return f"{_tag(model)}paused"
+
+
+def audit_key() -> str:
+    """Stream of operator actions (``sluice.audit``; fields ``records.AuditField``),
+    capped. One key outside every model's hash tag, like the registry (ADR 0151)."""
+    return f"{PREFIX}:audit"
 
 
 def bench_key(name: str) -> str:

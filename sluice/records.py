@@ -24,11 +24,19 @@ where more than one program reads or writes them:
 - **token stream** (``keys.stream_key``, a generative job's Redis Stream): each
   entry's fields (:class:`StreamField`) and what it says (:class:`StreamEvent`),
   ``STREAM.<name>`` and ``STREAM_EVENT.<name>`` in the scripts (ADR 0144).
+- **audit stream** (``keys.audit_key``): one entry per operator action,
+  :class:`AuditField`, capped at :data:`AUDIT_MAXLEN` (``sluice.audit``).
 - **priority rank** (:data:`RANKS`): a job's class in its queue score, 0 high ..
   2 low, 3 bulk items; ``RANK.<class>`` in the scripts.
 - **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
   log): what the autoscaler writes each period and the dashboard shows
   (:class:`DecisionRecord`).
+- **pause record** (``keys.paused_key``): a paused model's hash
+  (:class:`PauseField`, ``PAUSE.<name>`` in the scripts); its existence is the
+  pause (claim.lua), ``refuse`` makes submit.lua refuse new jobs (ADR 0154).
+- **renew reply** (``why`` per id not renewed): :data:`LEASE_LOST` (it may run
+  elsewhere: keep going), else why the job ended under its worker: its terminal
+  status, or :data:`RUN_TIME_EXCEEDED` (stop computing it; ADR 0154).
 - **pool history** (``keys.pool_history_key``): ``warm_pool.size: auto``'s minutes
   (:class:`PoolMinute`, JSON members scored by their start), ADR 0156.
 
@@ -84,6 +92,7 @@ class Stat(StrEnum):
     COMPLETED_COST = "completed_cost"
     FAILED = "failed"  # dead-lettered: complete, reclaim, claim's malformed records
     RETRIED = "retried"
+    REDRIVEN = "redriven"  # dead letters put back in their queue (an operator, ADR 0153)
     EXPIRED = "expired"  # past the deadline while queued (claim)
     CANCELLED = "cancelled"
     QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
@@ -110,6 +119,8 @@ class JobField(StrEnum):
     DL = "dl"  # deadline, ms after enq
     ATT = "att"  # attempts
     WORKER = "worker"  # the lease's holder
+    LAST_WORKER = "lw"  # a dead letter: the worker that held its last attempt
+    RETRY_AT = "rat"  # ms: a backed-off retry becomes claimable (retry zset, ADR 0153)
     RESULT = "result"
     ERROR = "error"
     RUN_MS = "run_ms"
@@ -125,6 +136,21 @@ class JobField(StrEnum):
     # (sluice.generate.stream.entry_position), so a step re-sent after a lost reply
     # writes nothing twice (ADR 0146)
     GEN_NEXT = "gnx"
+
+
+class PauseField(StrEnum):
+    """Fields of a paused model's hash (``keys.paused_key``), ``PAUSE.<value>``."""
+
+    AT = "at"  # epoch ms: when it was (last) paused, the pausing gateway's clock
+    BY = "by"  # who paused it (the admin key's name)
+    REFUSE = "refuse"  # "1": submits are refused while paused, "0": accepted and held
+
+
+# The renew reply's ``why`` of an id it did not renew: the lease was lost (requeued or
+# taken by another worker: its result still counts), else the job ended (its terminal
+# status, or RUN_TIME_EXCEEDED: failed for running past limits.max_run_ms).
+LEASE_LOST = "lost"
+RUN_TIME_EXCEEDED = "run_time_exceeded"  # also the error type of such a failure
 
 
 class DeliveryField(StrEnum):
@@ -176,6 +202,21 @@ class BulkField(StrEnum):
     WHU = "whu"  # webhook url, events, delivery TTL s
     WHE = "whe"
     WHT = "wht"
+
+
+class AuditField(StrEnum):
+    """Fields of one entry of the operator actions' audit stream (``keys.audit_key``,
+    ``sluice.audit``, ADR 0151); the entry's Redis id says when."""
+
+    ACTOR = "actor"  # the API key's name ("" on an open gateway)
+    ACTION = "action"  # e.g. dead_letters.redrive, queue.purge, pause
+    MODEL = "model"
+    COUNT = "count"  # jobs acted on
+    DETAIL = "detail"  # JSON object: the filter, ids, priority, ...
+    AT = "at"  # ms, the writer's clock (also in the entry id)
+
+
+AUDIT_MAXLEN = 10_000  # entries the audit stream keeps (XADD MAXLEN ~)
 
 
 class StreamField(StrEnum):
@@ -313,6 +354,7 @@ def lua_constants() -> str:
             _lua_fields("JOB", JobField),
             _lua_fields("DELIVERY", DeliveryField),
             _lua_fields("BULK", BulkField),
+            _lua_fields("PAUSE", PauseField),
             _lua_fields("STREAM", StreamField),
             _lua_fields("STREAM_EVENT", StreamEvent),
             f"local RANK = strict('RANK', {{{ranks}}})",
@@ -324,6 +366,7 @@ def lua_constants() -> str:
             f"local WAIT_OVER, WAIT_COUNT = '{WAIT_OVER_LABEL}', '{WAIT_COUNT_FIELD}'",
             f"local STAT = {{{stats}}}",
             f"local STAT_BUCKET_COST = '{BUCKET_COST_PREFIX}'",
+            f"local RUN_TIME_EXCEEDED, LEASE_LOST = '{RUN_TIME_EXCEEDED}', '{LEASE_LOST}'",
             "",
         )
     )

@@ -60,6 +60,23 @@ class QueueConfig(StrictModel):
         return self
 
 
+class RetryConfig(StrictModel):
+    """How a failed attempt waits before its job is claimable again (docs/adr/0153):
+    ``backoff_ms`` x 2^(attempt - 1), at most ``backoff_max_ms``, the second half
+    jittered. 0 requeues at once (the job goes back to its place at the queue head)."""
+
+    backoff_ms: int = Field(500, ge=0, le=3_600_000)
+    backoff_max_ms: int = Field(30_000, gt=0, le=86_400_000)
+
+    @model_validator(mode="after")
+    def _order(self) -> RetryConfig:
+        if self.backoff_ms > self.backoff_max_ms:
+            raise ValueError(
+                f"retry.backoff_ms ({self.backoff_ms}) > backoff_max_ms ({self.backoff_max_ms})"
+            )
+        return self
+
+
 class BatchingConfig(StrictModel):
     max_batch: int = Field(32, gt=0, le=4096)
     max_batch_tokens: int = Field(16_384, gt=0)
@@ -224,6 +241,22 @@ class ModelBulkConfig(StrictModel):
     micro_batch: int | None = Field(None, gt=0, le=4096)
 
 
+class LimitsConfig(StrictModel):
+    """Bounds on one job's run (docs/adr/0154)."""
+
+    # A job running longer than this (from its claim) is failed for good as
+    # run_time_exceeded, not retried: its input is what is slow, and a retry would
+    # spend max_attempts x this much worker time to fail again. None: no limit.
+    max_run_ms: int | None = Field(None, gt=0)
+
+
+class PauseConfig(StrictModel):
+    """What a pause does when its request does not say (docs/adr/0154)."""
+
+    # While paused, refuse new jobs (503 model_paused) instead of queueing them.
+    refuse_submits: bool = False
+
+
 class ModelConfig(StrictModel):
     handler: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -231,8 +264,11 @@ class ModelConfig(StrictModel):
     cost: CostConfig = Field(default_factory=CostConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     bulk: ModelBulkConfig = Field(default_factory=ModelBulkConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    pause: PauseConfig = Field(default_factory=PauseConfig)
     # present: a generative model (token streams, slots; ADR 0144)
     generate: GenerateConfig | None = None
 

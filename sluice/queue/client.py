@@ -219,6 +219,10 @@ class QueueClient:
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
         return self.run(self.ops.renew(model, worker_id, job_ids))
 
+    def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> dict[str, str]:
+        """Renew; each id not renewed with why (``QueueOps.renew_why``)."""
+        return self.run(self.ops.renew_why(model, worker_id, job_ids))
+
     def reclaim(self, model: str) -> int:
         return self.run(self.ops.reclaim(model))
 

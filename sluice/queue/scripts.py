@@ -14,19 +14,14 @@ from typing import Any, Generic, TypeVar
 from sluice import fastjson, keys, lua_loader
 from sluice.config import PRIORITIES, ModelConfig
 from sluice.errors import (
-    IdempotencyKeyReused,
     JobConflict,
     JobNotFound,
-    LeaseLost,
-    QueueFull,
-    RateLimited,
 )
 from sluice.jobs import (
     DELIVERY_FIELDS,
     WEBHOOK_EVENTS,
     Batch,
     BucketStats,
-    ClaimedJob,
     ClassHeads,
     JobRecord,
     NewJob,
@@ -39,6 +34,7 @@ from sluice.jobs import (
     new_job_id,
     priority_rank,
 )
+from sluice.queue.replies import claimed_job, parse_submit
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
 from sluice.records import (
     BUCKET_COST_PREFIX,
@@ -169,9 +165,10 @@ class QueueOps:
             keys.owner_jobs_key(model),
             keys.rate_limit_key(model),
             fence[0] if fence else keys.stats_key(model),  # unread without a token
+            keys.paused_key(model),
         ]
         ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
-        return _durable(Call(_parse_submit, "submit", ks, args), cfg)
+        return _durable(Call(parse_submit, "submit", ks, args), cfg)
 
     # -- claim ----------------------------------------------------------------
     def claim(
@@ -221,16 +218,17 @@ class QueueOps:
                 "bulk_reserve": cfg.bulk.reserve_workers,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
                 "nprefix": keys.notify_prefix(model),
+                **_backoff(cfg),
             },
             groups,
         )
         ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
-        ks += [keys.idle_workers_key(model)]
+        ks += [keys.idle_workers_key(model), keys.retry_key(model), keys.paused_key(model)]
         ks += [keys.queue_key(model, name) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
             head, claimed = CLAIM.unpack(reply)
-            jobs = [_claimed(j) for j in claimed]
+            jobs = [claimed_job(j) for j in claimed]
             return Batch(
                 model,
                 head["bucket"],
@@ -268,6 +266,8 @@ class QueueOps:
             "wprefix": keys.wake_prefix(model),
             "eprefix": keys.e2e_hist_prefix(model),
             "nprefix": keys.notify_prefix(model),
+            "max_run_ms": cfg.limits.max_run_ms or 0,
+            **_backoff(cfg),
         }
         groups = [
             {
@@ -279,7 +279,7 @@ class QueueOps:
             for o in outcomes
         ]
         args = COMPLETE.pack(fixed, groups)
-        ks = [*self._ks(model), keys.bulk_holders_key(model)]
+        ks = [*self._ks(model), keys.bulk_holders_key(model), keys.retry_key(model)]
 
         def parse(reply: list[Any]) -> tuple[int, int]:
             head, _ = COMPLETE.unpack(reply)
@@ -288,14 +288,28 @@ class QueueOps:
         return _durable(Call(parse, "complete", ks, args), cfg)
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
+        """The ids not renewed (:meth:`renew_why` says why)."""
+        why = self.renew_why(model, worker_id, job_ids)
+        return Call(lambda r: list(why.parse(r)), why.script, why.keys, why.args)
+
+    def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[dict[str, str]]:
+        """Renew; for each id not renewed, why: ``records.LEASE_LOST`` or how the job
+        ended (the renewal ends a job past its deadline or limits.max_run_ms)."""
+        cfg = self.model(model)
         fixed = {
             "jprefix": keys.job_prefix(model),
             "worker": worker_id,
-            "lease_ms": _ms(self.model(model).batching.lease_s),
+            "lease_ms": _ms(cfg.batching.lease_s),
+            "channel": keys.done_channel(model),
+            "nprefix": keys.notify_prefix(model),
+            "result_ttl": cfg.queue.result_ttl_s,
+            "dead_ttl": cfg.queue.dead_letter_ttl_s,
+            "max_run_ms": cfg.limits.max_run_ms or 0,
         }
         args = RENEW.pack(fixed, [{"id": j} for j in job_ids])
         ks = [keys.inflight_key(model), keys.bulk_holders_key(model)]
-        return Call(lambda r: [g["lost"] for g in RENEW.unpack(r)[1]], "renew", ks, args)
+        ks += [keys.stats_key(model), keys.dead_letter_key(model), keys.owner_jobs_key(model)]
+        return Call(lambda r: {g["id"]: g["why"] for g in RENEW.unpack(r)[1]}, "renew", ks, args)
 
     def reclaim(self, model: str, limit: int = RECLAIM_LIMIT) -> Call[int]:
         cfg = self.model(model)
@@ -309,11 +323,11 @@ class QueueOps:
                 "dead_ttl": cfg.queue.dead_letter_ttl_s,
                 "wprefix": keys.wake_prefix(model),
                 "nprefix": keys.notify_prefix(model),
+                **_backoff(cfg),
             }
         )
-        return Call(
-            lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", self._ks(model), args
-        )
+        ks = [*self._ks(model), keys.retry_key(model)]
+        return Call(lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", ks, args)
 
     def cancel(self, job_id: str, owner: str = "") -> Call[str]:
         """With ``owner``, a job another API key submitted is not found (404, not 403)."""
@@ -323,6 +337,7 @@ class QueueOps:
             keys.stats_key(model),
             keys.job_key(model, job_id),
             keys.owner_jobs_key(model),
+            keys.retry_key(model),
         ]
         args = CANCEL.pack(
             {
@@ -390,7 +405,8 @@ class QueueOps:
         names = self.model(model).bucket_names
         cmds: list[tuple[Any, ...]] = [("HGETALL", keys.stats_key(model))]
         cmds += [("ZCARD", keys.queue_key(model, b)) for b in names]
-        cmds += [("ZCARD", keys.inflight_key(model)), ("LLEN", keys.dead_letter_key(model))]
+        cmds += [("ZCARD", keys.retry_key(model)), ("ZCARD", keys.inflight_key(model))]
+        cmds += [("LLEN", keys.dead_letter_key(model))]
 
         def parse(r: list[Any]) -> QueueStats:
             raw = {k: int(v) for k, v in r[0].items()}
@@ -399,7 +415,7 @@ class QueueOps:
                 for i, b in enumerate(names)
             ]
             counters = {k: v for k, v in raw.items() if not k.startswith(BUCKET_COST_PREFIX)}
-            return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters)
+            return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters, int(r[-3]))
 
         return Call(parse, commands=cmds)
 
@@ -445,6 +461,10 @@ def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None
     return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
 
 
+def _backoff(cfg: ModelConfig) -> dict[str, int]:  # the retry backoff (docs/adr/0153)
+    return {"backoff_ms": cfg.retry.backoff_ms, "backoff_max_ms": cfg.retry.backoff_max_ms}
+
+
 def _events(hook: Webhook | None) -> str:
     """A webhook's events as stored: '' for every job event (the default)."""
     if hook is None or set(hook.events) == set(WEBHOOK_EVENTS):
@@ -458,35 +478,3 @@ def _idem(owner: str, key: str | None) -> str:
     if not key:
         return ""
     return f"{owner}/{key}" if owner else key
-
-
-def _claimed(j: dict[str, Any]) -> ClaimedJob:
-    """One leased job; input that is not JSON marks it malformed instead of losing
-    the whole batch (the claim script has vouched for the other fields)."""
-    try:
-        value, why = fastjson.loads(j["input"]), None
-    except (TypeError, ValueError) as e:  # written by something other than submit
-        value, why = None, f"stored input is not valid JSON ({e})"
-    return ClaimedJob(
-        j["id"], value, int(j["cost"]), int(j["attempts"]), int(j["enq"]), malformed=why
-    )
-
-
-def _parse_submit(reply: list[Any]) -> list[Submitted]:
-    head, jobs = SUBMIT.unpack(reply)
-    state, detail = head["state"], head["detail"]
-    if state == "fenced":
-        raise LeaseLost("the lease this submit was fenced on is held by another holder")
-    if state == "reused":
-        i = int(detail) - 1
-        raise IdempotencyKeyReused(f"job {i}'s idempotency key made a job from another request", i)
-    if state == "limited":
-        wait_s = int(detail) / 1000
-        raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
-    queued, cost = int(head["queued"]), int(head["queued_cost"])
-    if state == "full" and detail == "owner_jobs":
-        raise QueueFull(f"this API key has {queued} unfinished jobs, its limit", detail, queued, 0)
-    if state == "full":
-        what = "jobs" if detail == "queue_jobs" else "cost"
-        raise QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost)
-    return [Submitted(j["id"], bool(int(j["created"]))) for j in jobs]

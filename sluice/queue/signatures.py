@@ -67,8 +67,10 @@ CLAIM = Signature(
         ("bulk_reserve", "num"),  # live workers kept free of bulk batches
         ("prio_wait", "num"),  # queue.max_priority_wait_s in ms; 0 = strict priority
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms (0 = requeue at once), ADR 0153
+        ("backoff_max_ms", "num"),
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[7..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[10..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )
@@ -86,6 +88,9 @@ COMPLETE = Signature(
         ("wprefix", "str"),  # wake list prefix
         ("eprefix", "str"),  # end-to-end histogram prefix
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
+        ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
+        ("backoff_max_ms", "num"),
     ),
     group=(
         ("id", "str"),
@@ -98,9 +103,19 @@ COMPLETE = Signature(
 
 RENEW = Signature(
     "renew",
-    (("jprefix", "str"), ("worker", "str"), ("lease_ms", "num")),
+    (
+        ("jprefix", "str"),
+        ("worker", "str"),
+        ("lease_ms", "num"),
+        ("channel", "str"),  # done channel (jobs this call ends over a limit)
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("result_ttl", "num"),  # s
+        ("dead_ttl", "num"),  # s
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
+    ),
     group=(("id", "str"),),
-    reply_group=("lost",),  # the ids whose lease was lost
+    # per id not renewed: 'lost' (records.LEASE_LOST), else how the job ended
+    reply_group=("id", "why"),
 )
 
 RECLAIM = Signature(
@@ -114,6 +129,8 @@ RECLAIM = Signature(
         ("dead_ttl", "num"),  # s
         ("wprefix", "str"),
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
+        ("backoff_max_ms", "num"),
     ),
     reply=("reclaimed",),
 )
