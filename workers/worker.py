@@ -125,7 +125,7 @@ class Worker:
         self.metrics = WorkerMetrics(self.model)
         self.status = WorkerStatus(first_info(opts, self.buckets, wall()))
         self.runner = BatchRunner(handler, all_stopped=self.status.all_stopped)
-        self.bulk_yield = BulkYield.of(client.redis, self.mcfg, opts, self.buckets, self.metrics)
+        self.bulk_yield = BulkYield.of(self)  # bulk batches that yield (ADR 0155), or None
         self.start_path = opts.start_path or StartPath()
         self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
         # Shared by the batch and prefetch threads: one log line per Redis outage.

@@ -26,15 +26,13 @@ import redis
 from prometheus_client import CollectorRegistry, Counter
 
 from sluice import keys
-from sluice.config import ModelConfig
 from sluice.jobs import Batch, ClaimedJob, Outcome
 from sluice.records import BULK_RANK, score_range
 from workers.execute import BatchResult, BatchRunner
 from workers.handlers.base import Collated
-from workers.metrics import WorkerMetrics
 
 if TYPE_CHECKING:
-    from workers.worker import WorkerOptions
+    from workers.worker import Worker
 
 log = logging.getLogger("sluice.worker")
 
@@ -88,17 +86,17 @@ def run_yielding(
     runner: BatchRunner,
     jobs: list[ClaimedJob],
     micro_batch: int,
-    should_yield: Callable[[], bool],
+    should_yield: Callable[[list[ClaimedJob]], bool],
 ) -> Yielded:
     """Run ``jobs`` as handler calls of ``micro_batch`` items; before each call but
-    the first, stop if ``should_yield()`` (what is left is given back, never run).
+    the first, stop if ``should_yield(the jobs not run yet)`` (given back, never run).
 
     A failed micro-batch stops the batch too: the rest go back unrun rather than
     into a worker that just failed (the failure still counts, as a whole batch's)."""
     results: list[BatchResult] = []
     done = 0
     while done < len(jobs):
-        if done and should_yield():
+        if done and should_yield(jobs[done:]):
             break
         part = jobs[done : done + micro_batch]
         res = runner.run(part)
@@ -113,8 +111,17 @@ class BulkYield:
     """A worker's bulk batches, run to yield: ``bulk.micro_batch`` items per handler
     call, the rest given back when an interactive job waits between two calls."""
 
-    def __init__(self, probe: InteractiveProbe, micro_batch: int, registry: CollectorRegistry):
+    def __init__(
+        self,
+        probe: InteractiveProbe,
+        micro_batch: int,
+        registry: CollectorRegistry,
+        all_stopped: Callable[[list[str]], bool] = lambda ids: False,
+    ) -> None:
         self.probe, self.micro_batch, self.model = probe, micro_batch, probe.model
+        # Jobs the renewal saw end while held (a cancelled bulk job, ADR 0154): a
+        # batch whose rest all ended stops too, without counting as a yield.
+        self.all_stopped = all_stopped
         self.yields = Counter(
             "sluice_worker_bulk_yields_total",
             "Bulk batches stopped between micro-batches for an interactive job.",
@@ -130,29 +137,26 @@ class BulkYield:
         self._said = False
 
     @classmethod
-    def of(
-        cls,
-        r: redis.Redis,
-        mcfg: ModelConfig,
-        opts: WorkerOptions,
-        buckets: Sequence[str],
-        metrics: WorkerMetrics,
-    ) -> BulkYield | None:
-        """None when the model's ``bulk.micro_batch`` is unset: bulk batches run whole."""
-        size = mcfg.bulk.micro_batch
+    def of(cls, w: Worker) -> BulkYield | None:
+        """None when the worker's model leaves ``bulk.micro_batch`` unset: bulk
+        batches run whole."""
+        size = w.mcfg.bulk.micro_batch
         if not size:
             return None
-        return cls(InteractiveProbe(r, opts.model, buckets), size, metrics.registry)
+        probe = InteractiveProbe(w.client.redis, w.model, w.buckets)
+        return cls(probe, size, w.metrics.registry, w.status.all_stopped)
 
     def run(self, runner: BatchRunner, batch: Batch) -> tuple[Batch, BatchResult, list[Outcome]]:
         """The part of ``batch`` that ran, its result, and a release for each other item."""
         got = run_yielding(runner, batch.jobs, self.micro_batch, self._should_yield)
-        if got.left:
+        if got.left and not self.all_stopped([j.id for j in got.left]):
             self.yields.labels(self.model).inc()
             self.released.labels(self.model).inc(len(got.left))
         return replace(batch, jobs=got.ran), got.result, got.releases
 
-    def _should_yield(self) -> bool:
+    def _should_yield(self, rest: list[ClaimedJob]) -> bool:
+        if self.all_stopped([j.id for j in rest]):
+            return True
         try:
             waiting = self.probe.waiting()
         except (redis.RedisError, OSError) as e:

@@ -53,7 +53,7 @@ def test_runs_in_micro_batches_and_gives_back_exactly_what_never_ran(
 ) -> None:
     h = Recorder()
     asked = iter(answers)
-    got = run_yielding(BatchRunner(h), jobs(n), micro, lambda: next(asked, False))
+    got = run_yielding(BatchRunner(h), jobs(n), micro, lambda rest: next(asked, False))
     ids = [j.id for j in jobs(n)]
     # Every job either ran or went back, in order, none twice: the ran ones are a prefix.
     assert [j.id for j in got.ran] + [j.id for j in got.left] == ids
@@ -72,7 +72,7 @@ def test_a_failed_micro_batch_stops_the_batch_and_the_rest_go_back_unrun() -> No
     h = Recorder()
     js = jobs(6)
     js[2], js[3] = ClaimedJob("b2", "boom", 1, 1, 0), ClaimedJob("b3", "boom", 1, 1, 0)
-    got = run_yielding(BatchRunner(h), js, 2, lambda: False)
+    got = run_yielding(BatchRunner(h), js, 2, lambda rest: False)
     assert [j.id for j in got.ran] == ["b0", "b1", "b2", "b3"]
     assert [j.id for j in got.left] == ["b4", "b5"]  # not into a worker that just failed
     kinds = {o.id: o.kind for o in got.result.outcomes}
@@ -83,7 +83,7 @@ def test_a_failed_micro_batch_stops_the_batch_and_the_rest_go_back_unrun() -> No
 def test_a_poison_input_fails_alone_and_the_batch_runs_on() -> None:
     js = jobs(4)
     js[1] = ClaimedJob("b1", "boom", 1, 1, 0)
-    got = run_yielding(BatchRunner(Recorder()), js, 2, lambda: False)
+    got = run_yielding(BatchRunner(Recorder()), js, 2, lambda rest: False)
     assert got.left == []
     kinds = {o.id: o.kind for o in got.result.outcomes}
     assert kinds == {"b0": "ok", "b1": "fail", "b2": "ok", "b3": "ok"}
@@ -125,3 +125,15 @@ def test_bulk_yield_counts_what_it_gave_back_and_keeps_running_if_redis_fails() 
     y.probe.redis = fakeredis.FakeRedis(server=down)
     ran, _, released = y.run(BatchRunner(Recorder()), batch)
     assert len(ran.jobs) == 6 and released == []
+
+
+def test_a_batch_whose_rest_all_ended_stops_without_counting_a_yield() -> None:
+    r = fakeredis.FakeRedis()  # no interactive job anywhere
+    reg = CollectorRegistry()
+    ended = {"b2", "b3", "b4", "b5"}  # the bulk job was cancelled while b0-b1 ran
+    y = BulkYield(InteractiveProbe(r, "m", ["32"]), 2, reg, lambda ids: ended.issuperset(ids))
+    h = Recorder()
+    ran, _, released = y.run(BatchRunner(h), Batch("m", "32", 0, jobs(6)))
+    assert [j.id for j in ran.jobs] == ["b0", "b1"] and len(h.calls) == 1
+    assert sorted(o.id for o in released) == sorted(ended)
+    assert reg.get_sample_value("sluice_worker_bulk_yields_total", {"model": "m"}) is None
