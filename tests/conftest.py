@@ -40,6 +40,7 @@ from tests.factories import sluice_config
 # registered here once so every tier reaches them. Fixture names are unique
 # across these modules.
 pytest_plugins = [
+    "tests.kit.cpuclock",
     "tests.kit.deploy",
     "tests.kit.faults",
     "tests.kit.gateway",

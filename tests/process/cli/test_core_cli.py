@@ -130,18 +130,17 @@ def test_status_shows_queued_work_and_a_job(redis_url: str, example_config) -> N
     assert missing.returncode == 1 and "not found" in missing.stderr
 
 
-def test_redis_dies_with_a_killed_parent() -> None:
+def test_redis_dies_with_a_killed_parent(
+    tmp_path: Path, sluice_redis: Callable[[Path], tuple[subprocess.Popen[bytes], str]]
+) -> None:
     # A parent killed with SIGKILL cannot stop its server: the kernel does.
-    code = (
-        "from sluice.local.redis_server import start_redis; import time; "
-        "s = start_redis(); print(s.proc.pid, flush=True); time.sleep(60)"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    assert parent.stdout is not None
-    server_pid = int(parent.stdout.readline())
+    parent, url = sluice_redis(tmp_path / "data")  # its URL printed: the server is up
+    assert url.startswith("redis://")
+    [server] = psutil.Process(parent.pid).children()
+    assert "redis-server" in server.name()
+    server_pid = server.pid
     parent.kill()
     parent.wait(10)
-    parent.stdout.close()
     wait_until(
         lambda: (
             not psutil.pid_exists(server_pid)

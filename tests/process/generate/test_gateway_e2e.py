@@ -6,18 +6,16 @@ test_worker_kill.py's at the Redis level."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import openai
 import pytest
-import uvicorn
 
 from gateway.app import create_app
 from sluice.config import SluiceConfig
-from tests.waits import wait_until
+from tests.kit.served import served
 
 pytestmark = [pytest.mark.system]
 MODEL = "tiny-gpt"
@@ -25,19 +23,8 @@ READY_S = 120.0  # a cold worker imports torch and transformers on a loaded mach
 
 
 def serve(cfg: SluiceConfig, redis_url: str) -> Iterator[str]:
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(cfg, redis_url), host="127.0.0.1", port=0, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_until(lambda: server.started or not thread.is_alive(), 30, "the gateway")
-    assert thread.is_alive()
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
+    with served(create_app(cfg, redis_url), log_level="warning") as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from autoscaler.observation import Observation
 from autoscaler.policy import REASONS, PolicyState, decide
 from sluice.config import AutoscalingConfig
-from tests.pure.autoscaler.test_policy import NOW, obs, observations, pol, policies, recs, states
+from tests.kit.policy import NOW, obs, observations, pol, policies, recs, states
 
 ZERO: dict[str, Any] = {"min_replicas": 0, "idle_s": 60}  # a scale-to-zero model
 ASLEEP = PolicyState(last_active_s=NOW - 500)  # idle long past idle_s

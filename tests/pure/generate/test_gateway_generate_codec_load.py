@@ -18,7 +18,7 @@ from fakeredis import aioredis as fake_aioredis
 from gateway.app import create_app
 from gateway.generate_service import Codecs, load_codec
 from sluice.config import ModelConfig
-from tests.pure.generate.conftest import CharCodec, generative_config
+from tests.kit.generate_gateway import CharCodec, generative_config
 
 pytestmark = pytest.mark.asyncio(loop_scope="function")
 

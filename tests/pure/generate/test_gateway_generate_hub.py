@@ -52,7 +52,7 @@ async def add(client: Any, job: str, kind: str, **f: str) -> str:
 
 
 async def test_failed_reads_resume_from_the_cursor(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gateway.token_hub.RECONNECT_BASE_S", 0.001)
+    monkeypatch.setattr("gateway.hub_reader.RECONNECT_BASE_S", 0.001)
     hub, r, flaky = make_hub()
     listener = hub.join("g", "g.1")
     got: list[str] = []
@@ -75,7 +75,7 @@ async def test_failed_reads_resume_from_the_cursor(monkeypatch: pytest.MonkeyPat
 
 
 async def test_a_listener_that_falls_behind_is_ended(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("gateway.token_hub.QUEUE_BATCHES", 2)
+    monkeypatch.setattr("gateway.hub_reader.QUEUE_BATCHES", 2)
     hub, r, _ = make_hub()
     listener = hub.join("g", "g.2")
     hub._watch(listener, keys.stream_key("g", "g.2"), "0-0")

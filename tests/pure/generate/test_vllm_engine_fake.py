@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib.util
 import inspect
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -270,13 +269,13 @@ def test_make_engine_names_the_engines() -> None:
         make_engine({"engine": "vllm"}, "/m", GenerateConfig(), device="cuda:0")
 
 
-@pytest.mark.system  # a model load: torch, transformers and the tiny model's build
-def test_make_engine_defaults_to_the_hf_engine(tmp_path: Path) -> None:
+@pytest.mark.system  # a model load: torch, transformers and the tiny model (the machine's cache)
+def test_make_engine_defaults_to_the_hf_engine() -> None:
     from sluice.generate.tiny import resolve_model_dir
     from workers.generate.hf_engine import HFEngine
 
     gen = GenerateConfig(slots=3, max_seq_tokens=64, default_max_tokens=8)
-    engine = make_engine({}, resolve_model_dir("tiny:1x32", tmp_path), gen, threads=1)
+    engine = make_engine({}, resolve_model_dir("tiny:1x32"), gen, threads=1)
     try:
         assert isinstance(engine, HFEngine) and engine.slots == 3
     finally:

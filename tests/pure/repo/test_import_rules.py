@@ -6,6 +6,7 @@
   ``PLUGINS`` tuple, which names their CLIs.
 - A process package never imports another: each imports the core alone.
 - Nothing outside sluicebench/ and tests/ imports sluicebench.
+- No test module imports another test module: what tests share is in tests/kit.
 """
 
 from __future__ import annotations
@@ -114,3 +115,36 @@ def test_the_checker_catches_a_process_or_the_core_importing_a_process(tmp_path:
     ]
     (tmp_path / "sluice" / "core.py").write_text("from bulkworker.jobs import run_slice\n")
     assert _breaches(("sluice",), APPS, tmp_path) == ["sluice/core.py:1 imports bulkworker"]
+
+
+# The tiers a test module lives in (tests/conftest.py): a test never imports another
+# test module (nor a conftest); what two share lives in tests/kit.
+TEST_TIERS = ("pure", "redis", "process", "measure", "gpu")
+
+
+def _test_module_imports(root: Path = ROOT) -> list[str]:
+    found = []
+    for p in sorted((root / "tests").rglob("*.py")):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if node.level or (parts[0] == "tests" and parts[1:2] and parts[1] in TEST_TIERS):
+                    found.append(f"{p.relative_to(root)}:{node.lineno} imports {node.module}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    assert _test_module_imports() == []
+
+
+def test_the_checker_catches_a_test_importing_a_test(tmp_path: Path) -> None:
+    (tmp_path / "tests" / "redis").mkdir(parents=True)
+    (tmp_path / "tests" / "redis" / "test_a.py").write_text(
+        "from tests.kit.queue import x\n"
+        "from tests.pure.core.test_b import y\n"
+        "from .conftest import z\n"
+    )
+    assert _test_module_imports(tmp_path) == [
+        "tests/redis/test_a.py:2 imports tests.pure.core.test_b",
+        "tests/redis/test_a.py:3 imports conftest",
+    ]

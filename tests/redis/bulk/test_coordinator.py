@@ -15,30 +15,13 @@ import redis
 
 from bulkworker.coordinator import Coordinator
 from sluice import keys
-from sluice.bulk.ops import BulkOps, new_bulk_id, scripts
-from sluice.config import SluiceConfig, parse_config
+from sluice.bulk.ops import BulkOps, scripts
+from sluice.config import SluiceConfig
 from sluice.jobs import Outcome
 from sluice.queue import QueueClient
+from tests.kit.bulk import MODEL, config, upload
 
 pytestmark = pytest.mark.redis
-MODEL = "m"
-
-
-def config(**bulk: object) -> SluiceConfig:
-    return parse_config(
-        {
-            "models": {
-                MODEL: {
-                    "handler": "synthetic",
-                    "buckets": [8, 64],
-                    "cost": {"method": "words"},
-                    "bulk": {"max_queued": 6},
-                    "batching": {"max_batch": 4},
-                }
-            },
-            "bulk": {"lease_s": 0.5, "poll_s": 0.01, "feed_chunk": 5, **bulk},
-        }
-    )
 
 
 @pytest.fixture
@@ -51,13 +34,6 @@ def q(r: redis.Redis, cfg: SluiceConfig) -> Iterator[QueueClient]:
     client = QueueClient(r, dict(cfg.models))
     client.register(scripts())
     yield client
-
-
-def upload(q: QueueClient, cfg: SluiceConfig, lines: list[str], owner: str | None = None) -> str:
-    ops = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
-    bulk_id = new_bulk_id(MODEL)
-    q.run(ops.create(MODEL, bulk_id, lines, owner, int(time.time() * 1000), 500))
-    return bulk_id
 
 
 def good(i: int) -> str:

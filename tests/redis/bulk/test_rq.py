@@ -16,7 +16,7 @@ from sluice.bulk import rq_jobs
 from sluice.bulk.ops import BulkOps, scripts
 from sluice.config import SluiceConfig, parse_config
 from sluice.queue import QueueClient
-from tests.redis.bulk.test_coordinator import MODEL, upload
+from tests.kit.bulk import MODEL, upload
 
 pytestmark = pytest.mark.redis
 

@@ -7,47 +7,19 @@ so the documentation and the behaviour cannot drift apart.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import pytest_asyncio
 
 from gateway.strict_json import MAX_DEPTH
-from sluice.config import SluiceConfig
-from tests.kit.gateway import Harness, HarnessFactory, gateway_config
+from tests.kit.bad_input import LIMIT, bad_input_config, doc_table
+from tests.kit.gateway import Harness, HarnessFactory
 
-API_DOC = Path(__file__).resolve().parents[3] / "docs" / "api.md"
-SECTION = "### Bad input, case by case"
 JSON = {"content-type": "application/json"}
-LIMIT = 262_144  # room for 100,000 nested arrays, which must fail for their depth
 MAX_BATCH = 8  # gateway_config()'s max_batch_inputs
-
-
-def bad_input_config() -> SluiceConfig:
-    return gateway_config({"max_body_bytes": LIMIT})
-
-
-@dataclass(frozen=True)
-class Row:
-    status: int
-    type: str | None  # None: the HTTP server answers, not the app
-
-
-def doc_table() -> dict[str, Row]:
-    """case -> (status, type) from the table under SECTION in docs/api.md."""
-    text = API_DOC.read_text()
-    body = text.split(SECTION, 1)[1].split("\n### ", 1)[0]
-    rows: dict[str, Row] = {}
-    for line in body.splitlines():
-        m = re.match(r"\|\s*`([a-z0-9-]+)`\s*\|.*?\|\s*(\d{3})\s*\|\s*([^|]*?)\s*\|", line)
-        if m:
-            type_ = m.group(3).strip("`") if m.group(3).startswith("`") else None
-            rows[m.group(1)] = Row(int(m.group(2)), type_)
-    return rows
 
 
 @dataclass(frozen=True)

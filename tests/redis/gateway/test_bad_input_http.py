@@ -11,8 +11,8 @@ import pytest
 
 from gateway.app import create_app
 from sluice.local.redis_server import RedisServer
+from tests.kit.bad_input import LIMIT, bad_input_config, doc_table
 from tests.kit.served import served
-from tests.redis.gateway.test_bad_input import LIMIT, bad_input_config, doc_table
 
 HEAD = b"POST /v1/models/m/jobs HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
 CHUNK = b"400\r\n" + b" " * 1024 + b"\r\n"

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from gateway.strict_json import MAX_DEPTH
 from sluice.local.redis_server import RedisServer
 from tests.conftest import gateway_kinds
-from tests.redis.gateway.test_fuzz_schema import FUZZ_LIMIT, serve
+from tests.kit.fuzz_gateway import FUZZ_LIMIT, serve
 
 # Shares of the hypothesis profile's budget (`ci`: 300 on fakeredis, 50 on a real
 # server; `fast` 30 and 5; `thorough` 3000 and 500).

@@ -10,17 +10,11 @@ the schema declares, and a body that validates against the schema.
 from __future__ import annotations
 
 import itertools
-import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import schemathesis
-import uvicorn
-from fakeredis import FakeServer
-from fakeredis import aioredis as fake_aioredis
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
@@ -31,75 +25,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gateway.app import create_app
-from sluice.config import SluiceConfig, parse_config
 from sluice.local.redis_server import RedisServer
 from tests.conftest import gateway_kinds
+from tests.kit.fuzz_gateway import serve
 from tests.kit.gateway import error_keys, waited_out
-
-FUZZ_LIMIT = 65_536
-
-
-def fuzz_config() -> SluiceConfig:
-    """A words model and a tokenizer model, both scaling from zero (no worker needed);
-    waits kept short so a generated ``?wait=60`` or predict cannot stall the run."""
-    return parse_config(
-        {
-            "models": {
-                "m": {
-                    "handler": "synthetic",
-                    "cost": {"method": "words"},
-                    "autoscaling": {"min_replicas": 0},
-                },
-                "t": {
-                    "handler": "embedding",
-                    "cost": {"method": "tokenizer"},
-                    "autoscaling": {"min_replicas": 0},
-                },
-            },
-            "gateway": {
-                "predict_timeout_s": 0.2,
-                "max_wait_s": 0.2,
-                "max_body_bytes": FUZZ_LIMIT,
-                "max_batch_inputs": 16,
-            },
-        }
-    )
-
-
-@contextmanager
-def serve(redis_url: str | None) -> Iterator[str]:
-    """The gateway's base URL; ``redis_url`` None serves it on fakeredis."""
-    cfg = fuzz_config()
-    if redis_url is None:
-        fake = fake_aioredis.FakeRedis(server=FakeServer(), decode_responses=True)
-        app = create_app(cfg, redis=fake)
-    else:
-        app = create_app(cfg, redis_url)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=0,
-            log_level="critical",
-            loop="uvloop",
-            http="httptools",
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("the fuzzed gateway did not start")
-        time.sleep(0.02)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
-
 
 # Per operation and generation mode, as shares of the hypothesis profile's budget
 # (`ci`: 30 on fakeredis, 8 on a real server; `fast` 5 each, so `make test-fast`

@@ -18,7 +18,8 @@ import pytest
 import redis
 
 from gateway.app import create_app
-from gateway.event_hub import EventHub, id_order, next_id
+from gateway.event_hub import EventHub
+from gateway.hub_reader import id_order, next_id
 from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate
 from gateway.redis_io import connect as connect_gateway
