@@ -34,6 +34,7 @@ from workers.outcomes import COMPLETE_BACKOFF_S, send_outcomes
 from workers.parking import Control, Standby
 from workers.startpath import StartPath
 from workers.status import WorkerStatus
+from workers.yielding import BulkYield, run_batch
 
 log = logging.getLogger("sluice.worker")
 EXIT_OK = 0
@@ -124,6 +125,7 @@ class Worker:
         self.metrics = WorkerMetrics(self.model)
         self.status = WorkerStatus(first_info(opts, self.buckets, wall()))
         self.runner = BatchRunner(handler, all_stopped=self.status.all_stopped)
+        self.bulk_yield = BulkYield.of(self)  # bulk batches that yield (ADR 0155), or None
         self.start_path = opts.start_path or StartPath()
         self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
         # Shared by the batch and prefetch threads: one log line per Redis outage.
@@ -361,6 +363,8 @@ class Worker:
         if not batch.jobs:
             return None
         self.status.hold([j.id for j in batch.jobs])
+        if batch.bulk and self.bulk_yield is not None:
+            return _Fetched(batch, None)  # its micro-batches collate as they run
         try:
             collated: Collated | None = self.handler.collate(
                 [j.input for j in batch.jobs], [j.cost for j in batch.jobs]
@@ -414,8 +418,9 @@ class Worker:
         batch = f.batch
         waits = [(batch.claimed_at_ms - j.enqueued_at_ms) / 1000 for j in batch.jobs]
         self.metrics.observe_waits(batch.bucket, waits)
-        try:
-            result = self.runner.run(batch.jobs, f.collated)
+        ran, released = batch, list[Outcome]()
+        try:  # a bulk batch may stop between micro-batches, giving the rest back (ADR 0155)
+            ran, result, released = run_batch(self.runner, self.bulk_yield, batch, f.collated)
         except Exception as e:  # noqa: BLE001 - a bug must not kill the worker holding leases
             log.exception("batch runner failed")
             msg = f"{type(e).__name__}: {e}"[:500]
@@ -425,9 +430,9 @@ class Worker:
         # Jobs that ended while they ran (cancelled, past a limit) get no outcome: the
         # renewal saw them end, and their result would only be refused (ADR 0154).
         stopped = self.status.stopped([j.id for j in batch.jobs])
-        self._complete([o for o in result.outcomes if o.id not in stopped])
+        self._complete([o for o in result.outcomes + released if o.id not in stopped])
         self.status.release([j.id for j in batch.jobs])
-        self._account(batch, result)
+        self._account(ran, result)
 
     def _complete(self, outcomes: list[Outcome]) -> bool:
         """Send one batch's outcomes as their holder (retried ~10 s); False if it gave up."""

@@ -234,6 +234,11 @@ class ModelBulkConfig(StrictModel):
     # at least this many others hold none, so an interactive job that arrives has a
     # worker about to be free. 0: bulk may occupy every worker between interactive jobs.
     reserve_workers: int = Field(0, ge=0)
+    # Bulk items per handler call inside a bulk batch (ADR 0155): between two calls
+    # the worker gives the rest of the batch back (requeued, no attempt used) if an
+    # interactive job waits, so that job waits out one micro-batch, not a whole bulk
+    # batch. None: a bulk batch is one handler call and always runs to its end.
+    micro_batch: int | None = Field(None, gt=0, le=4096)
 
 
 class LimitsConfig(StrictModel):

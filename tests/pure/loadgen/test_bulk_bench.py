@@ -19,6 +19,7 @@ from sluicebench.loadgen.bulk_bench import (
     busy_fraction,
     check_output,
     idle_share,
+    idle_time_share,
     nominal_capacity,
     parse_variants,
     summarise,
@@ -36,7 +37,7 @@ def test_nominal_capacity_counts_full_batches() -> None:
     ("bulk", "capacity", "util", "share"),
     [
         (72.0, 240.0, 0.6, 0.75),  # idle = 240 x 0.4 = 96 jobs/s
-        (67.2, 240.0, 0.6, 0.70),  # exactly the target
+        (81.6, 240.0, 0.6, 0.85),  # exactly the target
         (0.0, 240.0, 0.6, 0.0),
         (10.0, 100.0, 1.0, None),  # no idle capacity: no share
     ],
@@ -60,9 +61,9 @@ def test_busy_fraction_per_worker_over_its_own_heartbeats() -> None:
 @pytest.mark.parametrize(
     ("p99_ratio", "share", "expected"),
     [
-        (1.10, 0.70, {"p99_within": True, "idle_share": True}),  # both on the line
+        (1.10, 0.85, {"p99_within": True, "idle_share": True}),  # both on the line
         (1.11, 0.90, {"p99_within": False, "idle_share": True}),
-        (1.00, 0.69, {"p99_within": True, "idle_share": False}),
+        (1.00, 0.84, {"p99_within": True, "idle_share": False}),
         (None, None, {"p99_within": None, "idle_share": None}),
     ],
 )
@@ -87,16 +88,16 @@ def _side(p50: float, p99: float, bulk_per_s: float | None = None) -> dict[str, 
 def test_summarise_uses_paired_ratios() -> None:
     # Round 2 ran on a slower machine: both sides doubled, its ratio is unchanged.
     rounds = [
-        {"without": _side(20.0, 100.0), "with": _side(22.0, 105.0, 80.0)},
-        {"without": _side(40.0, 200.0), "with": _side(44.0, 230.0, 60.0)},
-        {"without": _side(21.0, 110.0), "with": _side(23.0, 120.0, 70.0)},
+        {"without": _side(20.0, 100.0), "with": _side(22.0, 105.0, 90.0)},
+        {"without": _side(40.0, 200.0), "with": _side(44.0, 230.0, 70.0)},
+        {"without": _side(21.0, 110.0), "with": _side(23.0, 120.0, 84.0)},
     ]
     s = summarise(rounds)
     assert s["p99_ratio_per_round"] == [1.05, 1.15, 1.091]
     assert s["p99_ratio"] == 1.091  # the median round, not 120 / 110 of the medians
     assert s["without_p99_ms"] == 110.0 and s["with_p99_ms"] == 120.0
     assert s["p50_ratio"] == 1.1
-    assert s["bulk_per_s"] == 70.0 and s["idle_share"] == pytest.approx(0.729)  # 70 / 96
+    assert s["bulk_per_s"] == 84.0 and s["idle_share"] == pytest.approx(0.875)  # 84 / 96
     assert s["met"] == {"p99_within": True, "idle_share": True}
     assert s["batch_rule_breaks"] == 0 and s["batch_with"] == 1.5
     rounds[1]["with"]["batches"] = rounds[1]["with"]["batches"] | {"with_other_items": 2}
@@ -111,7 +112,12 @@ def test_parse_variants() -> None:
     )
     assert parse_variants("2:no-overlap:reserve1") == (Variant(2, overlap=False, reserve=1),)
     assert Variant(1, overlap=False).model == "bulk1" and Variant(8, reserve=2).model == "bulk8r2"
-    for bad in ("", "0", "x", "8:fast", "8:reserve"):
+    assert parse_variants("8:micro2,8:reserve1:micro1") == (
+        Variant(8, micro=2),
+        Variant(8, reserve=1, micro=1),
+    )
+    assert Variant(8, micro=2).model == "bulk8m2"
+    for bad in ("", "0", "x", "8:fast", "8:reserve", "8:micro", "8:microx"):
         with pytest.raises(ConfigError):
             parse_variants(bad)
 
@@ -172,3 +178,18 @@ def test_batch_check_sizes_batches_and_finds_hidden_items() -> None:
     # A sleep that overran by 7 ms (under half an item) is not an item.
     assert batch_check(_batch(140, 1, 27.0), 8, 5.0, 15.0)["with_other_items"] == 0
     assert batch_check(_batch(150, 3, 50.0), 2, 5.0, 15.0)["over_limit"] == 1
+
+
+@pytest.mark.parametrize(
+    ("bulk", "capacity", "busy", "share"),
+    [
+        (60.0, 250.0, 0.70, 0.8),  # idle time = 250 x 0.3 = 75 jobs/s
+        (75.0, 250.0, 0.70, 1.0),
+        (10.0, 250.0, 1.0, None),  # never idle: no share
+        (10.0, 250.0, None, None),  # busy not measured
+    ],
+)
+def test_idle_time_share(
+    bulk: float, capacity: float, busy: float | None, share: float | None
+) -> None:
+    assert idle_time_share(bulk, capacity, busy) == share
