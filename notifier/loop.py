@@ -145,7 +145,8 @@ class Notifier:
     def __post_init__(self) -> None:
         self.name = self.name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.wcfg = self.cfg.webhooks
-        self.ops = WebhookOps(list(self.cfg.models))
+        spans = {m: c.queue.partitions for m, c in self.cfg.models.items()}
+        self.ops = WebhookOps(list(self.cfg.models), spans)
         self.sender = Sender(self.wcfg, self.guard)
         self.metrics = self.metrics or NotifierMetrics()
         # A lease: twice an attempt's connect + read timeouts, and 5 s. The attempt as a
@@ -209,7 +210,8 @@ class Notifier:
         may be leasable now (its batch filled or its look was cut): claim again at
         once. A claim that leased less than it could has looked at all that is due."""
         go_on = False
-        for model in self.cfg.models:
+        every = [(m, p) for m in self.cfg.models for p in range(self.ops.span(m))]
+        for model, part in every:
             free = self.wcfg.max_concurrency - len(self.inflight)
             if free <= 0:
                 break
@@ -222,6 +224,7 @@ class Notifier:
                 busy=self.busy,
                 scan=CLAIM_SCAN,
                 lanes_max=CLAIM_LANES,
+                partition=part,
             )
             self.claims[model] = self.claims.get(model, 0) + 1
             try:
