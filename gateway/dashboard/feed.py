@@ -49,6 +49,7 @@ def model_reads(
 ) -> Call[dict[str, Any]]:
     """One model's reads as one Call (its commands join the shared pipeline); a
     generative model's also read its time-to-first-token windows (ADR 0149)."""
+    hooks = WebhookOps([model], {model: ops.parts.span(model)})
     parts: list[tuple[str, Call[Any]]] = [
         ("stats", ops.stats(model)),
         ("workers", list_workers_call(model)),
@@ -60,7 +61,7 @@ def model_reads(
         ("scale", _many([("HGETALL", keys.scale_state_key(model))])),
         ("decisions", _many([("LRANGE", keys.decisions_key(model), 0, DECISIONS_SHOWN - 1)])),
         ("dead", ops.dead_letters(model, DEAD_SHOWN)),
-        ("webhooks", WebhookOps([model], {model: ops.parts.span(model)}).backlog(model, int(now_s * 1000))),
+        ("webhooks", hooks.backlog(model, int(now_s * 1000))),
     ]
     if generative:
         ttft = window_keys(keys.ttft_hist_prefix(model), now_s, LATENCY_SPAN_S)
@@ -78,9 +79,7 @@ def model_reads(
     return Call(parse, commands=cmds)
 
 
-def history_reads(
-    model: str, now_s: float, span: int = 1
-) -> tuple[list[int], Call[list[Any]]]:
+def history_reads(model: str, now_s: float, span: int = 1) -> tuple[list[int], Call[list[Any]]]:
     """The finished wait and e2e windows of the last HISTORY_S (2 x 30 HGETALLs per
     partition, summed per window)."""
     last = window_start(now_s) - WINDOW_S  # the current window is still filling

@@ -24,6 +24,7 @@ from sluice.records import (
     score_range,
 )
 
+
 class SpreadOps:
     """Mixin of :class:`sluice.queue.scripts.QueueOps`: the calls over all partitions."""
 

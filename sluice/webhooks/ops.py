@@ -316,6 +316,4 @@ class WebhookOps:
         timeout = max(0.01, round(timeout_s, 3))
         lists = [[keys.deliveries_wake_key(m, p)] for m in self.models for p in range(self.span(m))]
         groups = lists if per_model else [[k for g in lists for k in g]]
-        return [
-            Call(lambda r: r[0] is not None, commands=[("BLPOP", *g, timeout)]) for g in groups
-        ]
+        return [Call(lambda r: r[0] is not None, commands=[("BLPOP", *g, timeout)]) for g in groups]
