@@ -283,7 +283,7 @@ class JobRecord:
             finished_at_ms=finished,
             deadline_at_ms=_num(raw, J.DL),
             run_ms=run_ms,
-            worker=raw.get(J.WORKER),
+            worker=raw.get(J.WORKER) or None,  # '' once ended (complete.lua)
             owner=raw.get(J.OWNER) or None,
             webhook=webhook_of(raw, delivery, status.value, status.terminal),
             timings=_timings(raw, queued, started, finished, run_ms),

@@ -49,7 +49,7 @@ BULK_RANK = RANKS.index("bulk")
 HOOK_TTL_S = 2 * 86400  # webhooks.record_ttl_s's default: the retry horizon and a day
 
 WAIT_WINDOW_S = 10  # one histogram hash per window of this length
-WAIT_HIST_TTL_S = 3600  # each window's hash expires this long after its last write
+WAIT_HIST_TTL_S = 3600  # each window's hash expires this long after its first write
 WAIT_BOUNDS_MS: tuple[int, ...] = (
     5,
     10,

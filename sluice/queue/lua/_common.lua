@@ -186,21 +186,22 @@ local function wants(events, event)
   return string.find(',' .. events .. ',', ',' .. event .. ',', 1, true) ~= nil
 end
 
--- Jobs that just ended: a webhook delivery for each whose submit asked for one
--- (fields 'whu', 'whe', 'wht': url, events, delivery TTL s) on this event, one
+-- Jobs that just ended, as {id, status, whu, whe, owner, wht} (the record's
+-- fields, read by the caller): a webhook delivery for each whose submit asked for
+-- one (fields 'whu', 'whe', 'wht': url, events, delivery TTL s) on this event, one
 -- entry for all of them in the model's event stream, one message on the done channel.
-local function publish_ended(channel, ended, jprefix, nprefix)
+local function publish_known(channel, ended, jprefix, nprefix)
   if #ended == 0 then return end
-  local now, fields, due = nil, {}, {}
-  for _, id in ipairs(ended) do
-    local f = redis.call('HMGET', jprefix .. id, JOB.status, JOB.whu, JOB.whe, JOB.owner, JOB.wht)
-    local status = f[1] or 'missing'
+  local now, fields, due, ids = nil, {}, {}, {}
+  for _, e in ipairs(ended) do
+    local id, status = e[1], e[2] or 'missing'
+    table.insert(ids, id)
     table.insert(fields, id)
     table.insert(fields, status)
-    if f[2] and wants(f[3], status) then
+    if e[3] and wants(e[4], status) then
       now = now or now_ms()
-      local ttl = tonumber(f[5]) or HOOK_TTL_S
-      new_delivery(nprefix, id, 'job', status, f[2], f[4], now, ttl)
+      local ttl = tonumber(e[6]) or HOOK_TTL_S
+      new_delivery(nprefix, id, 'job', status, e[3], e[5], now, ttl)
       table.insert(due, now)
       table.insert(due, id)
       hold_record(jprefix .. id, nprefix .. id, ttl)
@@ -214,5 +215,15 @@ local function publish_ended(channel, ended, jprefix, nprefix)
     redis.call('XADD', nprefix .. 'events', 'MAXLEN', '~', EVENTS_CAP, '*',
                unpack(fields, i, math.min(i + 1999, #fields)))
   end
-  redis.call('PUBLISH', channel, table.concat(ended, ','))
+  redis.call('PUBLISH', channel, table.concat(ids, ','))
+end
+
+-- The same for ended job ids whose fields the caller has not read.
+local function publish_ended(channel, ended, jprefix, nprefix)
+  local known = {}
+  for i, id in ipairs(ended) do
+    local f = redis.call('HMGET', jprefix .. id, JOB.status, JOB.whu, JOB.whe, JOB.owner, JOB.wht)
+    known[i] = {id, f[1], f[2], f[3], f[4], f[5]}
+  end
+  publish_known(channel, known, jprefix, nprefix)
 end

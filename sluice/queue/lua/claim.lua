@@ -289,8 +289,10 @@ local function record_waits()
     local label = bounds[slot] and int(bounds[slot]) or WAIT_OVER
     redis.call('HINCRBY', hkey, label, count)
   end
-  redis.call('HINCRBY', hkey, WAIT_COUNT, taken)
-  redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
+  -- The window's TTL is set once, by the write that creates it.
+  if redis.call('HINCRBY', hkey, WAIT_COUNT, taken) == taken then
+    redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
+  end
 end
 
 if #lease > 0 then call_chunked('ZADD', inflight, lease, 1000) end

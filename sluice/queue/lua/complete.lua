@@ -27,8 +27,9 @@ for i = 1, N_GROUPS do
   local o = arg_group(i)
   local id, kind, payload, run_ms = o.id, o.kind, o.payload, o.run_ms
   local jk = jprefix .. id
+  -- The webhook fields too (7..9): publish_known needs no second read of the record.
   local f = redis.call('HMGET', jk, JOB.status, JOB.bucket, JOB.cost, JOB.worker, JOB.owner,
-                       JOB.enq)
+                       JOB.enq, JOB.whu, JOB.whe, JOB.wht)
   local status = f[1]
   local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
   if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
@@ -53,25 +54,26 @@ for i = 1, N_GROUPS do
     if kind == 'ok' then
       table.insert(done_ids, id)
       release_owner(owners, f[5])
+      -- worker and input emptied in the same HSET (no HDEL): both read as absent
+      -- (sluice/jobs.py), and the input's bytes are freed all the same.
       redis.call('HSET', jk, JOB.status, 'succeeded', JOB.result, payload, JOB.fin, int(now),
-                 JOB.run_ms, run_ms)
-      redis.call('HDEL', jk, JOB.worker, JOB.input)
+                 JOB.run_ms, run_ms, JOB.worker, '', JOB.input, '')
       redis.call('EXPIRE', jk, result_ttl)
       done_cost = done_cost + tonumber(f[3])
       local e2e, slot = now - tonumber(f[6] or now), #bounds + 1
       for k, bound in ipairs(bounds) do if e2e <= bound then slot = k; break end end
       e2e_hist[slot] = (e2e_hist[slot] or 0) + 1
-      table.insert(ended, id)
+      table.insert(ended, {id, 'succeeded', f[7], f[8], f[5], f[9]})
     elseif kind == 'retry' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl,
                        wprefix, owners) then
-        table.insert(ended, id)
+        table.insert(ended, {id, 'failed', f[7], f[8], f[5], f[9]})
       end
     else
       redis.call('ZREM', inflight, id)
       redis.call('HSET', jk, JOB.run_ms, run_ms)
       dead_letter(jk, id, stats, dead, payload, now, dead_ttl, owners)
-      table.insert(ended, id)
+      table.insert(ended, {id, 'failed', f[7], f[8], f[5], f[9]})
     end
   end
 end
@@ -85,10 +87,12 @@ if #done_ids > 0 then
   for slot, count in pairs(e2e_hist) do
     redis.call('HINCRBY', hkey, bounds[slot] and int(bounds[slot]) or WAIT_OVER, count)
   end
-  redis.call('HINCRBY', hkey, WAIT_COUNT, #done_ids)
-  redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
+  -- The window's TTL is set once, by the write that creates it.
+  if redis.call('HINCRBY', hkey, WAIT_COUNT, #done_ids) == #done_ids then
+    redis.call('EXPIRE', hkey, WAIT_HIST_TTL_S)
+  end
 end
-publish_ended(channel, ended, jprefix, nprefix)
+publish_known(channel, ended, jprefix, nprefix)
 -- The reporting worker's batch is over: it holds no bulk batch now (last: a write
 -- before the first memory-taking one would let this script run past maxmemory).
 if reporter ~= '' and KEYS[5] then redis.call('ZREM', KEYS[5], reporter) end

@@ -56,10 +56,21 @@ for i = 1, n do
       end
     end
   end
-  -- The same call run again (redis-py retries a script whose reply timed out or
-  -- whose connection dropped) must not queue the job twice or count it twice:
-  -- ids are made before the call, so a job hash already there is this call's.
-  if not existing[i] and redis.call('EXISTS', jprefix .. job.id) == 1 then
+end
+-- The same call run again (redis-py retries a script whose reply timed out or
+-- whose connection dropped) must not queue the job twice or count it twice:
+-- ids are made before the call, so a job hash already there is this call's.
+-- One EXISTS over all the call's new ids (the usual answer, 0, ends it); only
+-- when some exist is each asked alone.
+local fresh = {}
+for i = 1, n do if not existing[i] then table.insert(fresh, jprefix .. jobs[i].id) end end
+local found = 0
+for i = 1, #fresh, 1000 do
+  found = found + redis.call('EXISTS', unpack(fresh, i, math.min(i + 999, #fresh)))
+end
+for i = 1, n do
+  local job = jobs[i]
+  if found > 0 and not existing[i] and redis.call('EXISTS', jprefix .. job.id) == 1 then
     existing[i] = job.id
   end
   if not existing[i] then
