@@ -15,6 +15,7 @@ from gateway import dashboard, errors
 from gateway.auth import AuthGuard, needs_key
 from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import (
+    audit,
     bulk,
     embeddings,
     events,
@@ -75,6 +76,7 @@ def create_app(
         embeddings.router,
         webhooks.router,
         health.router,
+        audit.router,
     )
     for r in (*routers, dashboard.router):
         app.include_router(r)

@@ -23,6 +23,7 @@ class GatewayMetrics:
         self._request_metrics(self.registry)
         self._snapshot_metrics(self.registry)
         self._waiting_and_bulk_metrics(self.registry)
+        self._admin_metrics(self.registry)
 
     def _request_metrics(self, r: CollectorRegistry) -> None:
         """HTTP requests, and the jobs they submitted or had refused."""
@@ -119,6 +120,26 @@ class GatewayMetrics:
             "Model event streams refused at gateway.model_events_max_viewers (429)",
             registry=r,
         )
+
+    def _admin_metrics(self, r: CollectorRegistry) -> None:
+        """Operator actions (ADR 0151): how many, and how many jobs they acted on."""
+        self.admin_actions = Counter(
+            "sluice_admin_actions_total",
+            "Operator actions taken through the admin API",
+            ["model", "action"],
+            registry=r,
+        )
+        self.admin_jobs = Counter(
+            "sluice_admin_jobs_total",
+            "Jobs operator actions acted on (redriven, purged, retried, ...)",
+            ["model", "action"],
+            registry=r,
+        )
+
+    def count_admin(self, model: str, action: str, jobs: int) -> None:
+        """One operator action on ``model`` that acted on ``jobs`` jobs."""
+        self.admin_actions.labels(model, action).inc()
+        self.admin_jobs.labels(model, action).inc(max(0, jobs))
 
     def count_submitted(self, model: str, bucket: str, priority: str) -> None:
         key = (model, bucket, priority)

@@ -53,6 +53,15 @@ def _add_bulk() -> None:
 _add_bulk()
 
 
+def _add_admin() -> None:
+    from sluice.admin.cli import admin_app
+
+    app.add_typer(admin_app, name="admin")
+
+
+_add_admin()
+
+
 @app.command("redis")
 def redis_cmd(
     port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 0,

@@ -184,6 +184,12 @@ def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
 
 
+def audit_key() -> str:
+    """Stream of operator actions (``sluice.audit``; fields ``records.AuditField``),
+    capped. One key outside every model's hash tag, like the registry (ADR 0151)."""
+    return f"{PREFIX}:audit"
+
+
 def bench_key(name: str) -> str:
     """Scratch keys of benchmarks (never read by Sluice itself)."""
     return f"{PREFIX}:bench:{name}"

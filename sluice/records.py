@@ -24,6 +24,8 @@ where more than one program reads or writes them:
 - **token stream** (``keys.stream_key``, a generative job's Redis Stream): each
   entry's fields (:class:`StreamField`) and what it says (:class:`StreamEvent`),
   ``STREAM.<name>`` and ``STREAM_EVENT.<name>`` in the scripts (ADR 0144).
+- **audit stream** (``keys.audit_key``): one entry per operator action,
+  :class:`AuditField`, capped at :data:`AUDIT_MAXLEN` (``sluice.audit``).
 - **priority rank** (:data:`RANKS`): a job's class in its queue score, 0 high ..
   2 low, 3 bulk items; ``RANK.<class>`` in the scripts.
 - **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
@@ -173,6 +175,21 @@ class BulkField(StrEnum):
     WHU = "whu"  # webhook url, events, delivery TTL s
     WHE = "whe"
     WHT = "wht"
+
+
+class AuditField(StrEnum):
+    """Fields of one entry of the operator actions' audit stream (``keys.audit_key``,
+    ``sluice.audit``, ADR 0151); the entry's Redis id says when."""
+
+    ACTOR = "actor"  # the API key's name ("" on an open gateway)
+    ACTION = "action"  # e.g. dead_letters.redrive, queue.purge, pause
+    MODEL = "model"
+    COUNT = "count"  # jobs acted on
+    DETAIL = "detail"  # JSON object: the filter, ids, priority, ...
+    AT = "at"  # ms, the writer's clock (also in the entry id)
+
+
+AUDIT_MAXLEN = 10_000  # entries the audit stream keeps (XADD MAXLEN ~)
 
 
 class StreamField(StrEnum):
