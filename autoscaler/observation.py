@@ -66,6 +66,8 @@ class Observation:
     # A generative model's slots, TTFT and tokens/s (ADR 0149); None for the others,
     # whose decisions never read it.
     generate: GenerateSignals | None = None
+    # An operator paused the model (ADR 0154): no worker claims, so the count holds.
+    paused: bool = False
 
     @property
     def missing(self) -> bool:

@@ -2,7 +2,8 @@
 
 Three round trips per model and period: the stats read (counts, cost, counters),
 a pipeline of the queue heads per priority, the bulk item counts, recent wait
-histograms, the coordinators' bulk backlog reports and the worker registry, then
+histograms, the coordinators' bulk backlog reports, whether the model is paused
+and the worker registry, then
 the enqueue times of those heads (the age of the oldest job: the wait histogram is
 written at claim time, so a queue nobody claims from would otherwise look healthy).
 Rates come from the counters' deltas over the windows this observer keeps. A failed
@@ -69,6 +70,7 @@ class Reading:
     bulk: BulkSignals
     stale_workers: list[str]  # registered, heartbeat lapsed: the loop's upkeep prunes them
     ttft_counts: list[int] | None = None  # generative models: TTFT histogram, metrics window
+    paused: bool = False  # an operator paused the model (ADR 0154)
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +217,7 @@ class Observer:
         for k in ttft:
             pipe.hgetall(k)
         pipe.hgetall(keys.bulk_backlog_key(model))
+        pipe.exists(keys.paused_key(model))
         wcall = registry.list_workers_call(model)
         for cmd in wcall.commands:
             pipe.execute_command(*cmd)
@@ -250,10 +253,13 @@ class Observer:
         ttft = waits.merge(replies[at : at + n_ttft]) if n_ttft else None
         at += n_ttft
         bulk = _bulk_split(stats, bulk_counts, replies[at], server_ms)
-        workers, stale = wcall.parse(replies[at + 1 :])
+        paused = bool(int(replies[at + 1]))
+        workers, stale = wcall.parse(replies[at + 2 :])
         oldest = self._oldest_wait_ms(model, heads.heads, server_ms)
         p99 = waits.quantile_ms(counts)
-        return Reading(self.wall(), stats, non_low, oldest, p99, workers, bulk, stale, ttft)
+        return Reading(
+            self.wall(), stats, non_low, oldest, p99, workers, bulk, stale, ttft, paused
+        )
 
     def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
         if not heads:
@@ -315,6 +321,7 @@ class Observer:
             bulk_queued_cost=bulk.queued_cost,
             bulk_backlog_cost=bulk.backlog_cost,
             generate=self._generate(model, rd),
+            paused=rd.paused,
         )
 
     def _generate(self, model: str, rd: Reading) -> GenerateSignals | None:

@@ -31,6 +31,7 @@ MIN_RATE_COVERAGE = 0.5
 # Bounded reason labels (they become a Prometheus label).
 REASONS = (
     "missing-metrics",
+    "paused",
     "no-service-rate",
     "steady",
     "load",
@@ -399,7 +400,9 @@ def decide(
 ) -> Decision:
     """Desired replicas for one model, and why. Never scales down on missing data.
 
-    1. No read: hold. No arrival rate yet: hold, but wake a sleeping model for work.
+    1. No read: hold. Paused by an operator (ADR 0154): hold, whatever is queued
+       (nothing is claimed, so nothing measured now says what it needs). No arrival
+       rate yet: hold, but wake a sleeping model for work.
     2. Remember the last activity, service rate and cold start; no service rate at
        all: hold (and wake).
     3. Idle past its idle time, at min_replicas 0: to zero.
@@ -410,6 +413,8 @@ def decide(
     if obs is None or obs.missing:
         cur = obs.current if obs is not None else 0
         return Decision(cur, cur, "missing-metrics", float(cur), state)
+    if obs.paused:
+        return Decision(obs.current, obs.current, "paused", float(obs.current), state)
     if obs.arrival_rate_cost is None:
         return _hold_without_rate(policy, obs, state)
     p, cur = policy, obs.current

@@ -21,7 +21,14 @@ from sluice import keys
 from sluice.bulk.ops import BulkOps, BulkState, scripts
 from sluice.config import SluiceConfig
 from sluice.cost import CostEstimator
-from sluice.errors import JobConflict, JobNotFound, LeaseLost, QueueFull, RateLimited
+from sluice.errors import (
+    JobConflict,
+    JobNotFound,
+    LeaseLost,
+    ModelPaused,
+    QueueFull,
+    RateLimited,
+)
 from sluice.jobs import JobRecord, JobStatus, NewJob
 from sluice.queue import QueueClient
 from sluice.queue.scripts import Call
@@ -201,9 +208,9 @@ class Coordinator:
                 max_cost=max(1, int(q.max_queued_cost * f)),
                 fence=(keys.bulk_key(self.model, self.bulk_id), self.token),
             )
-        except (QueueFull, RateLimited) as e:
-            # Interactive traffic has the room: these lines stay checkpointed and are
-            # submitted again on a later poll.
+        except (QueueFull, RateLimited, ModelPaused) as e:
+            # Interactive traffic has the room (or the model is paused, refusing new
+            # jobs): these lines stay checkpointed and are submitted again on a later poll.
             log.info("bulk %s: queue full (%s); retrying on the next poll", self.bulk_id, e)
         except LeaseLost:
             log.warning("bulk %s: lease lost before its jobs were submitted", self.bulk_id)

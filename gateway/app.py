@@ -23,6 +23,7 @@ from gateway.routers import (
     health,
     jobs,
     models,
+    pause,
     stream,
     webhooks,
 )
@@ -77,6 +78,7 @@ def create_app(
         webhooks.router,
         health.router,
         audit.router,
+        pause.router,
     )
     for r in (*routers, dashboard.router):
         app.include_router(r)

@@ -77,6 +77,12 @@ class GatewayMetrics:
             ["model"],
             registry=r,
         )
+        self.paused = Gauge(
+            "sluice_model_paused",
+            "1 while an operator has the model paused: no worker claims (snapshot)",
+            ["model"],
+            registry=r,
+        )
         self.snapshot_age = Gauge(
             "sluice_gateway_snapshot_age_seconds",
             "Age of the newest queue snapshot",

@@ -160,6 +160,15 @@ class BucketInfo(BaseModel):
     queued_cost: int
 
 
+class PauseInfo(BaseModel):
+    """A paused model's pause (docs/adr/0154)."""
+
+    paused: bool
+    at_ms: int = Field(description="Epoch ms: when it was paused.")
+    by: str = Field(description="The admin key's name that paused it ('' on an open gateway).")
+    refuse_submits: bool = Field(description="Whether new jobs are refused (503) meanwhile.")
+
+
 class ModelInfo(BaseModel):
     """OpenAI's model object (``id``, ``object``, ``created``, ``owned_by``), then Sluice's."""
 
@@ -175,6 +184,8 @@ class ModelInfo(BaseModel):
     in_flight: int
     workers: dict[str, int]
     scales_from_zero: bool
+    paused: bool = Field(False, description="An operator paused it: no worker claims.")
+    pause: PauseInfo | None = Field(None, description="While paused: since when, by whom.")
 
 
 class ModelList(BaseModel):

@@ -32,6 +32,7 @@ from sluice.errors import (
     InputTooLarge,
     InvalidInput,
     JobNotFound,
+    ModelPaused,
     PriorityNotAllowed,
     QueueFull,
     RateLimited,
@@ -245,7 +246,7 @@ async def _enqueue(
         )
         st.metrics.rejected.labels(model, e.reason).inc(len(jobs))
         raise
-    except RateLimited as e:
+    except (RateLimited, ModelPaused) as e:
         st.metrics.rejected.labels(model, e.type).inc(len(jobs))
         raise
     except IdempotencyKeyReused as e:

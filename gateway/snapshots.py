@@ -25,6 +25,7 @@ from sluice.bulk.ops import parse_report
 from sluice.config import ModelConfig
 from sluice.errors import SluiceError
 from sluice.jobs import QueueStats
+from sluice.queue.pause import PauseState, state_call
 from sluice.queue.scripts import Call, QueueOps
 from sluice.records import Stat
 from sluice.registry import WorkerInfo, list_workers_call, prune
@@ -39,6 +40,7 @@ class ModelSnapshot:
     workers: list[WorkerInfo]
     at_s: float
     completion_rate: float  # cost/s completed, smoothed over refreshes
+    pause: PauseState | None = None  # paused by an operator (ADR 0154)
 
     def load(self) -> Load:
         ready = [w for w in self.workers if w.state == "ready"]
@@ -99,15 +101,17 @@ class Snapshots:
         calls: list[Call[Any]] = []
         for name in self.models:
             calls += [self.ops.stats(name), list_workers_call(name), _bulk_reports(name)]
+            calls.append(state_call(name))
         replies = await self.call(run_reads(self.redis, calls))
         fresh, lapsed = {}, []
         for i, name in enumerate(self.models):
-            stats, (workers, stale), bulk = replies[3 * i], replies[3 * i + 1], replies[3 * i + 2]
+            stats, (workers, stale), bulk, pause = replies[4 * i : 4 * i + 4]
             live = [x for x in (parse_report(v, int(now * 1000)) for v in bulk.values()) if x]
             self.metrics.set_bulk(name, live)
             lapsed += prune(name, stale)
             rate = _smoothed_rate(self.current.get(name), stats, now)
-            snap = fresh[name] = ModelSnapshot(stats, workers, now, rate)
+            snap = fresh[name] = ModelSnapshot(stats, workers, now, rate, pause)
+            self.metrics.paused.labels(name).set(1 if pause.paused else 0)
             rate_now = drain_rate(self.models[name], snap.load()).cost_per_s
             self.metrics.set_snapshot(stats, workers, rate_now)
         self.current = fresh

@@ -77,6 +77,14 @@ class QueueFull(SluiceError):
         self.queued_cost = queued_cost
 
 
+class ModelPaused(SluiceError):
+    """Admission refused: an operator paused the model with ``refuse_submits``
+    (HTTP 503: it is back when resumed; docs/adr/0154)."""
+
+    type = "model_paused"
+    retry_after_s = 30.0
+
+
 class LeaseLost(SluiceError):
     """A fenced write refused: the caller no longer holds the lease it wrote under
     (a bulk coordinator that was paused past its lease, then woke)."""

@@ -184,6 +184,13 @@ def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
 
 
+def paused_key(model: str, partition: int = 0) -> str:
+    """Hash of a paused model (``records.PauseField``); absent while it runs. Its
+    existence is what claim.lua checks (one EXISTS): no worker claims (ADR 0154).
+    Partition 0's is the record; every other partition holds a copy for its claims."""
+    return f"{_tag(model, partition)}paused"
+
+
 def audit_key() -> str:
     """Stream of operator actions (``sluice.audit``; fields ``records.AuditField``),
     capped. One key outside every model's hash tag, like the registry (ADR 0151)."""

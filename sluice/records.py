@@ -31,6 +31,12 @@ where more than one program reads or writes them:
 - **decision record** (``keys.scale_state_key`` hash, ``keys.decisions_key``
   log): what the autoscaler writes each period and the dashboard shows
   (:class:`DecisionRecord`).
+- **pause record** (``keys.paused_key``): a paused model's hash
+  (:class:`PauseField`, ``PAUSE.<name>`` in the scripts); its existence is the
+  pause (claim.lua), ``refuse`` makes submit.lua refuse new jobs (ADR 0154).
+- **renew reply** (``why`` per id not renewed): :data:`LEASE_LOST` (it may run
+  elsewhere: keep going), else why the job ended under its worker: its terminal
+  status, or :data:`RUN_TIME_EXCEEDED` (stop computing it; ADR 0154).
 
 The Lua scripts get these values from :func:`lua_constants`, prepended to every
 script by ``sluice.lua_loader.source``: no script spells them out.
@@ -124,6 +130,21 @@ class JobField(StrEnum):
     # (sluice.generate.stream.entry_position), so a step re-sent after a lost reply
     # writes nothing twice (ADR 0146)
     GEN_NEXT = "gnx"
+
+
+class PauseField(StrEnum):
+    """Fields of a paused model's hash (``keys.paused_key``), ``PAUSE.<value>``."""
+
+    AT = "at"  # epoch ms: when it was (last) paused, the pausing gateway's clock
+    BY = "by"  # who paused it (the admin key's name)
+    REFUSE = "refuse"  # "1": submits are refused while paused, "0": accepted and held
+
+
+# The renew reply's ``why`` of an id it did not renew: the lease was lost (requeued or
+# taken by another worker: its result still counts), else the job ended (its terminal
+# status, or RUN_TIME_EXCEEDED: failed for running past limits.max_run_ms).
+LEASE_LOST = "lost"
+RUN_TIME_EXCEEDED = "run_time_exceeded"  # also the error type of such a failure
 
 
 class DeliveryField(StrEnum):
@@ -287,6 +308,7 @@ def lua_constants() -> str:
             _lua_fields("JOB", JobField),
             _lua_fields("DELIVERY", DeliveryField),
             _lua_fields("BULK", BulkField),
+            _lua_fields("PAUSE", PauseField),
             _lua_fields("STREAM", StreamField),
             _lua_fields("STREAM_EVENT", StreamEvent),
             f"local RANK = strict('RANK', {{{ranks}}})",
@@ -298,6 +320,7 @@ def lua_constants() -> str:
             f"local WAIT_OVER, WAIT_COUNT = '{WAIT_OVER_LABEL}', '{WAIT_COUNT_FIELD}'",
             f"local STAT = {{{stats}}}",
             f"local STAT_BUCKET_COST = '{BUCKET_COST_PREFIX}'",
+            f"local RUN_TIME_EXCEEDED, LEASE_LOST = '{RUN_TIME_EXCEEDED}', '{LEASE_LOST}'",
             "",
         )
     )

@@ -11,6 +11,10 @@
   towards quarantine.
 - ``InvalidInput`` (or a ``UnicodeError``) raised for a single input fails that
   input for good and never counts against the worker.
+- Stopped (ADR 0154): a handler that raises ``Stopped`` (its ``should_stop()``:
+  every job of the attempt ended elsewhere, cancelled or past a limit) leaves its
+  jobs without an outcome, and the batch is not failed: one slow input never
+  counts against the worker. Item-by-item retries skip stopped jobs.
 - A job the queue marked malformed (its stored input is not JSON: written by
   something other than the gateway), or whose input the handler's ``validate``
   refuses, never reaches ``collate``: it fails for good (``malformed_job``,
@@ -28,7 +32,7 @@ from typing import Any
 from sluice.errors import InvalidInput
 from sluice.jobs import ClaimedJob, Outcome
 from workers.budget import TokenBudget
-from workers.handlers.base import Collated, Handler, Shape
+from workers.handlers.base import Collated, Handler, Shape, Stopped
 
 log = logging.getLogger("sluice.worker")
 
@@ -68,6 +72,7 @@ class _Failure:
     error: tuple[str, str]
     invalid: bool  # the input's fault (InvalidInput, UnicodeError)
     oom: bool  # the device ran out of memory
+    stopped: bool = False  # the handler stopped: its jobs ended elsewhere
 
 
 @dataclass
@@ -78,15 +83,24 @@ class _Item:
     error: tuple[str, str] | None = None
     invalid: bool = False
     oom: bool = False
+    stopped: bool = False
     run_ms: float = 0.0
 
 
 class BatchRunner:
     """Runs batches on one handler; stateless between batches."""
 
-    def __init__(self, handler: Handler, clock: Callable[[], float] = time.perf_counter) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        clock: Callable[[], float] = time.perf_counter,
+        all_stopped: Callable[[list[str]], bool] | None = None,
+    ) -> None:
+        """``all_stopped(ids)``: whether every one of these jobs ended elsewhere (the
+        worker's status, fed by its renewals); the handler's ``should_stop``."""
         self.handler = handler
         self.clock = clock
+        self.all_stopped = all_stopped or (lambda ids: False)
 
     def run(self, jobs: list[ClaimedJob], collated: Collated | None = None) -> BatchResult:
         res = BatchResult([])
@@ -98,7 +112,11 @@ class BatchRunner:
         items = [_Item(j) for j in jobs]
         if self._attempt(items, collated, res):
             for item in items:  # item by item: one poison input must fail alone
-                if not item.ok and item.error is None:
+                if item.ok or item.error is not None or item.stopped:
+                    continue
+                if self.all_stopped([item.job.id]):
+                    item.stopped = True
+                else:
                     self._attempt([item], None, res)
         self._outcomes(items, res)
         return res
@@ -143,6 +161,8 @@ class BatchRunner:
         self, items: list[_Item], collated: Collated | None
     ) -> tuple[list[Any], Collated] | _Failure:
         h = self.handler
+        ids = [i.job.id for i in items]
+        h.bind_stop(lambda: self.all_stopped(ids))
         try:
             if collated is None:
                 collated = h.collate([i.job.input for i in items], [i.job.cost for i in items])
@@ -150,11 +170,19 @@ class BatchRunner:
             if len(results) != len(items):
                 n, want = len(results), len(items)
                 raise RuntimeError(f"handler returned {n} results for {want} inputs")
+        except Stopped:
+            return _Failure(("Stopped", "stopped: the jobs ended elsewhere"), False, False, True)
         except Exception as e:  # noqa: BLE001 - a handler may raise anything
             return _Failure(_error(e), _input_fault(e), h.is_oom(e))
+        finally:
+            h.bind_stop(None)
         return results, collated
 
     def _failed(self, items: list[_Item], f: _Failure, elapsed: float, res: BatchResult) -> bool:
+        if f.stopped:
+            for item in items:
+                item.stopped, item.run_ms = True, elapsed * 1000
+            return False
         if f.oom and len(items) > 1:
             # The exception and its frames are gone by now, so the cache can be freed.
             self.handler.free_memory()
@@ -171,6 +199,7 @@ class BatchRunner:
 
     @staticmethod
     def _outcomes(items: list[_Item], res: BatchResult) -> None:
+        items = [i for i in items if not i.stopped]  # ended elsewhere: no outcome
         any_ok = any(i.ok for i in items)
         worker_fault = [i for i in items if not i.ok and not i.invalid]
         res.failed = bool(worker_fault) and not any_ok and len(worker_fault) == len(items)

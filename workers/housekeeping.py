@@ -25,6 +25,7 @@ from sluice.backoff import Outage
 from sluice.errors import RedisUnavailable
 from sluice.queue import QueueClient
 from sluice.queue.client import REDIS_ERRORS
+from sluice.records import LEASE_LOST
 from workers.status import WorkerStatus
 
 log = logging.getLogger("sluice.worker")
@@ -101,15 +102,21 @@ class Housekeeper:
     def renew(self) -> None:
         info = self.status.snapshot()
         held = self.status.held()
-        if held:
-            missing = self.client.renew(info.model, info.id, held)
-            # A job this worker completed while the renewal was on its way is not lost:
-            # its completion was marked before it was sent (or it was released since),
-            # and both are read after the reply, not before the call.
-            lost = self.status.lost_of(missing)
-            if lost:
-                self.lost.extend(lost)
-                log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
+        if not held:
+            return
+        why = self.client.renew_why(info.model, info.id, held)
+        # A job this worker completed while the renewal was on its way is not lost:
+        # its completion was marked before it was sent (or it was released since),
+        # and both are read after the reply, not before the call.
+        lost = self.status.lost_of([j for j, w in why.items() if w == LEASE_LOST])
+        if lost:
+            self.lost.extend(lost)
+            log.warning("lost the lease of %d job(s); they may run elsewhere", len(lost))
+        # Ended under this worker (cancelled, past the deadline or max_run_ms): the
+        # batch loop's handler stops computing them at its next check (ADR 0154).
+        ended = {j: w for j, w in why.items() if w != LEASE_LOST}
+        for job_id in self.status.stop(list(ended)):
+            log.info("job %s ended while it ran (%s): stopping it", job_id, ended[job_id])
 
     def beat(self) -> None:
         """Publish one heartbeat and take (and act on) one control command, in one

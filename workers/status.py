@@ -20,6 +20,9 @@ class WorkerStatus:
     # ended them there already (its WAIT for a replica still out), so a renewal that
     # finds them gone has not lost them; the completion's reply says what became of them.
     _ending: set[str] = field(default_factory=set)
+    # Held jobs that ended under this worker (cancelled, past their deadline or
+    # limits.max_run_ms; the renewal says so): stop computing them, send nothing.
+    _stopped: set[str] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def update(self, **changes: object) -> WorkerInfo:
@@ -45,6 +48,7 @@ class WorkerStatus:
         with self._lock:
             self._held.difference_update(job_ids)
             self._ending.difference_update(job_ids)
+            self._stopped.difference_update(job_ids)
             self._derive()
 
     def ending(self, job_ids: list[str]) -> None:
@@ -58,6 +62,25 @@ class WorkerStatus:
         reply, so a completion that ended them first is seen (ending, or released)."""
         with self._lock:
             return [j for j in missing if j in self._held and j not in self._ending]
+
+    def stop(self, job_ids: list[str]) -> list[str]:
+        """Mark held jobs that ended elsewhere (the renewal's news) as stopped; the
+        ones newly stopped. A job whose outcome is on its way is left alone."""
+        with self._lock:
+            new = [j for j in job_ids if j in self._held and j not in self._ending]
+            new = [j for j in new if j not in self._stopped]
+            self._stopped.update(new)
+            return new
+
+    def stopped(self, job_ids: list[str]) -> set[str]:
+        """Which of ``job_ids`` are stopped."""
+        with self._lock:
+            return self._stopped.intersection(job_ids)
+
+    def all_stopped(self, job_ids: list[str]) -> bool:
+        """Every one of ``job_ids`` stopped (a batch with nothing left worth computing)."""
+        with self._lock:
+            return bool(job_ids) and self._stopped.issuperset(job_ids)
 
     def held(self) -> list[str]:
         with self._lock:

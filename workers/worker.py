@@ -122,8 +122,8 @@ class Worker:
         self.rate, self.bucket_ms = ServiceRate(), BucketServiceMs()
         self.streak = FailureStreak(wc.quarantine_after_failures)
         self.metrics = WorkerMetrics(self.model)
-        self.runner = BatchRunner(handler)
         self.status = WorkerStatus(first_info(opts, self.buckets, wall()))
+        self.runner = BatchRunner(handler, all_stopped=self.status.all_stopped)
         self.start_path = opts.start_path or StartPath()
         self._first_claim_due: float | None = None  # monotonic: ready, no claim answered yet
         # Shared by the batch and prefetch threads: one log line per Redis outage.
@@ -422,7 +422,10 @@ class Worker:
             result = BatchResult(
                 [Outcome.retry(j.id, "worker_error", msg) for j in batch.jobs], failed=True
             )
-        self._complete(result.outcomes)
+        # Jobs that ended while they ran (cancelled, past a limit) get no outcome: the
+        # renewal saw them end, and their result would only be refused (ADR 0154).
+        stopped = self.status.stopped([j.id for j in batch.jobs])
+        self._complete([o for o in result.outcomes if o.id not in stopped])
         self.status.release([j.id for j in batch.jobs])
         self._account(batch, result)
 

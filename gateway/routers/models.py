@@ -14,6 +14,7 @@ from gateway.responses import Json
 from gateway.schemas import JobRequest, JobView, ModelList, errors
 from gateway.strict_json import StrictJsonRoute
 from sluice.jobs import QueueStats
+from sluice.queue.pause import PauseState, state_call
 from sluice.registry import WorkerInfo, list_workers_call, workers_by_state
 
 router = APIRouter(prefix="/v1", tags=["models"], route_class=StrictJsonRoute)
@@ -25,7 +26,9 @@ ModelName = Annotated[str, Path(description="A model named in the config.", max_
 LOADED_AT_S = int(time.time())
 
 
-def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]) -> dict[str, Any]:
+def _model_info(
+    st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo], pause: PauseState
+) -> dict[str, Any]:
     cfg = st.cfg.models[name]
     return {
         "id": name,
@@ -48,6 +51,8 @@ def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]
         "in_flight": stats.in_flight,
         "workers": workers_by_state(workers),
         "scales_from_zero": cfg.autoscaling.min_replicas == 0,
+        "paused": pause.paused,
+        "pause": pause.as_dict() if pause.paused else None,
     }
 
 
@@ -56,13 +61,14 @@ def _model_info(st: Any, name: str, stats: QueueStats, workers: list[WorkerInfo]
 )
 async def list_models(st: State) -> dict[str, Any]:
     """Every model in OpenAI's list shape, each with its buckets, queue depth and cost
-    per bucket, and workers by state."""
+    per bucket, workers by state, and whether an operator paused it (``paused``,
+    ``pause``: since when, by whom, whether it refuses submits)."""
     calls: list[Any] = []
     for name in st.cfg.models:
-        calls += [st.queue.ops.stats(name), list_workers_call(name)]
+        calls += [st.queue.ops.stats(name), list_workers_call(name), state_call(name)]
     replies = await st.call(run_reads(st.redis, calls))
     models = [
-        _model_info(st, name, replies[2 * i], replies[2 * i + 1][0])
+        _model_info(st, name, replies[3 * i], replies[3 * i + 1][0], replies[3 * i + 2])
         for i, name in enumerate(st.cfg.models)
     ]
     return {"object": "list", "data": models}

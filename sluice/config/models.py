@@ -178,6 +178,22 @@ class ModelBulkConfig(StrictModel):
     reserve_workers: int = Field(0, ge=0)
 
 
+class LimitsConfig(StrictModel):
+    """Bounds on one job's run (docs/adr/0154)."""
+
+    # A job running longer than this (from its claim) is failed for good as
+    # run_time_exceeded, not retried: its input is what is slow, and a retry would
+    # spend max_attempts x this much worker time to fail again. None: no limit.
+    max_run_ms: int | None = Field(None, gt=0)
+
+
+class PauseConfig(StrictModel):
+    """What a pause does when its request does not say (docs/adr/0154)."""
+
+    # While paused, refuse new jobs (503 model_paused) instead of queueing them.
+    refuse_submits: bool = False
+
+
 class ModelConfig(StrictModel):
     handler: str
     params: dict[str, Any] = Field(default_factory=dict)
@@ -187,6 +203,8 @@ class ModelConfig(StrictModel):
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     bulk: ModelBulkConfig = Field(default_factory=ModelBulkConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    pause: PauseConfig = Field(default_factory=PauseConfig)
     # present: a generative model (token streams, slots; ADR 0144)
     generate: GenerateConfig | None = None
 

@@ -151,6 +151,10 @@ def step_call(
             "lease_ms": max(1, int(cfg.batching.lease_s * 1000)),
             "maxlen": g.stream_maxlen,
             "result_ttl": cfg.queue.result_ttl_s,
+            "dead_ttl": cfg.queue.dead_letter_ttl_s,
+            "max_run_ms": cfg.limits.max_run_ms or 0,
+            "channel": keys.done_channel(model),
+            "nprefix": keys.notify_prefix(model),
         },
         [
             *(_append_group(a) for a in appends),
@@ -158,6 +162,7 @@ def step_call(
         ],
     )
     ks = [keys.inflight_key(model), keys.stats_key(model)]
+    ks += [keys.dead_letter_key(model), keys.owner_jobs_key(model)]
 
     def parse(reply: list[Any]) -> tuple[int, frozenset[str]]:
         head, lost = STEP.unpack(reply)

@@ -16,6 +16,10 @@ STEP = Signature(
         ("lease_ms", "num"),  # a held job's lease runs this long from now
         ("maxlen", "num"),  # XADD MAXLEN ~ (generate.stream_maxlen)
         ("result_ttl", "num"),  # s: the stream expires with the result
+        ("dead_ttl", "num"),  # s: a job failed here (run time) as a dead letter
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
+        ("channel", "str"),  # done channel (jobs this step ends over a limit)
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
     group=(
         ("id", "str"),

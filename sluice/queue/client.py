@@ -263,6 +263,14 @@ class QueueClient:
             return self.run(calls[0])
         return [lost for part in self.run_all(calls) for lost in part]
 
+    def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> dict[str, str]:
+        """Renew; each id not renewed with why (``QueueOps.renew_why``), one call per
+        partition the ids are in."""
+        calls = self.ops.renew_why_calls(model, worker_id, job_ids)
+        if len(calls) == 1:
+            return self.run(calls[0])
+        return {k: v for part in self.run_all(calls) for k, v in part.items()}
+
     def reclaim(self, model: str) -> int:
         return sum(self.run_all(self.ops.reclaim_calls(model)))
 

@@ -131,8 +131,9 @@ class Partitions:
 
 
 def split_by_partition(ids: Sequence[str]) -> dict[int, list[int]]:
-    """Indexes of ``ids`` grouped by the partition each id names, in first-seen order."""
-    out: dict[int, list[int]] = {}
+    """Indexes of ``ids`` grouped by the partition each id names, in first-seen order
+    (no ids: one empty group of partition 0, so a call with none still runs once)."""
+    out: dict[int, list[int]] = {} if ids else {0: []}
     for i, job_id in enumerate(ids):
         out.setdefault(keys.partition_of(job_id), []).append(i)
     return out

@@ -14,18 +14,13 @@ from typing import Any, TypeVar
 from sluice import fastjson, keys, lua_loader
 from sluice.config import ModelConfig
 from sluice.errors import (
-    IdempotencyKeyReused,
     JobConflict,
     JobNotFound,
-    LeaseLost,
-    QueueFull,
-    RateLimited,
 )
 from sluice.jobs import (
     DELIVERY_FIELDS,
     WEBHOOK_EVENTS,
     Batch,
-    ClaimedJob,
     JobRecord,
     NewJob,
     Outcome,
@@ -38,6 +33,7 @@ from sluice.jobs import (
 )
 from sluice.queue.call import Call
 from sluice.queue.partitions import Partitions
+from sluice.queue.replies import claimed_job, parse_submit
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
 from sluice.queue.spread import SpreadOps
 from sluice.records import (
@@ -150,9 +146,10 @@ class QueueOps(SpreadOps):
             keys.owner_jobs_key(model, p),
             keys.rate_limit_key(model, p),
             fence[0] if fence else keys.stats_key(model, p),  # unread without a token
+            keys.paused_key(model, p),
         ]
         ks += [keys.queue_key(model, b, p) for b in cfg.bucket_names]
-        return _durable(Call(_parse_submit, "submit", ks, args), cfg)
+        return _durable(Call(parse_submit, "submit", ks, args), cfg)
 
     # -- claim ----------------------------------------------------------------
     def claim(
@@ -211,12 +208,12 @@ class QueueOps(SpreadOps):
         # The worker zsets live in partition 0: a partition p >= 1 passes its own
         # (empty) ones, read only for bulk items, which only partition 0 holds.
         ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.workers_key(model, p)]
-        ks += [keys.idle_workers_key(model, p)]
+        ks += [keys.idle_workers_key(model, p), keys.paused_key(model, p)]
         ks += [keys.queue_key(model, name, p) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
             head, claimed = CLAIM.unpack(reply)
-            jobs = [_claimed(j) for j in claimed]
+            jobs = [claimed_job(j) for j in claimed]
             return Batch(
                 model,
                 head["bucket"],
@@ -256,6 +253,7 @@ class QueueOps(SpreadOps):
             "wprefix": keys.wake_prefix(model, p),
             "eprefix": keys.e2e_hist_prefix(model, p),
             "nprefix": keys.notify_prefix(model, p),
+            "max_run_ms": cfg.limits.max_run_ms or 0,
         }
         groups = [
             {
@@ -276,16 +274,30 @@ class QueueOps(SpreadOps):
         return _durable(Call(parse, "complete", ks, args), cfg)
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
-        """Jobs of one partition (``renew_calls`` splits them)."""
-        p = keys.partition_of(job_ids[0]) if job_ids else 0
+        """The ids not renewed (:meth:`renew_why` says why)."""
+        call = self.renew_why(model, worker_id, job_ids)
+        return Call(lambda r: list(call.parse(r)), call.script, call.keys, call.args)
+
+    def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[dict[str, str]]:
+        """Renew; for each id not renewed, why: ``records.LEASE_LOST`` or how the job
+        ended (the renewal ends a job past its deadline or limits.max_run_ms)."""
+        cfg = self.model(model)
+        p = keys.partition_of(job_ids[0]) if job_ids else 0  # one partition's jobs
         fixed = {
             "jprefix": keys.job_prefix(model, p),
             "worker": worker_id,
-            "lease_ms": _ms(self.model(model).batching.lease_s),
+            "lease_ms": _ms(cfg.batching.lease_s),
+            "channel": keys.done_channel(model),
+            "nprefix": keys.notify_prefix(model, p),
+            "result_ttl": cfg.queue.result_ttl_s,
+            "dead_ttl": cfg.queue.dead_letter_ttl_s,
+            "max_run_ms": cfg.limits.max_run_ms or 0,
         }
         args = RENEW.pack(fixed, [{"id": j} for j in job_ids])
         ks = [keys.inflight_key(model, p), keys.bulk_holders_key(model, p)]
-        return Call(lambda r: [g["lost"] for g in RENEW.unpack(r)[1]], "renew", ks, args)
+        ks += [keys.stats_key(model, p), keys.dead_letter_key(model, p)]
+        ks += [keys.owner_jobs_key(model, p)]
+        return Call(lambda r: {g["id"]: g["why"] for g in RENEW.unpack(r)[1]}, "renew", ks, args)
 
     def reclaim(self, model: str, limit: int = RECLAIM_LIMIT, partition: int = 0) -> Call[int]:
         cfg, p = self.model(model), partition
@@ -407,35 +419,3 @@ def _idem(owner: str, key: str | None) -> str:
     if not key:
         return ""
     return f"{owner}/{key}" if owner else key
-
-
-def _claimed(j: dict[str, Any]) -> ClaimedJob:
-    """One leased job; input that is not JSON marks it malformed instead of losing
-    the whole batch (the claim script has vouched for the other fields)."""
-    try:
-        value, why = fastjson.loads(j["input"]), None
-    except (TypeError, ValueError) as e:  # written by something other than submit
-        value, why = None, f"stored input is not valid JSON ({e})"
-    return ClaimedJob(
-        j["id"], value, int(j["cost"]), int(j["attempts"]), int(j["enq"]), malformed=why
-    )
-
-
-def _parse_submit(reply: list[Any]) -> list[Submitted]:
-    head, jobs = SUBMIT.unpack(reply)
-    state, detail = head["state"], head["detail"]
-    if state == "fenced":
-        raise LeaseLost("the lease this submit was fenced on is held by another holder")
-    if state == "reused":
-        i = int(detail) - 1
-        raise IdempotencyKeyReused(f"job {i}'s idempotency key made a job from another request", i)
-    if state == "limited":
-        wait_s = int(detail) / 1000
-        raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
-    queued, cost = int(head["queued"]), int(head["queued_cost"])
-    if state == "full" and detail == "owner_jobs":
-        raise QueueFull(f"this API key has {queued} unfinished jobs, its limit", detail, queued, 0)
-    if state == "full":
-        what = "jobs" if detail == "queue_jobs" else "cost"
-        raise QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost)
-    return [Submitted(j["id"], bool(int(j["created"]))) for j in jobs]

@@ -68,7 +68,7 @@ CLAIM = Signature(
         ("prio_wait", "num"),  # queue.max_priority_wait_s in ms; 0 = strict priority
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[7..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[9..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )
@@ -86,6 +86,7 @@ COMPLETE = Signature(
         ("wprefix", "str"),  # wake list prefix
         ("eprefix", "str"),  # end-to-end histogram prefix
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
     ),
     group=(
         ("id", "str"),
@@ -98,9 +99,19 @@ COMPLETE = Signature(
 
 RENEW = Signature(
     "renew",
-    (("jprefix", "str"), ("worker", "str"), ("lease_ms", "num")),
+    (
+        ("jprefix", "str"),
+        ("worker", "str"),
+        ("lease_ms", "num"),
+        ("channel", "str"),  # done channel (jobs this call ends over a limit)
+        ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("result_ttl", "num"),  # s
+        ("dead_ttl", "num"),  # s
+        ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
+    ),
     group=(("id", "str"),),
-    reply_group=("lost",),  # the ids whose lease was lost
+    # per id not renewed: 'lost' (records.LEASE_LOST), else how the job ended
+    reply_group=("id", "why"),
 )
 
 RECLAIM = Signature(

@@ -44,6 +44,11 @@ class SpreadOps:
     ) -> Call[list[str]]:  # pragma: no cover - QueueOps's
         raise NotImplementedError
 
+    def renew_why(
+        self, model: str, worker_id: str, job_ids: Sequence[str]
+    ) -> Call[dict[str, str]]:  # pragma: no cover - QueueOps's
+        raise NotImplementedError
+
     def reclaim(
         self, model: str, limit: int = ..., partition: int = 0
     ) -> Call[int]:  # pragma: no cover - QueueOps's
@@ -63,6 +68,14 @@ class SpreadOps:
     ) -> list[Call[list[str]]]:
         groups = split_by_partition(job_ids)
         return [self.renew(model, worker_id, [job_ids[i] for i in idx]) for idx in groups.values()]
+
+    def renew_why_calls(
+        self, model: str, worker_id: str, job_ids: Sequence[str]
+    ) -> list[Call[dict[str, str]]]:
+        groups = split_by_partition(job_ids)
+        return [
+            self.renew_why(model, worker_id, [job_ids[i] for i in idx]) for idx in groups.values()
+        ]
 
     def reclaim_calls(self, model: str) -> list[Call[int]]:
         return [self.reclaim(model, partition=p) for p in range(self.parts.span(model))]

@@ -9,6 +9,7 @@ Nothing here imports torch; torch handlers subclass
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,16 @@ class Collated:
     real_tokens: int  # the sum of the inputs' own lengths
 
 
+class Stopped(Exception):  # noqa: N818 - a signal, not an error: the jobs ended elsewhere
+    """Raised by a handler when :meth:`Handler.should_stop` says so: every job of the
+    batch ended while it ran (cancelled, past its deadline or limits.max_run_ms). The
+    worker sends nothing for them and does not count the batch as failed."""
+
+
+def _never() -> bool:
+    return False
+
+
 class Handler:
     """Base class of every handler. Override ``collate``, ``infer`` and ``postprocess``."""
 
@@ -63,6 +74,18 @@ class Handler:
         # What ``load`` spent per start stage (workers/startpath.py): imports,
         # weights_read, to_device. Whatever it leaves out counts as weights_read.
         self.load_stages: dict[str, float] = {}
+        self._stop_check: Callable[[], bool] = _never
+
+    def should_stop(self) -> bool:
+        """Whether the running batch's jobs have all ended elsewhere (ADR 0154): a
+        handler that computes in steps (micro-batches, sleeps) checks it between
+        them and raises :class:`Stopped`. Cheap: a set lookup, no round trip (the
+        worker's lease renewals bring the news)."""
+        return self._stop_check()
+
+    def bind_stop(self, check: Callable[[], bool] | None) -> None:
+        """The worker sets the running batch's check (None: never stop)."""
+        self._stop_check = check or _never
 
     def cpu_threads(self) -> int | None:
         """The CPU threads this handler computes with (None: it computes on no CPU

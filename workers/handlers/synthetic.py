@@ -11,7 +11,9 @@ import time
 import zlib
 from typing import Any
 
-from workers.handlers.base import Collated, Handler, Shape
+from workers.handlers.base import Collated, Handler, Shape, Stopped
+
+STOP_CHECK_S = 0.02  # the sleep's slices: a stopped batch ends within one of them
 
 
 class SyntheticHandler(Handler):
@@ -45,7 +47,13 @@ class SyntheticHandler(Handler):
         return self.base_ms + self.per_token_ms * padded_tokens
 
     def infer(self, batch: Collated) -> Any:
-        time.sleep(self.batch_ms(batch.padded_tokens) / 1000)
+        # In slices, like micro-batches: between two, a batch whose jobs all ended
+        # elsewhere stops (ADR 0154).
+        end = time.monotonic() + self.batch_ms(batch.padded_tokens) / 1000
+        while (left := end - time.monotonic()) > 0:
+            if self.should_stop():
+                raise Stopped
+            time.sleep(min(left, STOP_CHECK_S))
         return batch.data
 
     def postprocess(self, output: Any, batch: Collated) -> list[Any]:

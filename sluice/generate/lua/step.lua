@@ -1,5 +1,6 @@
 -- step: one generative worker's decode step (ADR 0144, ADR 0146).
 -- KEYS[1] in-flight zset (score = lease expiry ms)   KEYS[2] stats hash
+-- KEYS[3] dead-letter list   KEYS[4] per-owner unfinished-job counts
 -- ARGV: declared by name in sluice/generate/signatures.py (STEP): the fixed values,
 --   then one group per write (arg_group(i): id, att, kind, start, idx, ids, text,
 --   payload, ntok), an Append's 'tokens' groups before the 'end' / 'error' ones.
@@ -9,7 +10,10 @@
 -- its job is running under this worker at this attempt: then its START/RESTART and
 -- TOKENS entries are added and its lease renewed (like renew.lua); otherwise the id
 -- is replied as lost and nothing is written (a cancelled job's stream gets one
--- 'error' entry, if it has no terminal entry yet, so a follower ends). A step
+-- 'error' entry, if it has no terminal entry yet, so a follower ends). A job past
+-- its deadline or running longer than max_run_ms (0: no limit) is ended here, like
+-- the renew script ends it (ADR 0154): 'expired' or failed as RUN_TIME_EXCEEDED, an
+-- 'error' entry saying which, and its id replied lost so the worker aborts it. A step
 -- re-sent after its reply was lost writes no START/RESTART and no tokens entry a
 -- second time for the same attempt (JOB.gen_next keeps the last one written).
 -- An 'end' group is written while the job is not terminal: exactly when the
@@ -22,6 +26,9 @@
 -- length (STAT.gen_finished, STAT.gen_output_tokens).
 -- Replies (declared in STEP): now, then the lost ids.
 local inflight, stats = KEYS[1], KEYS[2]
+local ks = {inflight = inflight, stats = stats, dead = KEYS[3], owners = KEYS[4],
+            result_ttl = result_ttl, dead_ttl = dead_ttl}
+local ended = {}
 local now = now_ms()
 local expiry = now + lease_ms
 local out = reply{now = now}
@@ -42,8 +49,8 @@ local function first_token(jk, enq)
   end
 end
 
--- A job cancelled under this run: one error entry, unless the stream has ended.
-local function cancelled(sk, att)
+-- A job ended under this run: one error entry, unless the stream has ended.
+local function stopped(sk, att, why, message)
   local last = redis.call('XREVRANGE', sk, '+', '-', 'COUNT', 1)
   if #last > 0 then
     local f = last[1][2]
@@ -53,7 +60,7 @@ local function cancelled(sk, att)
     end
   end
   add(sk, {STREAM.type, STREAM_EVENT.error, STREAM.attempt, att,
-           STREAM.error, cjson.encode({type = 'cancelled', message = 'the job was cancelled'})})
+           STREAM.error, cjson.encode({type = why, message = message})})
   redis.call('EXPIRE', sk, result_ttl)
 end
 
@@ -107,7 +114,7 @@ end
 for i = 1, N_GROUPS do
   local g = arg_group(i)
   local jk, sk = jprefix .. g.id, sprefix .. g.id
-  local f = redis.call('HMGET', jk, JOB.status, JOB.worker, JOB.att, JOB.enq)
+  local f = redis.call('HMGET', jk, JOB.status, JOB.worker, JOB.att, JOB.enq, JOB.dl, JOB.start)
   local status, this_run = f[1], tonumber(f[3]) == g.att
   local ok
   if g.kind == 'end' then
@@ -115,10 +122,17 @@ for i = 1, N_GROUPS do
   else
     ok = status == 'running' and f[2] == worker and this_run
   end
-  if ok then
+  -- An 'end' too: its result is refused (complete.lua would refuse it as well).
+  local why = ok and g.kind ~= 'error' and over_limit(f[5], f[6], now, max_run_ms)
+  if why then
+    end_over_limit(jk, g.id, why, ks, now, max_run_ms, ended)
+    stopped(sk, g.att, why, why == 'expired' and 'the job passed its deadline while it ran'
+            or 'the job ran longer than limits.max_run_ms')
+    if g.kind == 'tokens' then reply_group(out, {lost = g.id}) end
+  elseif ok then
     write(g, jk, sk, f[4])
   elseif g.kind == 'tokens' then
-    if status == 'cancelled' and this_run then cancelled(sk, g.att) end
+    if status == 'cancelled' and this_run then stopped(sk, g.att, 'cancelled', 'the job was cancelled') end
     reply_group(out, {lost = g.id})
   end
 end
@@ -135,4 +149,5 @@ if finished > 0 then
   redis.call('HINCRBY', stats, STAT.gen_finished, finished)
   redis.call('HINCRBY', stats, STAT.gen_output_tokens, out_tokens)
 end
+publish_ended(channel, ended, jprefix, nprefix)
 return out

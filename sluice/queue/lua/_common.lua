@@ -227,3 +227,32 @@ local function publish_ended(channel, ended, jprefix, nprefix)
   end
   publish_known(channel, known, jprefix, nprefix)
 end
+
+-- A running job's limits (ADR 0154): past its deadline (dl, absolute ms; 0 none) it
+-- ends 'expired'; running longer than max_run_ms since its claim (start) it fails
+-- for good as RUN_TIME_EXCEEDED. Returns which, or nil while within both.
+local function over_limit(dl, start, now, max_run_ms)
+  dl = tonumber(dl) or 0
+  if dl > 0 and dl < now then return 'expired' end
+  start = tonumber(start)
+  if max_run_ms > 0 and start and now - start > max_run_ms then return RUN_TIME_EXCEEDED end
+  return nil
+end
+
+-- End a running (or requeued) job over a limit: never its result, never a retry.
+-- Appends it to `ended` (publish_ended's list). `why` from over_limit.
+local function end_over_limit(jk, id, why, k, now, max_run_ms, ended)
+  redis.call('ZREM', k.inflight, id)
+  if why == 'expired' then
+    release_owner(k.owners, redis.call('HGET', jk, JOB.owner))
+    redis.call('HSET', jk, JOB.status, 'expired', JOB.fin, int(now))
+    redis.call('HDEL', jk, JOB.worker, JOB.input)
+    redis.call('EXPIRE', jk, k.result_ttl)
+    redis.call('HINCRBY', k.stats, STAT.expired, 1)
+  else
+    local err = cjson.encode({type = RUN_TIME_EXCEEDED, message = string.format(
+      'the job ran longer than limits.max_run_ms (%d ms); not retried', max_run_ms)})
+    dead_letter(jk, id, k.stats, k.dead, err, now, k.dead_ttl, k.owners)
+  end
+  table.insert(ended, id)
+end

@@ -11,11 +11,16 @@
 -- fail or release from a worker that no longer holds the job (its lease lapsed and
 -- another worker took it) is stale too: only the holder may give a job back.
 -- 'release' hands back a job that never ran: requeued, the claim's attempt undone.
+-- Any other outcome of a job past its deadline, or that ran longer than max_run_ms
+-- (0: no limit) since its claim, is refused: the job ends 'expired', or failed as
+-- RUN_TIME_EXCEEDED (ADR 0154), counted accepted (the renewal usually ended it first).
 -- A requeued job (retry, release) pushes a wake token onto its bucket's list.
 -- Each succeeded job's end-to-end latency (enqueue to now) is counted in the
 -- 10 s window's histogram, with the claim script's queue-wait bounds.
 -- Replies (declared in COMPLETE): accepted, stale.
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ks = {inflight = inflight, stats = stats, dead = dead, owners = owners,
+            result_ttl = result_ttl, dead_ttl = dead_ttl}
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
@@ -27,9 +32,10 @@ for i = 1, N_GROUPS do
   local o = arg_group(i)
   local id, kind, payload, run_ms = o.id, o.kind, o.payload, o.run_ms
   local jk = jprefix .. id
-  -- The webhook fields too (7..9): publish_known needs no second read of the record.
+  -- The webhook fields too (7..9): publish_known needs no second read of the record;
+  -- then the deadline and start (10, 11) for the limits.
   local f = redis.call('HMGET', jk, JOB.status, JOB.bucket, JOB.cost, JOB.worker, JOB.owner,
-                       JOB.enq, JOB.whu, JOB.whe, JOB.wht)
+                       JOB.enq, JOB.whu, JOB.whe, JOB.wht, JOB.dl, JOB.start)
   local status = f[1]
   local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
   if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
@@ -51,7 +57,12 @@ for i = 1, N_GROUPS do
       redis.call('ZREM', qprefix .. f[2], id)
       drop_cost(stats, f[2], tonumber(f[3]))
     end
-    if kind == 'ok' then
+    local why = over_limit(f[10], f[11], now, max_run_ms)
+    if why then
+      end_over_limit(jk, id, why, ks, now, max_run_ms, {})  -- publish_known takes records
+      local st = (why == 'expired') and 'expired' or 'failed'
+      table.insert(ended, {id, st, f[7], f[8], f[5], f[9]})
+    elseif kind == 'ok' then
       table.insert(done_ids, id)
       release_owner(owners, f[5])
       -- worker and input emptied in the same HSET (no HDEL): both read as absent

@@ -5,7 +5,9 @@
 --   ''), checked before anything is written: a bulk coordinator's jobs are created
 --   only while it still holds the bulk job's lease (a paused one that wakes late
 --   cannot recreate a job another coordinator already ran and gathered)
--- KEYS[6..] the model's queue keys (every bucket), for the admission count
+-- KEYS[6] the model's pause record: while it says so (PAUSE.refuse '1'), new jobs
+--   are refused ('paused'; replays of existing ones still answer; ADR 0154)
+-- KEYS[7..] the model's queue keys (every bucket), for the admission count
 -- ARGV: declared by name in sluice/queue/signatures.py (SUBMIT): the fixed values
 --   (read into locals by the generated prologue), then one group per job
 --   (arg_group(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input JSON,
@@ -27,7 +29,8 @@
 -- replays as it did).
 -- Replies (declared in SUBMIT): state 'ok' (detail: now) then each job's id and
 -- created flag, or 'full' (detail: the reason; queued, queued_cost), or 'limited'
--- (detail: ms until enough tokens), or 'reused' (detail: which job, 1-based).
+-- (detail: ms until enough tokens), or 'reused' (detail: which job, 1-based), or
+-- 'paused' (the model is paused and refuses submits).
 local stats, seq = KEYS[1], KEYS[2]
 local owners, rl = KEYS[3], KEYS[4]
 if fence_token ~= '' and redis.call('HGET', KEYS[5], BULK.token) ~= fence_token then
@@ -80,9 +83,13 @@ for i = 1, n do
   end
 end
 
+if new_count > 0 and redis.call('HGET', KEYS[6], PAUSE.refuse) == '1' then
+  return reply{state = 'paused', detail = '', queued = 0, queued_cost = 0}
+end
+
 if new_count > 0 and (max_jobs > 0 or max_cost > 0) then
   local queued = 0
-  for k = 6, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
+  for k = 7, #KEYS do queued = queued + redis.call('ZCARD', KEYS[k]) end
   local queued_cost = tonumber(redis.call('HGET', stats, STAT.queued_cost) or '0')
   if max_jobs > 0 and queued + new_count > max_jobs then
     return reply{state = 'full', detail = 'queue_jobs', queued = queued, queued_cost = queued_cost}

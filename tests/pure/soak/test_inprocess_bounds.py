@@ -37,8 +37,8 @@ def test_the_local_backend_remembers_only_recent_worker_exits(tmp_path: Path) ->
 class LosesEveryLease:
     """A queue client stand-in whose renewals all come back lost."""
 
-    def renew(self, model: str, worker_id: str, job_ids: list[str]) -> list[str]:
-        return list(job_ids)
+    def renew_why(self, model: str, worker_id: str, job_ids: list[str]) -> dict[str, str]:
+        return dict.fromkeys(job_ids, "lost")
 
 
 def test_a_worker_remembers_only_recently_lost_leases() -> None:

@@ -137,9 +137,10 @@ def test_a_job_that_expires_behind_full_slots_never_runs(gen: Callable[..., Any]
     assert follower.done and follower.error is not None
 
 
-def test_a_job_whose_deadline_passes_while_it_runs_ends_with_its_result(
+def test_a_job_whose_deadline_passes_while_it_runs_is_stopped_and_expires(
     gen: Callable[..., Any],
 ) -> None:
+    # ADR 0154: the next step ends it (expired), its stream says so, its slot frees.
     g = gen(slots=2)
     job_id = submit(g, [7, 8], 6, deadline_ms=2_000)
     assert g.loop.turn().claimed == 1
@@ -147,11 +148,11 @@ def test_a_job_whose_deadline_passes_while_it_runs_ends_with_its_result(
     past_deadline(g, job_id)
     g.until_idle()
     rec = g.qc.get(job_id, MODEL)
-    assert rec.status is JobStatus.SUCCEEDED
-    assert rec.result["text"] == g.expected([7, 8], 6)
+    assert rec.status is JobStatus.EXPIRED and rec.result is None
     assert g.loop.active == 0 and not g.engine.seqs  # the slot is free
     follower = follow(g, job_id)
-    assert follower.text == g.expected([7, 8], 6) and follower.result is not None
+    assert follower.done and follower.result is None
+    assert follower.error is not None and "expired" in follower.error
     after = submit(g, [9], 2)  # and it takes the next job
     g.until_idle()
     assert g.qc.get(after, MODEL).status is JobStatus.SUCCEEDED

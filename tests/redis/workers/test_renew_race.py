@@ -35,9 +35,9 @@ class FinishesDuringRenewal:
     def __init__(self, status: WorkerStatus, finished: list[str]) -> None:
         self.status, self.finished = status, finished
 
-    def renew(self, model: str, worker_id: str, job_ids: list[str]) -> list[str]:
+    def renew_why(self, model: str, worker_id: str, job_ids: list[str]) -> dict[str, str]:
         self.status.release(self.finished)  # the complete landed first
-        return list(self.finished)  # so Redis no longer has their leases
+        return dict.fromkeys(self.finished, "lost")  # so Redis no longer has their leases
 
 
 def test_jobs_completed_during_the_renewal_are_not_lost(caplog: pytest.LogCaptureFixture) -> None:
