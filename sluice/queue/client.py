@@ -234,19 +234,35 @@ class QueueClient:
 
     def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
         """A batch from the first partition that has one, in the worker's turn
-        (``Partitions.claim_order``); empty only when every partition is."""
+        (``Partitions.claim_order``); empty only when every partition is. A partition
+        whose shard is unavailable is passed over (its error raised only when no
+        other partition had work), so one shard down does not stop the others."""
         parts = self.ops.parts
         if time.monotonic() - self._refreshed_at > REFRESH_S:
-            self.refresh_partitions()
+            self._refresh_quietly()
         if "partition" in kw or parts.span(model) == 1:
             return self.run(self.ops.claim(model, worker_id, **kw))
         tried: list[Batch] = []
+        failed: RedisUnavailable | None = None
         for p in parts.claim_order(model, worker_id):
-            tried.append(self.run(self.ops.claim(model, worker_id, partition=p, **kw)))
+            try:
+                tried.append(self.run(self.ops.claim(model, worker_id, partition=p, **kw)))
+            except RedisUnavailable as e:
+                failed = failed or e
+                continue
             if tried[-1].jobs:
                 parts.served(model, worker_id, p)
-                break
+                return merged_claims(tried)
+        if failed is not None:
+            raise failed
         return merged_claims(tried)
+
+    def _refresh_quietly(self) -> None:
+        """The periodic high-water read; on failure the known one stays until next time."""
+        try:
+            self.refresh_partitions()
+        except RedisUnavailable:
+            self._refreshed_at = time.monotonic()
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
@@ -301,7 +317,7 @@ class QueueClient:
 
     def stats(self, model: str) -> QueueStats:
         if time.monotonic() - self._refreshed_at > REFRESH_S:
-            self.refresh_partitions()
+            self._refresh_quietly()
         return self.run(self.ops.stats(model))
 
     def dead_letters(self, model: str, limit: int = 100) -> list[str]:
@@ -399,11 +415,18 @@ class AsyncQueueClient:
         if "partition" in kw or parts.span(model) == 1:
             return await self.run(self.ops.claim(model, worker_id, **kw))
         tried: list[Batch] = []
+        failed: RedisUnavailable | None = None
         for p in parts.claim_order(model, worker_id):
-            tried.append(await self.run(self.ops.claim(model, worker_id, partition=p, **kw)))
+            try:
+                tried.append(await self.run(self.ops.claim(model, worker_id, partition=p, **kw)))
+            except RedisUnavailable as e:
+                failed = failed or e
+                continue
             if tried[-1].jobs:
                 parts.served(model, worker_id, p)
-                break
+                return merged_claims(tried)
+        if failed is not None:
+            raise failed
         return merged_claims(tried)
 
     async def complete(

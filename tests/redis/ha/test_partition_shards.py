@@ -1,6 +1,8 @@
 """A hot model over the three shards of a real Redis Cluster (queue.partitions: 3,
-docs/adr/0159): each shard's own command counts show the spread, and a partition's
-slot moved while submits and claims run loses and repeats nothing."""
+docs/adr/0159): each shard's own command counts show the spread, a partition's
+slot moved while submits and claims run loses and repeats nothing, and a shard's
+primary killed under load fails over to its replica without losing what it had
+replicated, while the other partitions keep serving."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ from sluice import keys
 from sluice.config import parse_config
 from sluice.errors import RedisUnavailable
 from sluice.jobs import JobStatus, NewJob, Outcome
+from sluice.local.redis_server import RedisServer
 from sluice.local.redis_topology import LocalCluster
+from sluice.local.redis_topology import _cluster_port as cluster_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.waits import HUNG_S, wait_until
@@ -73,9 +77,10 @@ class Load:
     """Submits with idempotency keys and a worker claiming and completing, each
     retrying what Redis refused, as gateways and workers do."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, give_up: bool = False) -> None:
+        self.url, self.give_up = url, give_up  # give_up: a refused submit moves on
         self.accepted: dict[str, str] = {}
+        self.refused = 0
         self.ran: Counter[str] = Counter()
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=f, daemon=True) for f in (self._submit, self._work)]
@@ -101,7 +106,15 @@ class Load:
         while not self.stop.is_set():
             i += 1
             job = NewJob(f"t{i}", "32", 2, idempotency_key=f"k{i}")
-            [s] = self._retry(lambda job=job: q.submit(MODEL, [job]))  # type: ignore[misc]
+            if self.give_up:
+                try:
+                    [s] = q.submit(MODEL, [job])
+                except (RedisUnavailable, redis.RedisError):
+                    self.refused += 1
+                    time.sleep(0.01)
+                    continue
+            else:
+                [s] = self._retry(lambda job=job: q.submit(MODEL, [job]))  # type: ignore[misc]
             self.accepted[f"t{i}"] = s.id
         q.redis.close()
 
@@ -148,3 +161,86 @@ def test_moving_a_partition_slot_under_load_loses_and_repeats_nothing(
         assert stats.in_flight == 0 and stats.queued == 0
     finally:
         q.redis.close()
+
+
+def _add_replica(cluster: LocalCluster, primary: RedisServer) -> RedisServer:
+    """A new cluster node replicating ``primary``, synced before it returns."""
+    port = cluster_port()  # its bus port (+10000) free too
+    rep = RedisServer(port=port, binary=cluster.binary, extra_args=cluster._node_args(port))
+    cluster.nodes.append(rep.start())  # stopped with the cluster
+    c = cluster.client(rep)
+    others = [cluster.client(n) for n in cluster.nodes if n.port != rep.port]
+    try:
+        c.execute_command("CLUSTER MEET", "127.0.0.1", primary.port)
+        pid, rid = cluster.node_id(primary), cluster.node_id(rep)
+        # Every primary must know it, or none votes for it when its primary fails.
+        wait_until(lambda: all(_knows(o, rid) for o in others), HUNG_S, "all know the replica")
+        c.execute_command("CLUSTER REPLICATE", pid)
+        wait_until(lambda: c.info("replication").get("master_link_status") == "up", HUNG_S)
+        # Without full coverage required, the other shards serve while one fails over.
+        for node in [c, *others]:
+            node.config_set("cluster-require-full-coverage", "no")
+    finally:
+        for node in [c, *others]:
+            node.close()
+    return rep
+
+
+def _knows(c: redis.Redis, node_id: str) -> bool:
+    nodes = c.execute_command("CLUSTER NODES")  # redis-py: address -> fields
+    return any(v.get("node_id") == node_id for v in nodes.values())
+
+
+def _offset(node: RedisServer, field: str) -> int:
+    c = redis.Redis(port=node.port, socket_timeout=2, decode_responses=True)
+    try:
+        return int(c.info("replication").get(field, 0))
+    finally:
+        c.close()
+
+
+def test_a_shard_primary_killed_under_load_fails_over_and_keeps_what_it_replicated() -> None:
+    with LocalCluster(3) as cluster:
+        primary = cluster.owner(_slot(1))
+        replica = _add_replica(cluster, primary)
+        load = Load(cluster.url, give_up=True)
+        try:
+            wait_until(lambda: len(load.accepted) >= 200, HUNG_S, "200 accepted jobs")
+            # Every job acknowledged before this point is on the replica once its
+            # offset reaches the primary's (asynchronous replication, ADR 0133).
+            kept = dict(load.accepted)
+            target = _offset(primary, "master_repl_offset")
+            wait_until(lambda: _offset(replica, "slave_repl_offset") >= target, HUNG_S)
+            assert primary.proc is not None
+            primary.proc.kill()
+            primary.proc.wait()
+            base = len(load.accepted)
+            # The other two partitions keep taking jobs while the shard fails over.
+            wait_until(lambda: len(load.accepted) >= base + 100, HUNG_S, "submits meanwhile")
+            wait_until(lambda: cluster.owner(_slot(1)).port == replica.port, HUNG_S * 2)
+            after = {keys.partition_of(i) for i in list(load.accepted.values())[base:]}
+            wait_until(
+                lambda: 1 in {keys.partition_of(i) for i in list(load.accepted.values())[base:]},
+                HUNG_S * 2,
+                "a submit to the failed-over partition",
+            )
+            assert after >= {0, 2}
+        finally:
+            load.join()
+        q = QueueClient(connect(cluster.url), MODELS)
+        try:
+            for text, job_id in kept.items():
+                rec = wait_until(lambda job_id=job_id: _done(q, job_id), HUNG_S)
+                assert rec.result == text, (job_id, rec)
+            assert load.refused > 0  # the dead shard's partition refused meanwhile
+        finally:
+            q.redis.close()
+
+
+def _done(q: QueueClient, job_id: str):  # type: ignore[no-untyped-def]
+    """The job's record once it succeeded (a lapsed lease runs it again: at least once)."""
+    try:
+        rec = q.get(job_id, MODEL)
+    except RedisUnavailable:
+        return None
+    return rec if rec.status is JobStatus.SUCCEEDED else None
