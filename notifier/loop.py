@@ -41,6 +41,7 @@ from sluice.webhooks.secret import config_secret
 log = logging.getLogger("sluice.notifier")
 IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
 METRICS_EVERY_S = 5.0
+SPANS_EVERY_S = 30.0  # how often the partition high-water is read
 LEASE_MARGIN_S = 5.0  # an attempt ends this long before its lease would lapse
 # Due entries one claim looks at, and hosts' lanes it walks, at most: its Redis time
 # stays bounded (a millisecond or two) however long a full host's backlog
@@ -160,6 +161,7 @@ class Notifier:
         self.claims: dict[str, int] = {}  # claim calls made by model (tests count them)
         self._waits: list[asyncio.Task[bool]] = []  # wake waits (BLPOP) still blocked
         self.sent = 0  # attempts made (logged when it stops)
+        self._spans_due = 0.0  # monotonic: when to read the partition high-water again
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         next_metrics = 0.0
@@ -341,12 +343,23 @@ class Notifier:
 
     async def _refresh_metrics(self) -> None:
         assert self.metrics is not None
+        if time.monotonic() >= self._spans_due:
+            await self._refresh_spans()
         now_ms = int(time.time() * 1000)
         for model in self.cfg.models:
             try:
                 self.metrics.backlog(await self.client.run(self.ops.backlog(model, now_ms)))
             except RedisUnavailable:
                 return
+
+    async def _refresh_spans(self) -> None:
+        """Deliveries of partitions a larger count left are still claimed (ADR 0160)."""
+        self._spans_due = time.monotonic() + SPANS_EVERY_S
+        try:
+            await self.client.refresh_partitions()
+        except RedisUnavailable:
+            return
+        self.ops.spans.update({m: self.client.ops.parts.span(m) for m in self.cfg.models})
 
 
 def build(cfg: SluiceConfig, redis_url: str, environ: dict[str, str] | None = None) -> Notifier:

@@ -10,9 +10,11 @@ import pytest
 
 from sluice import keys
 from sluice.errors import JobNotFound, QueueFull
-from sluice.jobs import JobStatus, NewJob, Outcome, Owner
+from sluice.jobs import JobStatus, NewJob, Outcome, Owner, Webhook
 from sluice.queue import QueueClient
-from tests.waits import wait_until
+from sluice.webhooks.ops import WebhookOps
+from sluice.webhooks.ops import scripts as webhook_scripts
+from tests.waits import redis_now_ms, wait_until
 
 pytestmark = pytest.mark.redis
 N = 3
@@ -108,3 +110,22 @@ def test_an_id_without_a_partition_mark_is_partition_zero(q: QueueClient) -> Non
     assert keys.job_key("m", "m.2~abc") == "sluice:{m~2}:job:m.2~abc"
     with pytest.raises(JobNotFound):
         q.get("m.1~0000")
+
+
+def test_webhook_deliveries_are_claimed_and_done_in_each_partition(q: QueueClient) -> None:
+    q.register(webhook_scripts())
+    ops = WebhookOps(["m"], {"m": N})
+    hook = Webhook("http://receiver.invalid/hook")
+    ids = [q.submit("m", [job(i, webhook=hook)])[0].id for i in range(3)]
+    while batch := q.claim("m", "w1"):
+        q.complete("m", [Outcome.ok(j.id, 1) for j in batch.jobs], "w1")
+    assert q.run(ops.backlog("m", redis_now_ms(q.redis) + 1)).pending == 3
+    claimed = []
+    for p in range(N):
+        got = q.run(ops.claim_batch("m", "n1", 60_000, 10, partition=p)).claimed
+        assert [keys.partition_of(c.id) for c in got] == [p]
+        claimed += got
+    assert sorted(c.id for c in claimed) == sorted(ids)
+    for c in claimed:
+        assert q.run(ops.done(c, "delivered", status=200))
+    assert q.run(ops.backlog("m", redis_now_ms(q.redis) + 1)).pending == 0
