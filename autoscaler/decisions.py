@@ -34,6 +34,13 @@ STATE_TTL_MIN_S = 60  # the latest decision outlives a few missed periods, then 
 
 
 def entry(d: Decision, obs: Observation | None, at_ms: int) -> DecisionRecord:
+    e = _entry(d, obs, at_ms)
+    if d.pool is None:
+        return e
+    return replace(e, pool=d.pool.size, pool_reason=d.pool.reason)
+
+
+def _entry(d: Decision, obs: Observation | None, at_ms: int) -> DecisionRecord:
     if obs is None or obs.missing:
         return DecisionRecord(at_ms, d.current, d.desired, d.reason, d.needed)
     e = DecisionRecord(
@@ -87,7 +94,7 @@ class DecisionLog:
     def __init__(self, r: redis.Redis, wall: Callable[[], float] = time.time) -> None:
         self.redis = r
         self.wall = wall
-        self.last: dict[str, tuple[int, int, str]] = {}
+        self.last: dict[str, tuple[int, int, str, int | None]] = {}
         self.outages: dict[str, Reconnect] = {}
 
     def record(self, model: str, d: Decision, obs: Observation | None, period_s: float) -> None:

@@ -25,12 +25,15 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from autoscaler import pool_size
 from autoscaler.backends.base import Backend
 from autoscaler.decisions import DecisionLog
 from autoscaler.metrics import AutoscalerMetrics
 from autoscaler.observation import Observation
 from autoscaler.observe import Observer, Snapshot
 from autoscaler.policy import Decision, PolicyState, decide, default_service_rate
+from autoscaler.pool_history import PoolHistory
+from autoscaler.pool_size import PoolState
 from autoscaler.reload import PolicySource
 from autoscaler.upkeep import Upkeep
 from sluice.errors import SluiceError
@@ -51,6 +54,8 @@ def _log_fields(model: str, d: Decision, obs: Observation | None) -> dict[str, o
         "reason": d.reason,
         "needed": r(d.needed),
     }
+    if d.pool is not None:
+        fields.update(pool=d.pool.size, pool_reason=d.pool.reason, pool_rise=d.pool.rise)
     if obs is not None:
         fields.update(
             ready=obs.ready,
@@ -93,6 +98,8 @@ class Autoscaler:
         *,
         upkeep: Upkeep | None = None,
         decisions: DecisionLog | None = None,
+        pool_history: PoolHistory | None = None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.source = source
         self.observer = observer
@@ -102,6 +109,12 @@ class Autoscaler:
         self.upkeep = upkeep or Upkeep(observer.client, self.metrics)
         # The dashboard reads the latest and recent decisions from Redis.
         self.decisions = decisions or DecisionLog(observer.client.redis)
+        # warm_pool.size: auto (ADR 0156): each model's history, read from Redis on its
+        # first period (it outlives a restart), and the size last decided.
+        self.pool_history = pool_history or PoolHistory(observer.client.redis)
+        self.wall = wall
+        self.pool_states: dict[str, PoolState] = {}
+        self.pool_sizes: dict[str, int] = {}
         self.models = list(source.config.models)
         self.states = {m: PolicyState() for m in self.models}
         self.due = dict.fromkeys(self.models, 0.0)
@@ -139,16 +152,53 @@ class Autoscaler:
             log.warning("autoscaler: %s: cannot read the current replicas (%s): holding", model, e)
             self.metrics.backend_errors.labels(model).inc()
             return None
-        d = self._decide(model, obs, now)
+        d = self._size_pool(model, self._decide(model, obs, now), obs)
         self._record(model, d, obs)
         self._keep_pool(model)
         if d.desired != d.current:
             self._scale(model, d.desired, workers)
         return d
 
+    def _size_pool(self, model: str, d: Decision, obs: Observation) -> Decision:
+        """warm_pool.size: auto: this period's need joins the history (a closed minute
+        is stored), and the pool is sized from it. A fixed size, a failed read or no
+        service rate yet: the decision as it was."""
+        p = self.source.policy(model)
+        mu = d.state.service_rate
+        if not p.warm_pool.auto or obs.missing or mu is None:
+            return d
+        now = self.wall()
+        state = self.pool_states.get(model)
+        if state is None:
+            state = self.pool_history.load(model, now, p.warm_pool.history_s)
+        cold_s = d.state.cold_start_s or p.cold_start_s
+        serving = max(0, d.desired)
+        room = self.backend.pool_room(model)
+        state, size, closed = pool_size.step(p, state, now, obs, mu, cold_s, serving, room)
+        self.pool_states[model] = state
+        if closed is not None:
+            self.pool_history.save(model, closed, p.warm_pool.history_s)
+        if size.size != self.pool_sizes.get(model):
+            log.info(
+                json.dumps(
+                    {
+                        "event": "autoscaler_pool_size",
+                        "model": model,
+                        "size": size.size,
+                        "reason": size.reason,
+                        "rise": size.rise,
+                    }
+                )
+            )
+        self.pool_sizes[model] = size.size
+        return replace(d, pool=size)
+
     def _keep_pool(self, model: str) -> None:
+        pool = self.source.policy(model).warm_pool
+        if pool.auto:
+            pool = pool.sized(self.pool_sizes.get(model, pool.start_size))
         try:
-            self.backend.keep_pool(model, self.source.policy(model).warm_pool)
+            self.backend.keep_pool(model, pool)
         except SluiceError as e:
             log.error("autoscaler: %s: keeping the warm pool failed: %s", model, e)
             self.metrics.backend_errors.labels(model).inc()

@@ -29,6 +29,26 @@ class AutoscalerMetrics:
             ["model"],
             registry=r,
         )
+        self.pool_size = Gauge(
+            "sluice_autoscaler_warm_pool_size",
+            "Parked workers the pool keeps (warm_pool.size: auto: sized this period).",
+            ["model"],
+            registry=r,
+        )
+        self.pool_rise = Gauge(
+            "sluice_autoscaler_warm_pool_rise_replicas",
+            "warm_pool.size: auto: the history's rise within one cold start, at its "
+            "percentile (replicas beyond the serving ones).",
+            ["model"],
+            registry=r,
+        )
+        self.pool_sizings = Counter(
+            "sluice_autoscaler_warm_pool_sizings_total",
+            "warm_pool.size: auto: periods by what set the size (history, idle, initial, "
+            "or the bound that capped it: max-replicas, room, cost-cap).",
+            ["model", "reason"],
+            registry=r,
+        )
         self.decisions = Counter(
             "sluice_autoscaler_decisions_total",
             "Scaling decisions by direction and reason.",
@@ -66,6 +86,10 @@ class AutoscalerMetrics:
         self.desired.labels(model).set(d.desired)
         self.current.labels(model).set(d.current)
         self.decisions.labels(model, d.direction, d.reason).inc()
+        if d.pool is not None:
+            self.pool_size.labels(model).set(d.pool.size)
+            self.pool_rise.labels(model).set(d.pool.rise)
+            self.pool_sizings.labels(model, d.pool.reason).inc()
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> None:
         # All interfaces, as the workers do: Prometheus scrapes it from another pod.

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from autoscaler import bulk_policy, generate_policy, saturation
 from autoscaler.observation import Observation
+from autoscaler.pool_size import IDLE_NEED, PoolSize
 from autoscaler.saturation import Saturation
 from sluice.config import AutoscalingConfig, ModelConfig
 
@@ -50,6 +51,8 @@ REASONS = (
     "saturated",
     "trend",
     "ttft-breach",
+    "pool-wake",
+    "burst-over",
 )
 
 
@@ -77,6 +80,7 @@ class Decision:
     reason: str
     needed: float  # replicas the load and backlog call for, before limits
     state: PolicyState = field(default_factory=PolicyState)
+    pool: PoolSize | None = None  # warm_pool.size: auto: this period's size and why
 
     @property
     def direction(self) -> str:
@@ -174,6 +178,18 @@ def _breach(p: AutoscalingConfig, obs: Observation) -> bool:
     )
 
 
+def _pool_wake(p: AutoscalingConfig, obs: Observation, mu: float) -> bool:
+    """A burst from idle (docs/adr/0157): the metrics window's rate says the model was
+    idle, parked workers wait, and more work is queued than the ready workers clear
+    within half the SLO. The whole pool is promoted at once: an idle model's pool is
+    sized for one burst from idle, and a wrong guess costs a park, not a cold start."""
+    if obs.parked == 0 or not obs.queued:
+        return False
+    idle = (obs.arrival_rate_cost or 0.0) < IDLE_NEED * mu * p.target_utilization
+    clears = max(1, obs.ready) * mu * p.p99_wait_slo_ms / 2000.0
+    return idle and (obs.queued_cost or 0.0) > clears
+
+
 def _orphaned(obs: Observation) -> bool:
     """Jobs are in flight at zero replicas and no registered worker (even a draining one)
     holds them: a crash or reboot left their leases with nobody. Until those leases
@@ -215,6 +231,8 @@ def _want(
         if want <= cur and obs.starting == 0 and (reason == "backlog" or ttft):
             want = cur + 1
         want, reason = max(want, cur), "ttft-breach" if ttft else "slo-breach"
+    if _pool_wake(p, obs, mu) and want < cur + obs.parked:
+        want, reason = cur + obs.parked, "pool-wake"
     cap = p.low_priority_max_replicas
     queued = obs.queued or 0
     if cap is not None and queued > 0 and obs.queued_non_low == 0 and want > max(cap, cur):
@@ -246,7 +264,7 @@ def down_window_s(p: AutoscalingConfig, cur: int, before_burst: int | None) -> t
     pool, the replicas a burst added go back after the pool's short window (a wrong
     guess costs a promotion); below the count before the burst, the usual window."""
     short = min(p.scale_down_window_s, p.warm_pool.scale_down_window_s)
-    if p.warm_pool.size > 0 and before_burst is not None and cur > before_burst:
+    if p.warm_pool.enabled and before_burst is not None and cur > before_burst:
         return short, before_burst
     return p.scale_down_window_s, 0
 
@@ -267,11 +285,31 @@ def _burst_base(
     return cur if desired > steady else None
 
 
+def _burst_over(
+    p: AutoscalingConfig, obs: Observation, state: PolicyState, want: int, reason: str
+) -> tuple[int, str]:
+    """With a warm pool, a burst whose arrivals stopped: none for RECENT_RATE_S, nothing
+    queued or in flight. Its replicas go back to the count before it without waiting
+    out the pool's window (a step a period): the silence was the stabilisation, and a
+    wrong guess costs a promotion (docs/adr/0157). The metrics window's rate, which
+    still remembers the burst for a minute, would hold them."""
+    if not p.warm_pool.enabled or obs.arrival_rate_cost_recent != 0:
+        return want, reason
+    if obs.queued or obs.in_flight:
+        return want, reason
+    cur, base = obs.current, state.before_burst
+    if base is not None and base < cur and base < want:
+        return base, "burst-over"
+    return min(want, cur), reason  # nothing arrives: no scale-up for the minute's rate
+
+
 def _stabilise_down(
     p: AutoscalingConfig, cur: int, state: PolicyState, now_s: float, reason: str
 ) -> tuple[int, str]:
     """Down only to the highest recommendation in the window, a bounded step at a time."""
     window, floor = down_window_s(p, cur, state.before_burst)
+    if reason == "burst-over":
+        window = 0.0  # RECENT_RATE_S of silence was the stabilisation
     # The recommendation made now always counts (a window of 0 holds only it).
     highest = max(w for t, w in state.recommendations if t > now_s - window or t >= now_s)
     watched = now_s - (state.started_s if state.started_s is not None else now_s)
@@ -429,6 +467,7 @@ def decide(
         return Decision(cur, 0, "idle", 0.0, replace(new_state, recommendations=()))
     want, needed, reason = _want(p, obs, mu, cold_s)
     want, needed, reason = bulk_policy.raise_for_bulk(p, obs, mu, want, needed, reason)
+    want, reason = _burst_over(p, obs, state, want, reason)
     rec = _bound(p, want, floor, reason)
     want, reason, sat = _cap_saturated(p, obs, state.saturation, rec, floor, cold_s, now_s)
     new_state = replace(_window(p, new_state, now_s, want), saturation=sat)

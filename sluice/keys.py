@@ -154,6 +154,12 @@ def scale_state_key(model: str) -> str:
     return f"{_tag(model)}scale:now"
 
 
+def pool_history_key(model: str) -> str:
+    """Sorted set: the warm pool's per-minute history (``records.PoolMinute`` JSON, scored
+    by the minute's wall-clock start), read back by a restarted autoscaler (ADR 0156)."""
+    return f"{_tag(model)}scale:pool"
+
+
 def worker_prefix(model: str) -> str:
     return f"{_tag(model)}worker:"
 

@@ -37,6 +37,8 @@ where more than one program reads or writes them:
 - **renew reply** (``why`` per id not renewed): :data:`LEASE_LOST` (it may run
   elsewhere: keep going), else why the job ended under its worker: its terminal
   status, or :data:`RUN_TIME_EXCEEDED` (stop computing it; ADR 0154).
+- **pool history** (``keys.pool_history_key``): ``warm_pool.size: auto``'s minutes
+  (:class:`PoolMinute`, JSON members scored by their start), ADR 0156.
 
 The Lua scripts get these values from :func:`lua_constants`, prepended to every
 script by ``sluice.lua_loader.source``: no script spells them out.
@@ -44,6 +46,7 @@ script by ``sluice.lua_loader.source``: no script spells them out.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
@@ -269,21 +272,61 @@ class DecisionRecord:
     slots_total: int | None = None  # slots of the serving workers (heartbeats)
     ttft_p99_ms: float | None = None  # over the metrics window
     tokens_per_s: float | None = None  # output tokens/s per serving replica, measured
+    # warm_pool.size: auto (ADR 0156): the pool's size this period and which bound set it.
+    pool: int | None = None
+    pool_reason: str = ""
 
     @property
-    def signature(self) -> tuple[int, int, str]:
-        """What makes a decision news for the log: another count or reason."""
-        return self.current, self.desired, self.reason
+    def signature(self) -> tuple[int, int, str, int | None]:
+        """What makes a decision news for the log: another count, reason or pool size."""
+        return self.current, self.desired, self.reason, self.pool
 
     def fields(self) -> dict[str, Any]:
         return {**asdict(self), "needed": round(self.needed, 2)}
+
+
+@dataclass(frozen=True, slots=True)
+class PoolMinute:
+    """One minute of a model's warm-pool history (``size: auto``, docs/adr/0156): the
+    largest rise of the need (replicas) within one cold start, the largest of those that
+    began from idle, and the serving replicas summed over its periods. Stored as a JSON
+    member of ``keys.pool_history_key``'s sorted set, scored by ``start_s`` (wall clock)."""
+
+    start_s: float
+    rise: float
+    idle_rise: float
+    serving_sum: float
+    periods: int
+
+    def to_json(self) -> str:
+        d = {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+        return json.dumps(d, separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, raw: str | bytes) -> PoolMinute:
+        """Raises ValueError on a malformed member (the reader skips it)."""
+        try:
+            d = json.loads(raw)
+            return cls(
+                float(d["start_s"]),
+                float(d["rise"]),
+                float(d["idle_rise"]),
+                float(d["serving_sum"]),
+                int(d["periods"]),
+            )
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"bad pool history entry {raw!r}: {e}") from e
 
 
 DECISION_PERIOD_FIELD = "period_s"  # the latest-decision hash only: the loop's period
 # Every number a reader of the latest-decision hash parses back (the rest is text).
 DECISION_NUMBERS = frozenset(
     [
-        *(f.name for f in fields(DecisionRecord) if f.name not in ("reason", "detail")),
+        *(
+            f.name
+            for f in fields(DecisionRecord)
+            if f.name not in ("reason", "detail", "pool_reason")
+        ),
         DECISION_PERIOD_FIELD,
     ]
 )

@@ -46,6 +46,11 @@ class Backend(Protocol):
         refill the pool or trim it to ``pool.size``. A backend without pools ignores it."""
         ...
 
+    def pool_room(self, model: str) -> int | None:
+        """How many parked workers the cores or devices free now could promote, or None
+        where this backend knows no such bound (``warm_pool.size: auto``, ADR 0156)."""
+        ...
+
     def tick(self, now_s: float) -> None:
         """Housekeeping between decisions (reap exits, restart crashes)."""
         ...
@@ -86,6 +91,9 @@ class DryRunBackend:
         log.info("dry-run: would scale %s from %d to %d", model, self.current(model), desired)
 
     def keep_pool(self, model: str, pool: WarmPoolConfig) -> None:
+        return None
+
+    def pool_room(self, model: str) -> int | None:
         return None
 
     def tick(self, now_s: float) -> None:

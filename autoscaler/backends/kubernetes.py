@@ -111,7 +111,10 @@ class KubernetesBackend:
     ) -> None:
         self.apps, self.core = api_clients(api_client)
         self.control = control  # promote commands; without it no pool is kept
-        self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
+        self.pools = {
+            m: c.autoscaling.warm_pool.sized(c.autoscaling.warm_pool.start_size)
+            for m, c in cfg.models.items()
+        }
         self.workers: dict[str, list[WorkerInfo]] = {}
         self.promoted: dict[str, set[str]] = {}  # ids sent a promote, still seen parked
         self.serving: dict[str, int] = {}  # the latest serving count read or set
@@ -149,7 +152,7 @@ class KubernetesBackend:
         self.workers[model] = list(workers)  # the pool's promotions; scale-down costs
 
     def _pool_size(self, model: str) -> int:
-        return self.pools[model].size if self.control is not None else 0
+        return self.pools[model].start_size if self.control is not None else 0
 
     def current(self, model: str) -> int:
         """Serving replicas: the Deployment's, less the warm pool it also runs."""
@@ -254,6 +257,10 @@ class KubernetesBackend:
             # The count this period's current() read (or the last scale set): no re-read.
             want = self.serving.get(model)
             self.promote(model, self.current(model) if want is None else want)
+
+    def pool_room(self, model: str) -> int | None:
+        """No bound known here: a parked pod holds its requests from its start."""
+        return None
 
     def promote(self, model: str, want: int) -> int:
         """Promote parked workers (warm ones first, then those still loading) until

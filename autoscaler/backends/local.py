@@ -68,7 +68,10 @@ class LocalBackend:
         self.cfg, self.config_path, self.redis_url = cfg, config_path, redis_url
         # Sends promote and park commands; without it no pool is kept.
         self.control = control
-        self.pools = {m: c.autoscaling.warm_pool for m, c in cfg.models.items()}
+        self.pools = {
+            m: c.autoscaling.warm_pool.sized(c.autoscaling.warm_pool.start_size)
+            for m, c in cfg.models.items()
+        }
         self.command = command or sluice_command()
         self.log_dir = log_dir or Path(tempfile.mkdtemp(prefix="sluice-workers-"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -183,7 +186,7 @@ class LocalBackend:
 
     # -- the warm pool ------------------------------------------------------------
     def _pool_on(self, model: str) -> bool:
-        return self.control is not None and self.pools[model].size > 0
+        return self.control is not None and self.pools[model].start_size > 0
 
     @staticmethod
     def _standby(st: ModelState, w: LocalWorker) -> bool:
@@ -233,7 +236,12 @@ class LocalBackend:
         serving = self.current(model) - (leaving is not None)
         room = self.cfg.models[model].autoscaling.max_replicas - serving
         fits = self._promotable(model, leaving.cores if leaving is not None else 0)
-        return max(0, min(self.pools[model].size, room, fits))
+        return max(0, min(self.pools[model].start_size, room, fits))
+
+    def pool_room(self, model: str) -> int | None:
+        """Parked workers the free cores could promote (None: no core bound): the bound
+        ``warm_pool.size: auto`` reports (ADR 0156); the pool's trim applies it anyway."""
+        return None if self._threads(model) == 0 else self._promotable(model, 0)
 
     def _promotable(self, model: str, freed: int) -> int:
         """How many parked workers of ``model`` the free cores could promote: cores not
@@ -241,7 +249,7 @@ class LocalBackend:
         (a parked GPU worker holds its device share already; a synthetic one no cores)."""
         per = self._threads(model)
         if per == 0:
-            return self.pools[model].size
+            return self.pools[model].start_size
         spoken = sum(
             len(st.restarts_due) * self._threads(m)
             + (sum(w.threads for w in self.parked(m)) if m != model else 0)

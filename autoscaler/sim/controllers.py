@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+from autoscaler import pool_size
 from autoscaler.observation import Observation
 from autoscaler.policy import Decision, PolicyState, decide
+from autoscaler.pool_size import PoolState
 from sluice.config import AutoscalingConfig
 from sluice.errors import ConfigError
 
@@ -30,10 +32,20 @@ class SluicePolicy:
     name: str = "sluice"
     state: PolicyState = field(default_factory=PolicyState)
 
+    # warm_pool.size: auto: the pool's history (a bench may hand in an earlier run's).
+    pool: PoolState = field(default_factory=PoolState)
+
     def decide(self, obs: Observation, now_s: float) -> Decision:
         d = decide(self.policy, obs, self.state, now_s)
         self.state = d.state
-        return d
+        mu = d.state.service_rate
+        if not self.policy.warm_pool.auto or mu is None:
+            return d
+        cold_s = d.state.cold_start_s or self.policy.cold_start_s
+        self.pool, size, _ = pool_size.step(
+            self.policy, self.pool, now_s, obs, mu, cold_s, max(0, d.desired)
+        )
+        return replace(d, pool=size)
 
 
 @dataclass

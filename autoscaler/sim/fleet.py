@@ -66,6 +66,19 @@ class Fleet:
         while self.pool < self.pool_size:
             heapq.heappush(self.refilling, (now_s + cold_s, self._new_id()))
 
+    def resize(self, size: int, now_s: float, cold_s: float) -> None:
+        """A new pool size (``warm_pool.size: auto``): refill up to it, or trim the
+        refills (latest warm first), then the parked workers, down to it."""
+        self.pool_size = size
+        self.refill(now_s, cold_s)
+        self._trim()
+
+    def _trim(self) -> None:
+        while self.pool > self.pool_size and self.refilling:
+            self.refilling.sort()
+            self.refilling.pop()
+        del self.parked[self.pool_size :]
+
     def _park(self, wid: int) -> bool:
         """Park a serving worker instead of stopping it, if the pool wants it."""
         if not (self.park_on_scale_down and self.refilling):
@@ -110,7 +123,4 @@ class Fleet:
             if wid not in self.draining:
                 self.draining.add(wid)
                 n -= 1
-        while self.pool > self.pool_size and self.refilling:
-            self.refilling.sort()
-            self.refilling.pop()
-        del self.parked[self.pool_size :]
+        self._trim()

@@ -73,13 +73,15 @@ class _Sim:
         self.mu, self.cold_s = service_rate, cold_start_s
         self.capacity = capacity_cost_per_s
         wp = policy.warm_pool
+        # size: auto starts from its initial size (else one parked per serving replica).
+        pool = max(1, initial) if wp.auto and wp.initial_size is None else wp.start_size
         self.fleet = Fleet(
             idle=list(range(initial)),
-            next_id=initial + wp.size,
-            pool_size=wp.size,
+            next_id=initial + pool,
+            pool_size=pool,
             promote_s=wp.promote_s,
             park_on_scale_down=wp.park_on_scale_down,
-            parked=list(range(initial, initial + wp.size)),  # the pool starts warm too
+            parked=list(range(initial, initial + pool)),  # the pool starts warm too
         )
         self.parked_cost = wp.cost_fraction
         self.queue: deque[int] = deque()
@@ -196,6 +198,8 @@ class _Sim:
         obs = self.observe(t)
         d = self.ctl.decide(obs, t)
         desired = max(0, d.desired)
+        if d.pool is not None and d.pool.size != self.fleet.pool_size:
+            self.fleet.resize(d.pool.size, t, self.cold_s)
         if desired > obs.current:
             self.fleet.add(desired - obs.current, t, self.cold_s)
             self.events.append(1)

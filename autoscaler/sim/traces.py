@@ -16,7 +16,7 @@ from pathlib import Path
 from sluice.errors import ConfigError
 from sluice.tracefile import read_trace_csv
 
-BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed", "workday")
+BUILTIN = ("step", "spike", "diurnal", "noisy", "mixed", "workday", "from-idle")
 COST_MIN, COST_MAX = 8, 512  # log-uniform job costs (tokens): mean about 121
 
 
@@ -141,6 +141,24 @@ def workday(
     return poisson("workday", rate, peak * factor, duration_s, seed)
 
 
+def from_idle(
+    rate: float = 24.0,
+    idle_s: float = 300.0,
+    burst_s: float = 300.0,
+    cycles: int = 4,
+    seed: int = 7,
+) -> Trace:
+    """Traffic that starts from idle, again and again: nothing for ``idle_s`` (5 min),
+    then ``rate`` jobs/s for ``burst_s`` (5 min; at 24 jobs/s about 4.5 replicas'
+    worth at the 0.65 target), four times (docs/adr/0157)."""
+    cycle = idle_s + burst_s
+
+    def r(t: float) -> float:
+        return rate if t % cycle >= idle_s else 0.0
+
+    return poisson("from-idle", r, rate, cycle * cycles, seed)
+
+
 def mixed(
     rate: float = 80.0,
     duration_s: float = 1800.0,
@@ -163,21 +181,25 @@ def mixed(
     return Trace("mixed", times, costs, duration_s, lambda _t: rate, mean)
 
 
-def builtin(name: str, factor: float | None = None) -> Trace:
+def builtin(name: str, factor: float | None = None, seed: int | None = None) -> Trace:
     """A built-in shape; ``factor`` is the step's or spike's multiple, the diurnal
     peak-to-trough ratio's inverse share, the noisy trace's +-share, the mixed
-    trace's rate in jobs/s, or the workday's burst multiple."""
+    trace's rate in jobs/s, the workday's burst multiple, or the from-idle trace's
+    burst rate in jobs/s. ``seed``: another draw of the same shape (None: its own)."""
+    s = {} if seed is None else {"seed": seed}
     if name == "step":
-        return step(factor=factor or 2.0)
+        return step(factor=factor or 2.0, **s)
     if name == "spike":
-        return spike(factor=factor or 3.0)
+        return spike(factor=factor or 3.0, **s)
     if name == "diurnal":
-        return diurnal(trough_share=factor or 0.1)
+        return diurnal(trough_share=factor or 0.1, **s)
     if name == "mixed":
-        return mixed(rate=factor or 80.0)
+        return mixed(rate=factor or 80.0, **s)
     if name == "workday":
-        return workday(factor=factor or 2.0)
-    return noisy(noise=factor or 0.2)
+        return workday(factor=factor or 2.0, **s)
+    if name == "from-idle":
+        return from_idle(rate=factor or 24.0, **s)
+    return noisy(noise=factor or 0.2, **s)
 
 
 def load_csv(path: Path) -> Trace:
@@ -188,8 +210,9 @@ def load_csv(path: Path) -> Trace:
     return Trace(path.stem, times, costs, times[-1] + 1.0, None, sum(costs) / len(costs))
 
 
-def resolve(spec: str) -> Trace:
-    """``step``, ``spike:1.5`` (a built-in and its factor) or a CSV path."""
+def resolve(spec: str, seed: int | None = None) -> Trace:
+    """``step``, ``spike:1.5`` (a built-in and its factor) or a CSV path; ``seed``:
+    another draw of a built-in shape."""
     name, _, arg = spec.partition(":")
     if name in BUILTIN:
         try:
@@ -198,6 +221,6 @@ def resolve(spec: str) -> Trace:
             raise ConfigError(f"trace {spec!r}: factor must be a number") from e
         if factor is not None and factor <= 0:
             raise ConfigError(f"trace {spec!r}: factor must be > 0")
-        trace = builtin(name, factor)
+        trace = builtin(name, factor, seed)
         return replace(trace, name=spec)
     return load_csv(Path(spec))

@@ -81,7 +81,24 @@ class WarmPoolConfig(StrictModel):
     """Workers kept started but parked (docs/adr/0128): loaded and warmed, heartbeating
     as ``standby``, claiming nothing; a scale-up promotes them before it starts any."""
 
-    size: int = Field(0, ge=0)  # parked workers kept per model (0: no pool)
+    # Parked workers kept per model (0: no pool), or "auto": sized from the model's
+    # own history of rising load (autoscaler/pool_size.py, docs/adr/0156).
+    size: int | Literal["auto"] = Field(0)
+    # size: auto only. The size until the history covers history_min_s (None: one
+    # parked worker per serving one, enough for a 2x burst).
+    initial_size: int | None = Field(None, ge=0)
+    # The history the size is read from: the rise of the need within one cold start,
+    # per minute, over this window, at this percentile.
+    history_s: float = Field(21_600.0, gt=0)
+    history_min_s: float = Field(600.0, ge=0)
+    percentile: float = Field(0.99, gt=0, le=1)
+    # The pool bridges a rise only until the cold starts it triggers serve: the
+    # serving and promoted workers may run this busy meanwhile (the size is the
+    # replicas the risen rate needs at it, beyond those serving before the rise).
+    burst_utilization: float = Field(0.7, gt=0, le=1)
+    # The pool's cost (parked workers at cost_fraction) is at most this share of the
+    # serving fleet's mean over the history window (0: no pool can be afforded).
+    max_cost_fraction: float = Field(0.5, ge=0)
     # Seconds from a promotion to the worker's first claim, as the policy plans it
     # (measured ones replace it once a promotion has been seen).
     promote_s: float = Field(2.0, ge=0)
@@ -99,6 +116,33 @@ class WarmPoolConfig(StrictModel):
     # the burst (when shorter than scale_down_window_s, which holds below it): a
     # scale-down that proves early costs a promotion, not a cold start.
     scale_down_window_s: float = Field(60.0, ge=0)
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, v: int | str) -> int | str:
+        if isinstance(v, int) and v < 0:
+            raise ValueError(f"warm_pool.size must be >= 0 or 'auto', got {v}")
+        return v
+
+    @property
+    def auto(self) -> bool:
+        return self.size == "auto"
+
+    @property
+    def enabled(self) -> bool:
+        """A pool is kept: a fixed size above 0, or auto."""
+        return self.size == "auto" or self.size > 0
+
+    def sized(self, n: int) -> WarmPoolConfig:
+        """These settings with a fixed size (what a backend keeps this period)."""
+        return self.model_copy(update={"size": max(0, n)})
+
+    @property
+    def start_size(self) -> int:
+        """The fixed size, or auto's size before any history (initial_size, else 1)."""
+        if isinstance(self.size, int):
+            return self.size
+        return self.initial_size if self.initial_size is not None else 1
 
 
 class PredictConfig(StrictModel):

@@ -17,8 +17,9 @@ from sluice.config import SluiceConfig, parse_config
 from tests.kit.code_facts import DEPLOY, tool
 
 K8S = DEPLOY / "k8s"
-# What a user may build: the base, the example overlay, the KEDA variant.
-RENDERS = ("base", "example", "keda")
+# What a user may build: the base, the example overlay, the KEDA variant, and the
+# warm-pool one (worker pods started --parked).
+RENDERS = ("base", "example", "keda", "warm-pool")
 
 
 def kustomize(path: Path) -> list[dict[str, Any]]:
@@ -41,6 +42,7 @@ def rendered() -> dict[str, list[dict[str, Any]]]:
         "base": kustomize(K8S / "base"),
         "example": kustomize(K8S / "overlays" / "example"),
         "keda": kustomize(K8S / "overlays" / "keda"),
+        "warm-pool": kustomize(K8S / "overlays" / "warm-pool"),
     }
 
 

@@ -199,3 +199,20 @@ def test_every_object_lands_in_one_namespace(rendered: dict[str, list[Any]]) -> 
     for render, objs in rendered.items():
         spaces = {o["metadata"].get("namespace") for o in objs if o["kind"] != "Namespace"}
         assert spaces == {"sluice"}, render
+
+
+def test_warm_pool_component_parks_every_worker_and_nothing_else(
+    rendered: dict[str, list[Any]],
+) -> None:
+    """The warm-pool component (ADR 0128/0156) starts each model's worker pods
+    ``--parked``, and changes nothing else in the base."""
+    base, pooled = rendered["base"], rendered["warm-pool"]
+    workers = [
+        d for d in find(pooled, "Deployment") if "sluice.dev/model" in d["metadata"]["labels"]
+    ]
+    assert workers
+    for w in workers:
+        args = containers(w)[0]["args"]
+        assert args[0] == "worker" and args[-1] == "--parked"
+        containers(w)[0]["args"] = args[:-1]
+    assert pooled == base

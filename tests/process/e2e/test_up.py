@@ -2,8 +2,8 @@
 
 One stack for the module: results in every bucket (the real MiniLM model and
 the synthetic one), a burst that scales the synthetic model up while a worker is
-killed with SIGKILL (every job still finishes, once), then Ctrl-C leaves no
-process behind.
+killed with SIGKILL (every job still finishes, once), a model at zero woken by
+its first job (from its warm pool), then Ctrl-C leaves no process behind.
 """
 
 from __future__ import annotations
@@ -55,6 +55,21 @@ CONFIG = {
                 "p99_wait_slo_ms": 1000,
             },
         },
+        # Scaled to zero, with an auto-sized warm pool (ADR 0156/0157): one parked
+        # worker until the model has history; its first job wakes it.
+        "idle": {
+            "handler": "synthetic",
+            "params": {"base_ms": 2, "per_token_ms": 0.5},
+            "buckets": [32],
+            "cost": {"method": "words"},
+            "autoscaling": {
+                "min_replicas": 0,
+                "max_replicas": 1,
+                "period_s": 0.5,
+                "idle_s": 600,
+                "warm_pool": {"size": "auto"},
+            },
+        },
     },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
     "autoscaler": {"drain_timeout_s": 20},
@@ -64,8 +79,10 @@ CONFIG = {
 
 
 def gateway_sees_ready(gateway: str) -> bool:
+    """Every model kept warm (min_replicas >= 1) has a ready worker."""
     models = httpx.get(f"{gateway}/v1/models", timeout=5).json()["data"]
-    return all(m["workers"]["ready"] >= 1 for m in models)
+    warm = [m for m in models if m["id"] != "idle"]
+    return all(m["workers"]["ready"] >= 1 for m in warm)
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +124,26 @@ def test_result_in_every_bucket(up: Up, model: str, words: int, bucket: str) -> 
         assert len(vec) == 384 and abs(sum(v * v for v in vec) - 1.0) < 1e-3
     else:
         assert job["result"] == {"tokens": words}
+
+
+def test_a_model_at_zero_scales_a_worker_up_for_its_first_job(up: Up) -> None:
+    """min_replicas 0, warm_pool.size auto: nothing serves until a job comes; the
+    autoscaler wakes a worker for it (promoting the parked one) and the job succeeds."""
+    wait_until(
+        lambda: [w.state for w in up.workers("idle")] == ["standby"],
+        60,
+        "one parked worker and none serving",
+        every_s=0.1,
+    )
+    (parked,) = up.workers("idle")
+    with Client(up.gateway) as c:
+        job = c.predict("idle", "wake up")
+    assert job["status"] == "succeeded" and job["result"] == {"tokens": 2}
+
+    def served() -> bool:  # the promoted worker's heartbeat counts the job a beat later
+        return any(w.id == parked.id and not w.parked and w.jobs >= 1 for w in up.workers("idle"))
+
+    wait_until(served, 30, "the parked worker, promoted, to have served the job", every_s=0.1)
 
 
 def test_burst_scales_up_and_survives_a_killed_worker(up: Up) -> None:

@@ -407,3 +407,17 @@ def test_a_lost_promotion_without_free_cores_is_parked_back(tmp_path: Path, monk
         assert be.current("m") == 1 and be.cores.used == 3
     finally:
         be.close(timeout_s=5)
+
+
+def test_pool_room_is_what_the_free_cores_could_promote(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # 1 core per worker on 2: nothing serving, room for 2; one serving, for 1. A worker
+    # that holds no cores (synthetic) has no such bound (ADR 0156's `room`).
+    be = _backend(tmp_path, monkeypatch, EMBED_2, cpu_cores=2, control=FlakyControl())
+    try:
+        assert be.pool_room("m") == 2
+        be.scale("m", 1, [])
+        assert be.pool_room("m") == 1
+    finally:
+        be.close(timeout_s=5)
+    synthetic = _backend(tmp_path, monkeypatch)
+    assert synthetic.pool_room("m") is None

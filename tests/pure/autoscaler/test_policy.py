@@ -636,8 +636,9 @@ def test_only_a_burst_gets_the_warm_pool_short_window() -> None:
 @given(st.integers(1, 10_000), st.floats(0.05, 0.25))
 def test_no_flapping_on_a_noisy_steady_trace_with_a_warm_pool(seed: int, noise: float) -> None:
     # A pool shortens the scale-down window to 60 s and reads the 5 s rate: neither may
-    # turn noise into scale actions back and forth (the bench's pool settings).
-    p = pol(max_replicas=50, target_utilization=0.65, period_s=2.0, warm_pool={"size": 6})
+    # turn noise into scale actions back and forth. size: auto (ADR 0156): one parked per
+    # serving replica for the first 10 minutes, then sized from the trace's own rises.
+    p = pol(max_replicas=50, target_utilization=0.65, period_s=2.0, warm_pool={"size": "auto"})
     tr = traces.noisy(base=30.0, noise=noise, duration_s=900.0, seed=seed)
     init = simulator.initial_replicas(tr, p, 1000.0)
     r = simulator.simulate(tr, SluicePolicy(p), p, 1000.0, 30.0, init)

@@ -59,7 +59,7 @@ def test_a_decision_is_stored_with_the_declared_fields() -> None:
     assert list(stored) == [*names, records.DECISION_PERIOD_FIELD]
     assert list(json.loads(push[2])) == names
     # A reader parses every field but the reason and its detail back to a number.
-    assert DECISION_NUMBERS == set(stored) - {"reason", "detail"}
+    assert DECISION_NUMBERS == set(stored) - {"reason", "detail", "pool_reason"}
 
 
 # -- hash fields: every one a script names comes from a generated table ----------
