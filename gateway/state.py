@@ -21,6 +21,7 @@ import uvicorn
 from gateway.event_hub import EventHub
 from gateway.generate_service import Codecs
 from gateway.metrics import GatewayMetrics
+from gateway.read_batch import ReadBatch
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
 from gateway.token_hub import TokenHub
@@ -68,6 +69,7 @@ class GatewayState:
         models = dict(cfg.models)
         self.call = RedisGate(self.timeout_s, cfg.gateway.redis_max_connections)
         self.queue = AsyncQueueClient(self.redis, models)
+        self.reads = ReadBatch(self.redis, self.call)  # job reads of one turn: one round trip
         # Tokenizers load once per process, here, not on the first request.
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
         # Generative models' prompt codecs: loaded by start() (a chat template and a

@@ -37,11 +37,13 @@ SCRIPTS = {
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    from sluicebench.cost_cli import cost_cmd
     from sluicebench.generate.command import generate_cmd
     from sluicebench.loadgen.soak_cli import soak_cmd
     from sluicebench.scripts.auth_submit import cli as auth_submit_cmd
 
     bench_app.command("queue")(bench_queue)
+    bench_app.command("cost")(cost_cmd)
     bench_app.command("gateway")(bench_cmd)
     bench_app.command("gateway-stall")(bench_stall_cmd)
     bench_app.command("worker")(bench_worker_cmd)

@@ -15,10 +15,11 @@ import sys
 from array import array
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from gateway import service
-from gateway.deps import Caller, IdempotencyKey, State
+from gateway.auth import caller
+from gateway.deps import IDEMPOTENCY_DOC
 from gateway.responses import Json
 from gateway.schemas import EmbeddingsRequest, EmbeddingsResponse, openai_errors
 from gateway.state import GatewayState
@@ -128,15 +129,15 @@ async def _wait_all(
         200: {"model": EmbeddingsResponse},
         **openai_errors(400, 401, 403, 404, 409, 413, 415, 429, 502, 503, 504),
     },
+    openapi_extra=IDEMPOTENCY_DOC,
 )
-async def create_embeddings(
-    body: EmbeddingsRequest,
-    st: State,
-    key: Caller,
-    idempotency_key: IdempotencyKey = None,
-) -> Json:
+async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Json:
     """OpenAI's embeddings API: ``model`` is a Sluice model, each input one job; waits
     up to ``gateway.predict_timeout_s`` for all of them."""
+    # A hot path, as submit_job's: no dependency resolution (docs/benchmarks/cost.md).
+    st: GatewayState = request.app.state.gateway
+    key = caller(request.scope)
+    idempotency_key = request.headers.get("idempotency-key")
     cfg = st.model(body.model)
     if body.dimensions is not None:
         raise InvalidInput(

@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Path, Query, Request
 
 from gateway import service
-from gateway.deps import Caller, IdempotencyKey, State
+from gateway.auth import caller
+from gateway.deps import IDEMPOTENCY_DOC, State
 from gateway.redis_io import run_reads
 from gateway.responses import Json
 from gateway.schemas import JobRequest, JobView, ModelList, errors
+from gateway.state import GatewayState
 from gateway.strict_json import StrictJsonRoute
 from sluice.jobs import QueueStats
 from sluice.queue.pause import PauseState, state_call
@@ -82,19 +84,23 @@ async def list_models(st: State) -> dict[str, Any]:
         202: {"model": JobView},
         **errors(401, 403, 404, 413, 415, 422, 429, 503),
     },
+    openapi_extra=IDEMPOTENCY_DOC,
 )
 async def predict(
     model: ModelName,
     body: JobRequest,
-    st: State,
-    key: Caller,
-    idempotency_key: IdempotencyKey = None,
+    request: Request,
     timeout: Annotated[
         float | None,
         Query(gt=0, le=60, allow_inf_nan=False, description="Wait at most this long (s)."),
     ] = None,
 ) -> Json:
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
+    # A hot path, as submit_job's: the state, the caller and the header are read
+    # directly, no dependency resolution (docs/benchmarks/cost.md).
+    st: GatewayState = request.app.state.gateway
+    key = caller(request.scope)
+    idempotency_key = request.headers.get("idempotency-key")
     owner = key.owner if key else None
     hook = await st.webhooks.for_spec(body.webhook, key)  # for a job that outlasts the wait
     digest = service.request_hash(body) if idempotency_key is not None else ""

@@ -93,8 +93,9 @@ local function wake(key, n)
   if key and n > 0 then
     local tokens = {}
     for i = 1, math.min(n, WAKE_CAP) do tokens[i] = '1' end
-    redis.call('LPUSH', key, unpack(tokens))
-    redis.call('LTRIM', key, 0, WAKE_CAP - 1)
+    if redis.call('LPUSH', key, unpack(tokens)) > WAKE_CAP then  -- trimmed only when over
+      redis.call('LTRIM', key, 0, WAKE_CAP - 1)
+    end
   end
 end
 
