@@ -59,7 +59,8 @@ test-redis62: $(STAMP)
 	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m redis \
 	  $(foreach t,$(REDIS62_SKIP),--ignore=$(t)) $(REDIS62_PATHS)
 
-# The queue protocol suite (tests/redis/queue, and its concurrent claimers in
+# The queue protocol suite (tests/redis/queue, the operator actions' scripts in
+# tests/redis/admin, and its concurrent claimers in
 # tests/process/queue) once more on a three-shard Redis Cluster
 # (SLUICE_TEST_REDIS=cluster makes the redis_server fixture one, tests/conftest.py).
 # The whole stack on a cluster, Sentinel failover and resharding run in `make test`
@@ -67,7 +68,7 @@ test-redis62: $(STAMP)
 .PHONY: test-cluster
 test-cluster: $(STAMP)
 	SLUICE_TEST_REDIS=cluster $(PY) -m pytest -q -p no:cacheprovider $(XDIST) \
-	  tests/redis/queue tests/process/queue
+	  tests/redis/queue tests/redis/admin tests/process/queue
 
 # The fast tier: every test not marked `redis` (tests/conftest.py marks them by
 # rule: the process and measure tiers whole, in tests/redis what runs on a real

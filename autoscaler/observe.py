@@ -257,9 +257,7 @@ class Observer:
         workers, stale = wcall.parse(replies[at + 2 :])
         oldest = self._oldest_wait_ms(model, heads.heads, server_ms)
         p99 = waits.quantile_ms(counts)
-        return Reading(
-            self.wall(), stats, non_low, oldest, p99, workers, bulk, stale, ttft, paused
-        )
+        return Reading(self.wall(), stats, non_low, oldest, p99, workers, bulk, stale, ttft, paused)
 
     def _oldest_wait_ms(self, model: str, heads: list[str], server_ms: int) -> float:
         if not heads:

@@ -17,6 +17,7 @@ from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import (
     audit,
     bulk,
+    dead_letters,
     embeddings,
     events,
     generate,
@@ -79,6 +80,7 @@ def create_app(
         health.router,
         audit.router,
         pause.router,
+        dead_letters.router,
     )
     for r in (*routers, dashboard.router):
         app.include_router(r)

@@ -390,10 +390,13 @@ class QueueStats:
     in_flight: int
     dead_lettered: int
     counters: dict[str, int]
+    # Queued jobs waiting out a retry backoff (keys.retry_key): in no bucket's queue
+    # yet, but queued (their cost is in the buckets' queued cost already).
+    retrying: int = 0
 
     @property
     def queued(self) -> int:
-        return sum(b.queued for b in self.buckets)
+        return sum(b.queued for b in self.buckets) + self.retrying
 
     @property
     def queued_cost(self) -> int:

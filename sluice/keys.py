@@ -77,6 +77,13 @@ def seq_key(model: str, partition: int = 0) -> str:
     return f"{_tag(model, partition)}seq"
 
 
+def retry_key(model: str, partition: int = 0) -> str:
+    """Zset of queued retries waiting out their backoff, scored by when each becomes
+    claimable (epoch ms, the Redis clock); claim and reclaim move due ones into their
+    queues (docs/adr/0153)."""
+    return f"{_tag(model, partition)}retry"
+
+
 def dead_letter_key(model: str, partition: int = 0) -> str:
     return f"{_tag(model, partition)}dead"
 

@@ -92,6 +92,7 @@ class Stat(StrEnum):
     COMPLETED_COST = "completed_cost"
     FAILED = "failed"  # dead-lettered: complete, reclaim, claim's malformed records
     RETRIED = "retried"
+    REDRIVEN = "redriven"  # dead letters put back in their queue (an operator, ADR 0153)
     EXPIRED = "expired"  # past the deadline while queued (claim)
     CANCELLED = "cancelled"
     QUEUED_COST = "queued_cost"  # a level, not a total: every bucket's queued cost
@@ -118,6 +119,8 @@ class JobField(StrEnum):
     DL = "dl"  # deadline, ms after enq
     ATT = "att"  # attempts
     WORKER = "worker"  # the lease's holder
+    LAST_WORKER = "lw"  # a dead letter: the worker that held its last attempt
+    RETRY_AT = "rat"  # ms: a backed-off retry becomes claimable (retry zset, ADR 0153)
     RESULT = "result"
     ERROR = "error"
     RUN_MS = "run_ms"

@@ -11,22 +11,33 @@ from rich.table import Table
 from sluice.config import SluiceConfig
 from sluice.jobs import JobRecord
 from sluice.queue import QueueClient
+from sluice.queue.pause import PauseState, state_call
 from sluice.records import JOB_COUNTS
 from sluice.registry import list_workers_call
 
 STATUS_COUNTERS = JOB_COUNTS
 
 
+def pause_label(state: PauseState) -> str:
+    """A model's state as ``sluice status`` shows it (docs/adr/0154)."""
+    if not state.paused:
+        return "running"
+    return "PAUSED, refusing" if state.refuse_submits else "PAUSED"
+
+
 def queues_table(q: QueueClient, cfg: SluiceConfig) -> Table:
     table = Table(title="Queues", title_justify="left")
-    for col in ("model", "bucket", "queued", "cost", "in flight", "dead", *STATUS_COUNTERS):
-        table.add_column(col, justify="left" if col in ("model", "bucket") else "right")
+    cols = ("model", "state", "bucket", "queued", "cost", "in flight", "dead", *STATUS_COUNTERS)
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("model", "state", "bucket") else "right")
     for name in cfg.models:
         stats = q.stats(name)
+        state = pause_label(q.run(state_call(name)))
         for i, b in enumerate(stats.buckets):
             first = i == 0
             table.add_row(
                 name if first else "",
+                state if first else "",
                 b.bucket,
                 str(b.queued),
                 str(b.queued_cost),

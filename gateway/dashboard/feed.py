@@ -25,6 +25,7 @@ from gateway.redis_io import RedisGate, run_reads
 from sluice import keys
 from sluice.config import ModelConfig
 from sluice.jobs import QueueStats
+from sluice.queue.pause import state_call
 from sluice.queue.scripts import Call, QueueOps
 from sluice.records import JobField
 from sluice.registry import WorkerInfo, list_workers_call
@@ -62,6 +63,7 @@ def model_reads(
         ("decisions", _many([("LRANGE", keys.decisions_key(model), 0, DECISIONS_SHOWN - 1)])),
         ("dead", ops.dead_letters(model, DEAD_SHOWN)),
         ("webhooks", hooks.backlog(model, int(now_s * 1000))),
+        ("pause", state_call(model)),
     ]
     if generative:
         ttft = window_keys(keys.ttft_hist_prefix(model), now_s, LATENCY_SPAN_S)
@@ -265,6 +267,7 @@ class DashboardFeed:
             "verdict": asdict(verdict(_signals(cfg, stats, workers, wait, rates, samples))),
             "autoscaler": view.autoscaler_view(rd["scale"][0], rd["decisions"][0], now),
             "dead_letters": {"count": stats.dead_lettered, "recent": dead_rows},
+            "pause": rd["pause"].as_dict(),
             "generate": view.generate_view(cfg, workers, rd["ttft"]) if "ttft" in rd else None,
             "webhooks": {
                 "pending": rd["webhooks"].pending,

@@ -114,6 +114,7 @@ async def get_job(
     responses={200: {"model": CancelResult}, **errors(401, 404, 409, 503)},
 )
 async def cancel_job(job_id: JobId, st: State, key: Caller) -> dict[str, Any]:
-    """Cancel a queued job; a running job is marked and its result discarded; 409 if ended."""
+    """Cancel a queued job; a running job is marked, its worker stops it at its next
+    check and its result is discarded (ADR 0154); 409 if it ended."""
     previous = await service.cancel(st, job_id, key.name if key else None)
     return {"id": job_id, "status": "cancelled", "previous_status": previous}

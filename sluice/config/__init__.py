@@ -33,6 +33,7 @@ from sluice.config.models import (
     ModelConfig,
     PredictConfig,
     QueueConfig,
+    RetryConfig,
     WarmPoolConfig,
 )
 from sluice.config.processes import AutoscalerConfig, BulkConfig, DeviceConfig, WorkerConfig
@@ -53,6 +54,7 @@ __all__ = [
     "AutoscalerConfig",
     "AutoscalingConfig",
     "BatchingConfig",
+    "RetryConfig",
     "BulkConfig",
     "CostConfig",
     "DeviceConfig",

@@ -63,6 +63,23 @@ class QueueConfig(StrictModel):
         return self
 
 
+class RetryConfig(StrictModel):
+    """How a failed attempt waits before its job is claimable again (docs/adr/0153):
+    ``backoff_ms`` x 2^(attempt - 1), at most ``backoff_max_ms``, the second half
+    jittered. 0 requeues at once (the job goes back to its place at the queue head)."""
+
+    backoff_ms: int = Field(500, ge=0, le=3_600_000)
+    backoff_max_ms: int = Field(30_000, gt=0, le=86_400_000)
+
+    @model_validator(mode="after")
+    def _order(self) -> RetryConfig:
+        if self.backoff_ms > self.backoff_max_ms:
+            raise ValueError(
+                f"retry.backoff_ms ({self.backoff_ms}) > backoff_max_ms ({self.backoff_max_ms})"
+            )
+        return self
+
+
 class BatchingConfig(StrictModel):
     max_batch: int = Field(32, gt=0, le=4096)
     max_batch_tokens: int = Field(16_384, gt=0)
@@ -245,6 +262,7 @@ class ModelConfig(StrictModel):
     cost: CostConfig = Field(default_factory=CostConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     batching: BatchingConfig = Field(default_factory=BatchingConfig)
+    retry: RetryConfig = Field(default_factory=RetryConfig)
     autoscaling: AutoscalingConfig = Field(default_factory=AutoscalingConfig)
     bulk: ModelBulkConfig = Field(default_factory=ModelBulkConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)

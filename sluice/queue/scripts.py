@@ -202,13 +202,15 @@ class QueueOps(SpreadOps):
                 "bulk_reserve": cfg.bulk.reserve_workers,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
                 "nprefix": keys.notify_prefix(model, p),
+                **_backoff(cfg),
             },
             groups,
         )
         # The worker zsets live in partition 0: a partition p >= 1 passes its own
         # (empty) ones, read only for bulk items, which only partition 0 holds.
         ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.workers_key(model, p)]
-        ks += [keys.idle_workers_key(model, p), keys.paused_key(model, p)]
+        ks += [keys.idle_workers_key(model, p), keys.retry_key(model, p)]
+        ks += [keys.paused_key(model, p)]
         ks += [keys.queue_key(model, name, p) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
@@ -254,6 +256,7 @@ class QueueOps(SpreadOps):
             "eprefix": keys.e2e_hist_prefix(model, p),
             "nprefix": keys.notify_prefix(model, p),
             "max_run_ms": cfg.limits.max_run_ms or 0,
+            **_backoff(cfg),
         }
         groups = [
             {
@@ -265,7 +268,7 @@ class QueueOps(SpreadOps):
             for o in outcomes
         ]
         args = COMPLETE.pack(fixed, groups)
-        ks = [*self._ks(model, p), keys.bulk_holders_key(model, p)]
+        ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.retry_key(model, p)]
 
         def parse(reply: list[Any]) -> tuple[int, int]:
             head, _ = COMPLETE.unpack(reply)
@@ -275,8 +278,8 @@ class QueueOps(SpreadOps):
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[list[str]]:
         """The ids not renewed (:meth:`renew_why` says why)."""
-        call = self.renew_why(model, worker_id, job_ids)
-        return Call(lambda r: list(call.parse(r)), call.script, call.keys, call.args)
+        why = self.renew_why(model, worker_id, job_ids)
+        return Call(lambda r: list(why.parse(r)), why.script, why.keys, why.args)
 
     def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> Call[dict[str, str]]:
         """Renew; for each id not renewed, why: ``records.LEASE_LOST`` or how the job
@@ -311,11 +314,11 @@ class QueueOps(SpreadOps):
                 "dead_ttl": cfg.queue.dead_letter_ttl_s,
                 "wprefix": keys.wake_prefix(model, p),
                 "nprefix": keys.notify_prefix(model, p),
+                **_backoff(cfg),
             }
         )
-        return Call(
-            lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", self._ks(model, p), args
-        )
+        ks = [*self._ks(model, p), keys.retry_key(model, p)]
+        return Call(lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", ks, args)
 
     def cancel(self, job_id: str, owner: str = "") -> Call[str]:
         """With ``owner``, a job another API key submitted is not found (404, not 403)."""
@@ -326,6 +329,7 @@ class QueueOps(SpreadOps):
             keys.stats_key(model, p),
             keys.job_key(model, job_id),
             keys.owner_jobs_key(model, p),
+            keys.retry_key(model, p),
         ]
         args = CANCEL.pack(
             {
@@ -404,6 +408,10 @@ def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None
     tokens = max_tokens or cfg.batching.max_batch_tokens
     bulk = cfg.bulk
     return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
+
+
+def _backoff(cfg: ModelConfig) -> dict[str, int]:  # the retry backoff (docs/adr/0153)
+    return {"backoff_ms": cfg.retry.backoff_ms, "backoff_max_ms": cfg.retry.backoff_max_ms}
 
 
 def _events(hook: Webhook | None) -> str:

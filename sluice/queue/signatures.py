@@ -67,8 +67,10 @@ CLAIM = Signature(
         ("bulk_reserve", "num"),  # live workers kept free of bulk batches
         ("prio_wait", "num"),  # queue.max_priority_wait_s in ms; 0 = strict priority
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms (0 = requeue at once), ADR 0153
+        ("backoff_max_ms", "num"),
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[9..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[10..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )
@@ -87,6 +89,8 @@ COMPLETE = Signature(
         ("eprefix", "str"),  # end-to-end histogram prefix
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
         ("max_run_ms", "num"),  # limits.max_run_ms (0 = none)
+        ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
+        ("backoff_max_ms", "num"),
     ),
     group=(
         ("id", "str"),
@@ -125,6 +129,8 @@ RECLAIM = Signature(
         ("dead_ttl", "num"),  # s
         ("wprefix", "str"),
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
+        ("backoff_ms", "num"),  # retry.backoff_ms, ADR 0153
+        ("backoff_max_ms", "num"),
     ),
     reply=("reclaimed",),
 )

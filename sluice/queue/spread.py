@@ -88,20 +88,22 @@ class SpreadOps:
         for p in range(span):
             cmds.append(("HGETALL", keys.stats_key(model, p)))
             cmds += [("ZCARD", keys.queue_key(model, b, p)) for b in names]
+            cmds.append(("ZCARD", keys.retry_key(model, p)))
             cmds.append(("ZCARD", keys.inflight_key(model, p)))
             cmds.append(("LLEN", keys.dead_letter_key(model, p)))
-        per = len(names) + 3
+        per = len(names) + 4
 
         def parse(r: list[Any]) -> QueueStats:
             raw: dict[str, int] = {}
             queued = [0] * len(names)
-            in_flight = dead = 0
+            in_flight = dead = retrying = 0
             for p in range(span):
                 chunk = r[p * per : (p + 1) * per]
                 for k, v in chunk[0].items():
                     raw[k] = raw.get(k, 0) + int(v)
                 for i in range(len(names)):
                     queued[i] += int(chunk[1 + i])
+                retrying += int(chunk[-3])
                 in_flight += int(chunk[-2])
                 dead += int(chunk[-1])
             buckets = [
@@ -109,7 +111,7 @@ class SpreadOps:
                 for i, b in enumerate(names)
             ]
             counters = {k: v for k, v in raw.items() if not k.startswith(BUCKET_COST_PREFIX)}
-            return QueueStats(model, buckets, in_flight, dead, counters)
+            return QueueStats(model, buckets, in_flight, dead, counters, retrying)
 
         return Call(parse, commands=cmds)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -137,3 +138,17 @@ class ParkRecordingHandler(SyntheticHandler):
     def infer(self, batch: Collated) -> Any:
         assert self.on_device, "a batch ran while the weights were parked"
         return super().infer(batch)
+
+
+class SwitchedHandler(SyntheticHandler):
+    """Switched by files, for operator-action tests: an input with ``poison`` fails
+    while the file ``params.poison_flag`` exists; one with ``hold`` runs until the file
+    ``params.hold_flag`` is gone (the worker stays busy, so later jobs stay queued)."""
+
+    def collate(self, inputs: list[Any], costs: list[int]) -> Collated:
+        texts = [input_text(x) for x in inputs]
+        if any("poison" in t for t in texts) and Path(self.params["poison_flag"]).exists():
+            raise ValueError("poison input")
+        while any("hold" in t for t in texts) and Path(self.params["hold_flag"]).exists():
+            time.sleep(0.01)
+        return super().collate(inputs, costs)

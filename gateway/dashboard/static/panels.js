@@ -65,7 +65,8 @@ const SluicePanels = (() => {
       // Is it keeping up? Decided by the gateway (gateway/dashboard/verdict.py), shown here.
       this.verdict = h("span", { class: "verdict", "data-role": "verdict" });
       this.why = h("span", { class: "why", "data-role": "why" });
-      const head = h("div", { class: "model-head" }, h("h2", { text: m.name }), h("span", { class: "handler", text: m.handler }), this.why, this.verdict);
+      this.pause = SluicePause.control(m.name, h);  // paused badge, pause/resume (ADR 0154)
+      const head = h("div", { class: "model-head" }, h("h2", { text: m.name }), h("span", { class: "handler", text: m.handler }), this.pause.el, this.why, this.verdict);
       this.k = { queued: kpi("Queued"), thr: kpi("Throughput"), wait: kpi("p99 queue wait"), e2e: kpi("p99 end to end"),
         workers: kpi("Workers ready"), replicas: kpi("Replicas"), dead: kpi("Dead letters") };
       const kpis = h("div", { class: "kpis" }, ...Object.values(this.k).map((x) => x.el));
@@ -112,7 +113,8 @@ const SluicePanels = (() => {
         card("Workers", h("div", {}, this.states, this.tiles), sort),
         card("Autoscaler", h("div", {}, this.replicas.el, this.scaleNote, h("div", { class: "scroll" },
           h("table", { class: "log" }, h("thead", {}, h("tr", {}, ...["time", "replicas", "reason", "queued", "p99 it saw"].map((t) => h("th", { text: t })))), this.decisions)))),
-        card("Dead letters", h("div", { class: "dead" }, this.deadCount, h("div", { class: "scroll" }, h("table", { class: "log" }, this.deadList)))));
+        card("Dead letters", h("div", { class: "dead" }, this.deadCount, h("div", { class: "scroll" }, h("table", { class: "log" }, this.deadList))),
+          SluiceActions.bar(m.name, h)));
       this.gen = m.generate ? this.buildGeneration(m, chartEl) : null;
       this.el.append(head, kpis, charts, ...(this.gen ? [this.gen.el] : []), lower);
     }
@@ -201,6 +203,7 @@ const SluicePanels = (() => {
     }
 
     renderKpis(m) {
+      this.pause.update(m.pause);
       this.verdict.textContent = m.verdict.text;
       this.verdict.className = "verdict " + m.verdict.level;
       this.why.textContent = m.verdict.why;

@@ -76,9 +76,12 @@ local function push_dead(dead, jprefix, id)
 end
 
 -- Terminal failure: keep the error, remember the job in the dead-letter list.
+-- Its last worker is kept (as JOB.last_worker) for the operator's dead-letter view.
 local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
-  release_owner(owners, redis.call('HGET', jk, JOB.owner))
+  local f = redis.call('HMGET', jk, JOB.owner, JOB.worker)
+  release_owner(owners, f[1])
   redis.call('HSET', jk, JOB.status, 'failed', JOB.error, err, JOB.fin, int(now))
+  if f[2] then redis.call('HSET', jk, JOB.last_worker, f[2]) end
   redis.call('HDEL', jk, JOB.worker)
   redis.call('EXPIRE', jk, dead_ttl_s)
   push_dead(dead, string.sub(jk, 1, #jk - #id), id)
@@ -99,32 +102,75 @@ local function wake(key, n)
   end
 end
 
+-- Retries back off (docs/adr/0153): a requeued job waits in the model's retry zset
+-- (rt.key, scored by the ms it becomes claimable) until claim or reclaim promotes
+-- it into its queue, in its original place. The wait doubles per attempt from
+-- rt.base ms up to rt.cap ms, the second half jittered (the clock's microseconds
+-- and the id's last bytes), so jobs that failed together do not return together.
+-- rt nil or rt.base 0: straight back to the queue, as a release is.
+local function backoff_ms(rt, att, id)
+  if not rt or rt.base <= 0 then return 0 end
+  local d = math.min(rt.cap, rt.base * 2 ^ math.max(0, att - 1))
+  local t = redis.call('TIME')
+  local r = (tonumber(t[2]) + 31 * string.byte(id, -1) + 7 * string.byte(id, -2)) % 1000
+  return math.floor(d / 2 + d / 2 * r / 1000)
+end
+
 -- A running job whose attempt ended without a result: back to its queue in its
--- original place (the score it was first queued with), or dead-lettered. With a
--- wake prefix, a requeued job also pushes a token onto its bucket's wake list.
+-- original place (the score it was first queued with) once its backoff has passed
+-- (see backoff_ms), or dead-lettered. With a wake prefix, a job requeued at once
+-- also pushes a token onto its bucket's wake list.
 -- Returns true when the job reached a terminal state.
 local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
-                             max_attempts, dead_ttl_s, wprefix, owners)
+                             max_attempts, dead_ttl_s, wprefix, owners, rt)
   redis.call('ZREM', inflight, id)
   local f = redis.call('HMGET', jk, JOB.att, JOB.bucket, JOB.score, JOB.cost)
-  if tonumber(f[1] or '0') >= max_attempts then
+  local att = tonumber(f[1] or '0') or 0
+  if att >= max_attempts then
     dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
     return true
   end
+  local delay = backoff_ms(rt, att, id)
   redis.call('HSET', jk, JOB.status, 'queued', JOB.error, err)
   redis.call('HDEL', jk, JOB.worker, JOB.start)
-  redis.call('ZADD', qprefix .. f[2], f[3], id)
   add_cost(stats, f[2], tonumber(f[4]))
   redis.call('HINCRBY', stats, STAT.retried, 1)
+  if delay > 0 then
+    redis.call('HSET', jk, JOB.retry_at, int(now + delay))
+    redis.call('ZADD', rt.key, now + delay, id)
+    return false
+  end
+  redis.call('ZADD', qprefix .. f[2], f[3], id)
   if wprefix then wake(wprefix .. f[2], 1) end
   return false
+end
+
+-- Move up to `limit` retries whose backoff has passed into their queues (one
+-- O(log n) range read: the zset is ordered by when each is due). An entry whose
+-- job is no longer queued (cancelled, purged, finished by a late result) is dropped.
+-- Returns how many were promoted.
+local function promote_due(rkey, jprefix, qprefix, now, limit, wprefix)
+  local ids = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, limit)
+  local n = 0
+  for _, id in ipairs(ids) do
+    local jk = jprefix .. id
+    local f = redis.call('HMGET', jk, JOB.status, JOB.bucket, JOB.score)
+    if f[1] == 'queued' and f[2] and f[3] then
+      redis.call('ZADD', qprefix .. f[2], f[3], id)
+      redis.call('HDEL', jk, JOB.retry_at)
+      if wprefix then wake(wprefix .. f[2], 1) end
+      n = n + 1
+    end
+  end
+  if #ids > 0 then call_chunked('ZREM', rkey, ids, 1000) end
+  return n
 end
 
 -- Requeue or dead-letter every job whose lease ended before `now`.
 -- Returns the number reclaimed and appends terminal ids to `ended`. `wprefix`
 -- (nil from claim, whose caller takes the jobs itself) wakes idle workers.
 local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
-                               max_attempts, dead_ttl_s, ended, wprefix, owners)
+                               max_attempts, dead_ttl_s, ended, wprefix, owners, rt)
   local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
   local err = cjson.encode({type = 'lease_expired',
                             message = 'the worker holding this job stopped renewing its lease'})
@@ -132,7 +178,7 @@ local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, lim
     local jk = jprefix .. id
     if redis.call('HGET', jk, JOB.status) == 'running' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
-                       max_attempts, dead_ttl_s, wprefix, owners) then
+                       max_attempts, dead_ttl_s, wprefix, owners, rt) then
         table.insert(ended, id)
       end
     else

@@ -1,6 +1,7 @@
 -- cancel: cancel one job.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] the job hash
 -- KEYS[4] per-owner unfinished-job counts
+-- KEYS[5] retries waiting out their backoff (a queued job may wait there)
 -- ARGV: declared by name in sluice/queue/signatures.py (CANCEL); owner is the
 --   caller's API key name ('' = any): another owner's job is 'missing'.
 -- Derived keys: qprefix..bucket, nprefix.. (a webhook delivery, the event stream;
@@ -18,6 +19,7 @@ if TERMINAL[status] then return reply{outcome = 'refused', status = status} end
 local now = now_ms()
 if status == 'queued' then
   redis.call('ZREM', qprefix .. f[2], id)
+  redis.call('ZREM', KEYS[5], id)
   drop_cost(stats, f[2], tonumber(f[3]))
 else
   redis.call('ZREM', inflight, id)

@@ -5,12 +5,13 @@
 -- KEYS[6] live workers (zset, heartbeat expiry s)
 -- KEYS[7] live workers that claim nothing (zset, heartbeat expiry s: parked in the warm
 --   pool, ADR 0128, starting, draining or quarantined)
--- KEYS[8] the model's pause record (a hash; absent while it runs: ADR 0154)
--- KEYS[9..] queue keys served
+-- KEYS[8] retries waiting out their backoff (zset, due ms; docs/adr/0153)
+-- KEYS[9] the model's pause record (a hash; absent while it runs: ADR 0154)
+-- KEYS[10..] queue keys served
 -- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
 -- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
---   the same order as KEYS[8..]). The reply is declared there too (reply, REPLY,
+--   the same order as KEYS[10..]). The reply is declared there too (reply, REPLY,
 --   reply_group).
 -- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
@@ -32,7 +33,7 @@
 -- Token budget (max_cost, bulk_max_cost): padded tokens, batch size x the widest job's
 -- cost, floored to a whole number of the bucket's bound (its warm-up shape).
 -- Returns {bucket, now, n_expired, n_reclaimed, id, input, cost, attempts, enq, ...}.
--- A paused model (KEYS[8] exists) leases nothing: the claim ends after that one
+-- A paused model (KEYS[9] exists) leases nothing: the claim ends after that one
 -- EXISTS, emptying the served wake lists so idle workers block out their wait
 -- instead of spinning on tokens; the resume pushes fresh ones. Lapsed leases are
 -- reclaimed meanwhile by the autoscaler's upkeep (reclaim.lua).
@@ -54,10 +55,11 @@ end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, live_workers, idle_workers = KEYS[5], KEYS[6], KEYS[7]
-local Q1 = 9  -- KEYS index of the first queue
+local retries = KEYS[8]
+local Q1 = 10  -- KEYS index of the first queue
 local served = {}  -- served[k]: the group of KEYS[k]
 for k = Q1, #KEYS do served[k] = arg_group(k - Q1 + 1) end
-if redis.call('EXISTS', KEYS[8]) == 1 then
+if redis.call('EXISTS', KEYS[9]) == 1 then
   for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
   return reply{bucket = '', now = now_ms(), expired = 0, reclaimed = 0}
 end
@@ -65,8 +67,11 @@ local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
 local ended = {}
 
+local rt = {key = retries, base = backoff_ms, cap = backoff_max_ms}
 local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now,
-                                    reclaim_limit, max_attempts, dead_ttl, ended, nil, owners)
+                                    reclaim_limit, max_attempts, dead_ttl, ended, nil, owners, rt)
+-- Retries whose backoff has passed join their queues before the pick (O(log n + k)).
+promote_due(retries, jprefix, qprefix, now, reclaim_limit, wake_prefix)
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK_RANK, LOW = RANK.bulk, RANK.low

@@ -1,6 +1,7 @@
 -- complete: record the outcome of every job of a batch in one round trip.
 -- KEYS[1] in-flight zset    KEYS[2] stats hash    KEYS[3] dead-letter list
 -- KEYS[4] per-owner unfinished-job counts   KEYS[5] workers running a bulk batch
+-- KEYS[6] retries waiting out their backoff (zset, due ms; docs/adr/0153)
 -- ARGV: declared by name in sluice/queue/signatures.py (COMPLETE): the fixed values,
 --   then one group per outcome (arg_group(i): id, kind 'ok' | 'retry' | 'fail' |
 --   'release', payload (result or error JSON), run_ms).
@@ -14,13 +15,15 @@
 -- Any other outcome of a job past its deadline, or that ran longer than max_run_ms
 -- (0: no limit) since its claim, is refused: the job ends 'expired', or failed as
 -- RUN_TIME_EXCEEDED (ADR 0154), counted accepted (the renewal usually ended it first).
--- A requeued job (retry, release) pushes a wake token onto its bucket's list.
+-- A released job goes straight back and pushes a wake token onto its bucket's list;
+-- a retried one waits out its backoff in KEYS[6] first (retry_or_dead).
 -- Each succeeded job's end-to-end latency (enqueue to now) is counted in the
 -- 10 s window's histogram, with the claim script's queue-wait bounds.
 -- Replies (declared in COMPLETE): accepted, stale.
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local ks = {inflight = inflight, stats = stats, dead = dead, owners = owners,
             result_ttl = result_ttl, dead_ttl = dead_ttl}
+local rt = {key = KEYS[6], base = backoff_ms, cap = backoff_max_ms}
 local now = now_ms()
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
@@ -55,6 +58,7 @@ for i = 1, N_GROUPS do
     if status == 'queued' then
       -- The lease had lapsed and the job was requeued, but this result is good.
       redis.call('ZREM', qprefix .. f[2], id)
+      redis.call('ZREM', rt.key, id)
       drop_cost(stats, f[2], tonumber(f[3]))
     end
     local why = over_limit(f[10], f[11], now, max_run_ms)
@@ -77,7 +81,7 @@ for i = 1, N_GROUPS do
       table.insert(ended, {id, 'succeeded', f[7], f[8], f[5], f[9]})
     elseif kind == 'retry' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl,
-                       wprefix, owners) then
+                       wprefix, owners, rt) then
         table.insert(ended, {id, 'failed', f[7], f[8], f[5], f[9]})
       end
     else
@@ -106,5 +110,5 @@ end
 publish_known(channel, ended, jprefix, nprefix)
 -- The reporting worker's batch is over: it holds no bulk batch now (last: a write
 -- before the first memory-taking one would let this script run past maxmemory).
-if reporter ~= '' and KEYS[5] then redis.call('ZREM', KEYS[5], reporter) end
+if reporter ~= '' then redis.call('ZREM', KEYS[5], reporter) end
 return reply{accepted = accepted, stale = stale}

@@ -5,7 +5,9 @@ downloaded browser. One stack of synthetic workers, a bounded open-loop load
 from ``sluice bench load`` on loopback, one dead-lettered job, then: the page
 loads with no console errors, every chart draws non-empty data (counted by the
 page and read off the canvas), a ``sluice worker`` started mid-test appears in
-the workers grid, and a screenshot is saved (path printed). API keys are
+the workers grid, the dead letter's Redrive button (after a confirmation) puts it
+back and it succeeds, the Pause button pauses the model (its badge shows, GET
+/v1/models says so) and Resume resumes it, and a screenshot is saved (path printed). API keys are
 configured, so the page first asks for the admin key: a non-admin key is
 refused with a clear message, the admin key opens it.
 """
@@ -19,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from sluice.apikeys import hash_key
@@ -28,6 +31,7 @@ from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.kit.chromium import CHROMIUM, FLAGS, sync_api, wait_js
 from tests.kit.upstack import launch, shut_down
+from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
@@ -146,6 +150,66 @@ def _log_in(page: Any) -> None:
     page.wait_for_selector("#auth[hidden]", state="attached", timeout=10_000)
 
 
+def _redrive_from_the_page(page: Any, stack: dict[str, Any], dead_id: str) -> None:
+    """The dead letters' Redrive button asks first, then puts the job back: it
+    succeeds under its own id, and the audit trail names the page's admin key."""
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", answer)
+    page.click('section.model [data-action="redrive"]')
+    wait_js(
+        page,
+        "document.querySelector('section.model [data-role=\"action-result\"]')"
+        ".textContent.startsWith('Redrive all: 1 ')",
+        15,
+        "the redrive's answer",
+    )
+    assert asked and "dead letter" in asked[0]
+    q = QueueClient(connect(stack["redis_url"]), dict(load_config(stack["config"]).models))
+    try:  # the job has no owner (the test queued it): read it where it is kept
+        wait_until(lambda: q.get(dead_id).status == "succeeded", what="the redriven job")
+    finally:
+        q.redis.close()
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    audit = httpx.get(f"{stack['url']}/v1/admin/audit", headers=admin, timeout=10).json()
+    audit = audit["entries"]
+    assert (audit[0]["actor"], audit[0]["action"], audit[0]["count"]) == (
+        "ops",
+        "dead_letters.redrive",
+        1,
+    )
+
+
+def _pause_and_resume_from_the_page(page: Any, stack: dict[str, Any]) -> None:
+    """Pause (after a confirmation): the badge shows once the feed says so, and the
+    API agrees; then Resume (ADR 0154)."""
+    admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
+
+    def paused() -> bool:
+        models = httpx.get(f"{stack['url']}/v1/models", headers=admin, timeout=10).json()
+        return bool(models["data"][0]["paused"])
+
+    asked: list[str] = []
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    badge = "document.querySelector('section.model [data-role=\"paused\"]')"
+    page.once("dialog", answer)
+    page.click('section.model [data-action="pause"]')
+    wait_js(page, f"!{badge}.hidden && {badge}.textContent.startsWith('PAUSED')", 15, "the badge")
+    assert asked and "stop claiming" in asked[0] and paused()
+    page.once("dialog", answer)
+    page.click('section.model [data-action="resume"]')
+    wait_js(page, f"{badge}.hidden", 15, "the badge to go")
+    assert len(asked) == 2 and not paused()
+
+
 def _sort_and_switch(page: Any) -> None:
     """The workers sort by id on request; the backlog switches to cost and still draws."""
     page.select_option('select[aria-label="sort workers"]', "id")
@@ -235,6 +299,8 @@ def test_dashboard_live_under_load(stack: dict[str, Any]) -> None:
             dead = page.text_content('[data-role="dead-count"]')
             assert dead is not None and int(dead.replace(",", "")) >= 1
             assert "cannot embed poison" in (page.text_content("section.model .dead") or "")
+            _redrive_from_the_page(page, stack, dead_id)
+            _pause_and_resume_from_the_page(page, stack)
             assert page.text_content('[data-role="verdict"]')
             ARTIFACTS.mkdir(exist_ok=True)
             shot = ARTIFACTS / "dashboard.png"

@@ -465,6 +465,22 @@ def test_no_observation_holds_and_keeps_state() -> None:
     assert d.desired == d.current == 0 and d.reason == "missing-metrics" and d.state is state
 
 
+@pytest.mark.parametrize(
+    "o",
+    [
+        obs(2, 50_000.0, queued=5000, queued_cost=500_000.0),  # a backlog: would scale up
+        obs(4, 0.0, queued=0, queued_cost=0.0),  # idle: would scale down (min 1)
+        obs(0, 2000.0, queued=10, queued_cost=100.0),  # at zero: would wake
+    ],
+)
+def test_a_paused_model_holds_its_count_whatever_it_sees(o: Observation) -> None:
+    # ADR 0154: nothing is claimed while paused, so no load says what it needs.
+    state = recs((10, 5), active_ago_s=1000)
+    d = decide(pol(min_replicas=0, idle_s=60), replace(o, paused=True), state, NOW)
+    assert (d.desired, d.reason) == (o.current, "paused") and d.state is state
+    assert decide(pol(min_replicas=0, idle_s=60), o, state, NOW).desired != o.current
+
+
 def test_measured_service_rate_is_remembered_while_scaled_to_zero() -> None:
     p = pol(service_rate_cost_per_s=None, min_replicas=0, idle_s=60)
     d1 = decide(p, obs(2, 4000, service_rate=2000.0), PolicyState(), NOW)

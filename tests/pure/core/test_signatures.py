@@ -13,6 +13,8 @@ import pytest
 
 import sluice
 from sluice import registry
+from sluice.admin import ops as admin_ops
+from sluice.admin import signatures as admin
 from sluice.bulk import ops as bulk_ops
 from sluice.bulk import signatures as bulk
 from sluice.generate import ops as generate_ops
@@ -38,6 +40,10 @@ SCRIPTS: dict[str, tuple[str, Signature, str]] = {
     **{
         f"generate/{n}": ("sluice.generate", s, generate_ops.scripts()[f"generate_{n}"])
         for n, s in generate.SIGNATURES.items()
+    },
+    **{
+        f"admin/{n}": ("sluice.admin", s, admin_ops.scripts()[f"admin_{n}"])
+        for n, s in admin.SIGNATURES.items()
     },
     **{
         f"lua/{n}": ("sluice", s, registry.script_source(n)) for n, s in registry.SIGNATURES.items()

@@ -50,6 +50,7 @@ def _config(tmp_path: Path, lease_s: float) -> tuple[Path, SluiceConfig]:
             "m": {
                 "handler": "synthetic",
                 "batching": {"lease_s": lease_s, "max_attempts": 3},
+                "retry": {"backoff_ms": 0},  # requeued at once: the wake is under test
                 "autoscaling": {
                     "min_replicas": 0,
                     "max_replicas": 4,

@@ -18,6 +18,9 @@ from tests.kit.queue import CountingRedis
 from tests.waits import redis_now_ms, wait_until
 
 pytestmark = pytest.mark.redis
+# The place a retried job goes back to is under test here, not its backoff (that is
+# tests/redis/admin): these retry at once.
+AT_ONCE = {"backoff_ms": 0}
 
 
 def small(i: int, cost: int = 4, **kw: Any) -> NewJob:
@@ -119,7 +122,7 @@ def test_expired_deadline_is_never_claimed(queue_factory) -> None:
 
 
 def test_expired_lease_redelivers_in_its_original_place(queue_factory) -> None:
-    q = queue_factory(batching={"lease_s": 0.1, "max_attempts": 3})
+    q = queue_factory(batching={"lease_s": 0.1, "max_attempts": 3}, retry=AT_ONCE)
     ids = [s.id for s in q.submit("m", [small(i) for i in range(3)])]
     first = q.claim("m", "w1", max_batch=1)
     assert [j.id for j in first.jobs] == [ids[0]]
@@ -135,7 +138,7 @@ def test_expired_lease_redelivers_in_its_original_place(queue_factory) -> None:
 
 
 def test_dead_letter_after_max_attempts_keeps_the_error(queue_factory) -> None:
-    q = queue_factory(batching={"lease_s": 30, "max_attempts": 2})
+    q = queue_factory(batching={"lease_s": 30, "max_attempts": 2}, retry=AT_ONCE)
     job = q.submit("m", [small(0)])[0].id
     for attempt in (1, 2):
         batch = q.claim("m", "w")
@@ -149,7 +152,7 @@ def test_dead_letter_after_max_attempts_keeps_the_error(queue_factory) -> None:
 
 
 def test_lease_expiry_counts_as_an_attempt_then_dead_letters(queue_factory) -> None:
-    q = queue_factory(batching={"lease_s": 0.05, "max_attempts": 2})
+    q = queue_factory(batching={"lease_s": 0.05, "max_attempts": 2}, retry=AT_ONCE)
     job = q.submit("m", [small(0)])[0].id
     q.claim("m", "w")
     time.sleep(0.08)
@@ -267,7 +270,7 @@ def test_large_batches_and_submits_go_through_in_one_call(queue_factory) -> None
 
 
 def test_a_lapsed_worker_cannot_give_back_a_job_another_worker_holds(queue_factory) -> None:
-    q = queue_factory(batching={"lease_s": 0.1, "max_attempts": 5})
+    q = queue_factory(batching={"lease_s": 0.1, "max_attempts": 5}, retry=AT_ONCE)
     job = q.submit("m", [small(0)])[0].id
     q.claim("m", "a")
     time.sleep(0.15)

@@ -130,7 +130,7 @@ def test_a_requeue_pushes_a_token(r: redis.Redis, queue_factory: Factory) -> Non
 
 
 def test_a_reclaimed_lease_pushes_a_token(r: redis.Redis, queue_factory: Factory) -> None:
-    qc = queue_factory(batching={"lease_s": 0.05})
+    qc = queue_factory(batching={"lease_s": 0.05}, retry={"backoff_ms": 0})  # no backoff
     qc.submit("m", jobs(1))
     qc.claim("m", "w1")
     r.delete(WAKE)

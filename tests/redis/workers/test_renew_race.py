@@ -18,6 +18,7 @@ from sluice.queue.client import connect
 from sluice.registry import WorkerInfo
 from tests.factories import worker_info
 from tests.kit.workers import submit, worker_config
+from tests.waits import wait_until
 from workers.handlers import HandlerContext, make_handler
 from workers.housekeeping import Housekeeper
 from workers.outcomes import send_outcomes
@@ -116,7 +117,9 @@ def test_a_lease_taken_by_another_worker_is_still_reported_lost(
     # Its lease lapses; another worker's claim reclaims it and takes it.
     r.zadd(keys.inflight_key(MODEL), {stolen: 0})
     assert qc.reclaim(MODEL) == 1
-    assert [j.id for j in qc.claim(MODEL, "w2").jobs] == [stolen]
+    # (once its retry backoff has passed)
+    taken = wait_until(lambda: qc.claim(MODEL, "w2").jobs, what="the retry is claimable")
+    assert [j.id for j in taken] == [stolen]
     hk = Housekeeper(qc, status, heartbeat_s=1.0, ttl_s=2.0, lease_s=3.0, on_command=print)
     # Even while a completion of its other job is out, the stolen one is reported.
     status.ending([kept])
