@@ -14,6 +14,7 @@ from autoscaler.decisions import commands, entry
 from autoscaler.observation import Observation
 from autoscaler.policy import Decision
 from sluice import records
+from sluice.admin import ops as admin_ops
 from sluice.config import PRIORITIES
 from sluice.generate import ops as generate_ops
 from sluice.jobs import BULK, priority_rank
@@ -27,6 +28,7 @@ STATS_CALL = re.compile(r"redis\.call\('H[A-Z]+', stats(?:_key)?, ([^,)]+)")
 def _bodies() -> dict[str, str]:
     header = records.lua_constants()
     scripts = {n: script_source(n) for n in SCRIPT_NAMES} | generate_ops.scripts()
+    scripts |= admin_ops.scripts()
     return {n: text[len(header) :] for n, text in scripts.items()}
 
 
