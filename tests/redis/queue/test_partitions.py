@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 
 from sluice import keys
+from sluice.admin import ops as admin
+from sluice.admin.ops import drive
+from sluice.admin.ops import scripts as admin_scripts
 from sluice.errors import JobNotFound, QueueFull
 from sluice.jobs import JobStatus, NewJob, Outcome, Owner, Webhook
 from sluice.queue import QueueClient
@@ -129,3 +132,26 @@ def test_webhook_deliveries_are_claimed_and_done_in_each_partition(q: QueueClien
     for c in claimed:
         assert q.run(ops.done(c, "delivered", status=200))
     assert q.run(ops.backlog("m", redis_now_ms(q.redis) + 1)).pending == 0
+
+
+def test_dead_letters_are_paged_redriven_and_queues_purged_over_partitions(
+    queue_factory: Any,
+) -> None:
+    q = queue_factory(queue={"partitions": N}, batching={"max_attempts": 1})
+    q.register(admin_scripts())
+    subs = [q.submit("m", [job(i)])[0] for i in range(6)]
+    while batch := q.claim("m", "w1"):
+        q.complete("m", [Outcome.fail(j.id, "x", "boom") for j in batch.jobs], "w1")
+    seen, cursor = [], None
+    while True:
+        pg = drive(admin.page("m", 4, cursor, N), q.run)
+        seen += [d.id for d in pg.items]
+        assert pg.total == 6
+        if not (cursor := pg.next_cursor):
+            break
+    assert sorted(seen) == sorted(s.id for s in subs)
+    ids = drive(admin.select("m", None, N), q.run)
+    assert sorted(drive(admin.act("m", "redrive", ids), q.run)) == sorted(ids)
+    assert q.stats("m").queued == 6 and q.stats("m").dead_lettered == 0
+    assert drive(admin.purge_queue("m", q.ops.model("m"), span=N), q.run) == 6
+    assert all(q.get(s.id).status is JobStatus.CANCELLED for s in subs)
