@@ -70,8 +70,17 @@ class Proc:
     proc: subprocess.Popen[bytes]
     stats_path: Path
 
+    def ready(self, timeout_s: float = 60.0) -> None:
+        """Wait until its SIGUSR1 handler is in place (before it, the signal kills)."""
+        deadline = time.monotonic() + timeout_s
+        while not self.stats_path.exists():
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"process {self.proc.pid} did not get ready")
+            time.sleep(0.05)
+
     def snapshot(self) -> dict[str, Any]:
         """CPU seconds so far, and the counters the process writes on SIGUSR1."""
+        self.ready()
         before = _read(self.stats_path).get("seq", 0)
         self.proc.send_signal(signal.SIGUSR1)
         deadline = time.monotonic() + 10
@@ -100,6 +109,7 @@ def _read(path: Path) -> dict[str, Any]:
 
 def _spawn(checkout: Path, args: list[str], stats: Path) -> Proc:
     env = {**os.environ, "PYTHONPATH": str(checkout), STATS_ENV: str(stats), "HF_HUB_OFFLINE": "1"}
+    stats.unlink(missing_ok=True)  # a new process: ready once it writes its own
     return Proc(subprocess.Popen([sys.executable, str(PROCS), *args], env=env, cwd=checkout), stats)
 
 

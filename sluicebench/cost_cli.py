@@ -25,6 +25,9 @@ def cost_cmd(
     other: Annotated[
         Path | None, typer.Option(help="Another checkout, measured side by side (ABBA).")
     ] = None,
+    idle_seconds: Annotated[
+        float, typer.Option(help="Seconds of no load measured first (subtracted).")
+    ] = 3.0,
     json_path: JsonOpt = None,
 ) -> None:
     """What a job costs per route: gateway and Redis CPU, commands, round trips, profile."""
@@ -33,6 +36,15 @@ def cost_cmd(
     if other is not None and not (other / "sluice" / "queue").is_dir():
         fail(f"{other}: not a Sluice checkout", 2)
     try:
-        main(routes, batch_sizes, seconds, concurrency, profile_seconds, other, json_path)
+        main(
+            routes,
+            batch_sizes,
+            seconds,
+            concurrency,
+            profile_seconds,
+            other,
+            json_path,
+            idle_seconds=idle_seconds,
+        )
     except SluiceError as e:
         fail(str(e))

@@ -64,14 +64,16 @@ def profile_summary(prof: cProfile.Profile, top: int = PROFILE_TOP) -> dict[str,
     return {"total_s": round(total, 4), "top": rows[:top]}
 
 
-def _dump(*_: Any) -> None:
+def _dump(*_: Any, ready: bool = False) -> None:
+    """Write the counters (``seq`` 0: the signal handlers are installed, ready)."""
     out: dict[str, Any] = {k: _state[k] for k in ("round_trips", "jobs", "batches")}
     prof = _state["profiler"]
     if prof is not None:
         prof.disable()
         out["profile"] = profile_summary(prof)
         _state["profiler"] = None
-    _state["seq"] += 1
+    if not ready:
+        _state["seq"] += 1
     out["seq"] = _state["seq"]
     path = os.environ[STATS_ENV]
     with open(path + ".tmp", "w") as f:
@@ -90,6 +92,7 @@ def gateway(args: list[str]) -> None:
     _count_round_trips()
     signal.signal(signal.SIGUSR1, _dump)
     signal.signal(signal.SIGUSR2, _start_profile)
+    _dump(ready=True)
     from sluice.cli import main
 
     sys.argv = ["sluice", "gateway", *args]
@@ -105,6 +108,7 @@ def worker(url: str, batch: int, dim: int) -> None:
     _count_round_trips()
     signal.signal(signal.SIGUSR1, _dump)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    _dump(ready=True)
     cfg = parse_config({"models": {MODEL: {"handler": "synthetic"}}})
     q = QueueClient(redis.Redis.from_url(url, decode_responses=True), dict(cfg.models))
     result = {"embedding": [round(0.001 * (i % 997) - 0.4, 6) for i in range(dim)]}
