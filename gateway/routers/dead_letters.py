@@ -17,10 +17,11 @@ from gateway.admin import AdminCaller, finish
 from gateway.deps import Caller, State
 from gateway.schemas import errors
 from gateway.state import GatewayState
+from gateway.strict_json import StrictJsonRoute
 from sluice.admin import ops
 from sluice.queue.scripts import Call
 
-router = APIRouter(tags=["admin"])
+router = APIRouter(tags=["admin"], route_class=StrictJsonRoute)
 PREFIX = "/v1/admin/models/{model}"
 ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
 JobId = Annotated[str, Path(description="The job's id.", max_length=256)]

@@ -10,7 +10,8 @@
 -- list keeps its order; it is at most DEAD_CAP (10,000) long, so rewriting it
 -- without the chunk's ids costs one O(10,000) pass per call.
 -- A redriven job is unfinished again: it counts against its owner's cap, its
--- record loses its TTL, its error and times, and it pushes a wake token.
+-- record loses its TTL, its error and times and its deadline (long past, most
+-- likely: the operator asks for it to run), and it pushes a wake token.
 -- Replies (declared): scanned, acted; one group per job acted on: id.
 local dead, stats, owners = KEYS[1], KEYS[2], KEYS[3]
 local ids, gone = {}, {}
@@ -19,7 +20,7 @@ local out = reply{scanned = #ids, acted = 0}
 local acted = 0
 
 local function redrive(jk, id, f)
-  redis.call('HSET', jk, JOB.status, 'queued', JOB.att, '0')
+  redis.call('HSET', jk, JOB.status, 'queued', JOB.att, '0', JOB.dl, '0')
   redis.call('HDEL', jk, JOB.error, JOB.fin, JOB.start, JOB.worker, JOB.run_ms,
              JOB.retry_at, JOB.gen_next, JOB.ttft)
   redis.call('PERSIST', jk)

@@ -11,7 +11,7 @@ from sluice import keys
 from sluice.admin import ops
 from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
-from tests.waits import wait_until
+from tests.waits import redis_now_ms, wait_until
 
 pytestmark = pytest.mark.redis
 NO_RETRY = {"batching": {"max_attempts": 1}, "retry": {"backoff_ms": 0}}
@@ -86,8 +86,12 @@ def test_list_page_and_read_one_say_why_each_failed(queue_factory) -> None:
 
 def test_redrive_keeps_the_id_resets_attempts_and_the_job_can_succeed(queue_factory, r) -> None:
     q = client(queue_factory)
-    ids = [s.id for s in q.submit("m", [job("a"), job("b", bucket="128"), job("c")])]
+    # a's deadline passes while it is a dead letter: a redrive means "run it" all the same
+    ids = [s.id for s in q.submit("m", [job("a", deadline_ms=300), job("b", bucket="128")])]
+    ids += [q.submit("m", [job("c")])[0].id]
     fail_all(q)
+    deadline = int(r.hget(keys.job_key("m", ids[0]), "dl"))
+    wait_until(lambda: redis_now_ms(r) > deadline, what="a's deadline to pass")
     where = ops.DeadLetterFilter(bucket="32")
     chosen = ops.drive(ops.select("m", where), q.run)
     assert set(chosen) == {ids[0], ids[2]}
