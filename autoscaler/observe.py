@@ -210,8 +210,9 @@ class Observer:
             pipe.execute_command(*cmd)
         wall = self.wall()
         windows = waits.recent_windows(wall)
-        for w in windows:
-            pipe.hgetall(keys.wait_hist_key(model, w))
+        hists = [(w, p) for p in range(self.client.ops.parts.span(model)) for w in windows]
+        for w, p in hists:  # every partition's histograms, merged (ADR 0159)
+            pipe.hgetall(keys.wait_hist_key(model, w, p))
         ttft = self._ttft_keys(model, wall)
         for k in ttft:
             pipe.hgetall(k)
@@ -221,7 +222,7 @@ class Observer:
         for cmd in wcall.commands:
             pipe.execute_command(*cmd)
         replies = pipe.execute()
-        return self._parse(model, stats, replies, classes, len(windows), wcall, len(ttft))
+        return self._parse(model, stats, replies, classes, len(hists), wcall, len(ttft))
 
     def _ttft_keys(self, model: str, wall: float) -> list[str]:
         """A generative model's TTFT histogram windows over metrics_window_s (none for

@@ -32,6 +32,7 @@ from sluice.registry import WorkerInfo, list_workers_call, prune
 
 log = logging.getLogger("sluice.gateway")
 RATE_SMOOTHING = 0.3  # weight of the newest completion-rate sample
+PARTS_EVERY_S = 30.0  # how often the snapshot refresh reads the partition high-water
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class Snapshots:
         self.current: dict[str, ModelSnapshot] = {}
         self.last_ok_s = 0.0
         self.retry = Reconnect(log, "gateway snapshots")
+        self._parts_due = 0.0  # monotonic: when to read the partition high-water again
 
     def load(self, model: str) -> Load | None:
         snap = self.current.get(model)
@@ -102,7 +104,14 @@ class Snapshots:
         for name in self.models:
             calls += [self.ops.stats(name), list_workers_call(name), _bulk_reports(name)]
             calls.append(state_call(name))
+        parts = self.ops.parts
+        due = time.monotonic() >= self._parts_due
+        if due:  # the partition high-water (ADR 0160), every PARTS_EVERY_S
+            calls.append(Call(list, commands=parts.refresh_commands()))
         replies = await self.call(run_reads(self.redis, calls))
+        if due:
+            parts.refreshed(replies.pop())
+            self._parts_due = time.monotonic() + PARTS_EVERY_S
         fresh, lapsed = {}, []
         for i, name in enumerate(self.models):
             stats, (workers, stale), bulk, pause = replies[4 * i : 4 * i + 4]

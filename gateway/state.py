@@ -77,6 +77,7 @@ class GatewayState:
         self.codecs = Codecs()
         self.metrics = GatewayMetrics()
         self.snapshots = Snapshots(self.redis, models, self.metrics, self.call)
+        self.snapshots.ops.parts = self.queue.ops.parts  # one partition high-water (ADR 0160)
         self.waiters = JobWaiters(
             self.pubsub_redis,
             [keys.done_channel(m) for m in models],

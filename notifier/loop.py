@@ -41,6 +41,7 @@ from sluice.webhooks.secret import config_secret
 log = logging.getLogger("sluice.notifier")
 IDLE_WAIT_S = 0.5  # an idle notifier looks for retries that came due at least this often
 METRICS_EVERY_S = 5.0
+SPANS_EVERY_S = 30.0  # how often the partition high-water is read
 LEASE_MARGIN_S = 5.0  # an attempt ends this long before its lease would lapse
 # Due entries one claim looks at, and hosts' lanes it walks, at most: its Redis time
 # stays bounded (a millisecond or two) however long a full host's backlog
@@ -145,7 +146,8 @@ class Notifier:
     def __post_init__(self) -> None:
         self.name = self.name or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self.wcfg = self.cfg.webhooks
-        self.ops = WebhookOps(list(self.cfg.models))
+        spans = {m: c.queue.partitions for m, c in self.cfg.models.items()}
+        self.ops = WebhookOps(list(self.cfg.models), spans)
         self.sender = Sender(self.wcfg, self.guard)
         self.metrics = self.metrics or NotifierMetrics()
         # A lease: twice an attempt's connect + read timeouts, and 5 s. The attempt as a
@@ -159,6 +161,7 @@ class Notifier:
         self.claims: dict[str, int] = {}  # claim calls made by model (tests count them)
         self._waits: list[asyncio.Task[bool]] = []  # wake waits (BLPOP) still blocked
         self.sent = 0  # attempts made (logged when it stops)
+        self._spans_due = 0.0  # monotonic: when to read the partition high-water again
 
     async def run(self, stopping: Callable[[], bool]) -> None:
         next_metrics = 0.0
@@ -209,7 +212,8 @@ class Notifier:
         may be leasable now (its batch filled or its look was cut): claim again at
         once. A claim that leased less than it could has looked at all that is due."""
         go_on = False
-        for model in self.cfg.models:
+        every = [(m, p) for m in self.cfg.models for p in range(self.ops.span(m))]
+        for model, part in every:
             free = self.wcfg.max_concurrency - len(self.inflight)
             if free <= 0:
                 break
@@ -222,6 +226,7 @@ class Notifier:
                 busy=self.busy,
                 scan=CLAIM_SCAN,
                 lanes_max=CLAIM_LANES,
+                partition=part,
             )
             self.claims[model] = self.claims.get(model, 0) + 1
             try:
@@ -338,12 +343,23 @@ class Notifier:
 
     async def _refresh_metrics(self) -> None:
         assert self.metrics is not None
+        if time.monotonic() >= self._spans_due:
+            await self._refresh_spans()
         now_ms = int(time.time() * 1000)
         for model in self.cfg.models:
             try:
                 self.metrics.backlog(await self.client.run(self.ops.backlog(model, now_ms)))
             except RedisUnavailable:
                 return
+
+    async def _refresh_spans(self) -> None:
+        """Deliveries of partitions a larger count left are still claimed (ADR 0160)."""
+        self._spans_due = time.monotonic() + SPANS_EVERY_S
+        try:
+            await self.client.refresh_partitions()
+        except RedisUnavailable:
+            return
+        self.ops.spans.update({m: self.client.ops.parts.span(m) for m in self.cfg.models})
 
 
 def build(cfg: SluiceConfig, redis_url: str, environ: dict[str, str] | None = None) -> Notifier:

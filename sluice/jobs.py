@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from sluice import fastjson
+from sluice.keys import PARTITION_MARK
 from sluice.records import RANKS
 from sluice.records import DeliveryField as D
 from sluice.records import JobField as J
@@ -44,12 +45,14 @@ def priority_rank(priority: str) -> int:
     return RANKS.index(priority)
 
 
-def new_job_id(model: str) -> str:
+def new_job_id(model: str, partition: int = 0) -> str:
     """An opaque id that still tells the server which model's keys hold the job.
 
-    Model names never contain '.', so the id is ``<model>.<time-ordered token>``.
+    Model names never contain '.', so the id is ``<model>.<time-ordered token>``; a
+    job of partition p >= 1 has ``<p>~`` before its token (``keys.partition_of``).
     """
-    return f"{model}.{int(time.time() * 1000):011x}{secrets.token_hex(8)}"
+    mark = f"{partition}{PARTITION_MARK}" if partition else ""
+    return f"{model}.{mark}{int(time.time() * 1000):011x}{secrets.token_hex(8)}"
 
 
 def model_of(job_id: str) -> str | None:

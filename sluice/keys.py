@@ -1,7 +1,8 @@
 """Every Redis key name Sluice uses, and nothing else.
 
-All keys of one model share the hash tag ``{model}`` so that a Redis Cluster
-keeps a model on one slot and every script touches one slot only. No other
+All keys of one model's partition share one hash tag (``{model}`` for partition 0,
+``{model~p}`` for the others, docs/adr/0159) so that a Redis Cluster keeps a
+partition on one slot and every script touches one slot only. No other
 module formats a key; Lua scripts receive keys (or a documented prefix with the
 same hash tag) from here.
 """
@@ -14,8 +15,25 @@ PREFIX = "sluice"
 MODEL_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
-def _tag(model: str) -> str:
+# Partitions (queue.partitions, docs/adr/0159): partition 0 keeps the tag ``{model}``;
+# partition p >= 1 uses ``{model~p}``, so a Cluster may place it on another shard. Model
+# names never hold '~', so no model's tag is another's partition.
+PARTITION_MARK = "~"
+_PARTITION_RE = re.compile(r"^([1-9][0-9]{0,3})~")
+
+
+def _tag(model: str, partition: int = 0) -> str:
+    if partition:
+        return f"{PREFIX}:{{{model}{PARTITION_MARK}{partition}}}:"
     return f"{PREFIX}:{{{model}}}:"
+
+
+def partition_of(job_id: str) -> int:
+    """The partition a job (or delivery) id was made in: ``<model>.<p>~<token>`` for
+    p >= 1; every other id (all ids from before partitions, bulk ids) is partition 0."""
+    _, _, token = job_id.partition(".")
+    m = _PARTITION_RE.match(token)
+    return int(m.group(1)) if m else 0
 
 
 def model_prefix(model: str) -> str:
@@ -23,65 +41,73 @@ def model_prefix(model: str) -> str:
     return _tag(model)
 
 
-def job_prefix(model: str) -> str:
-    return f"{_tag(model)}job:"
+def job_prefix(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}job:"
 
 
 def job_key(model: str, job_id: str) -> str:
-    return f"{job_prefix(model)}{job_id}"
+    """A job's hash, in the partition its id names (:func:`partition_of`)."""
+    return f"{job_prefix(model, partition_of(job_id))}{job_id}"
 
 
-def queue_prefix(model: str) -> str:
-    return f"{_tag(model)}q:"
+def queue_prefix(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}q:"
 
 
-def queue_key(model: str, bucket: str) -> str:
-    return f"{queue_prefix(model)}{bucket}"
+def queue_key(model: str, bucket: str, partition: int = 0) -> str:
+    return f"{queue_prefix(model, partition)}{bucket}"
 
 
-def inflight_key(model: str) -> str:
-    return f"{_tag(model)}inflight"
+def inflight_key(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}inflight"
 
 
-def stats_key(model: str) -> str:
-    return f"{_tag(model)}stats"
+def stats_key(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}stats"
 
 
-def seq_key(model: str) -> str:
-    return f"{_tag(model)}seq"
+def partitions_key(model: str) -> str:
+    """Zset of one member whose score is the most partitions this model's queues were
+    ever spread over (raised with ZADD GT): readers and claims keep visiting them
+    all, so lowering ``queue.partitions`` drains the old ones (docs/adr/0159)."""
+    return f"{_tag(model)}partitions"
 
 
-def retry_key(model: str) -> str:
+def seq_key(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}seq"
+
+
+def retry_key(model: str, partition: int = 0) -> str:
     """Zset of queued retries waiting out their backoff, scored by when each becomes
     claimable (epoch ms, the Redis clock); claim and reclaim move due ones into their
     queues (docs/adr/0153)."""
-    return f"{_tag(model)}retry"
+    return f"{_tag(model, partition)}retry"
 
 
-def dead_letter_key(model: str) -> str:
-    return f"{_tag(model)}dead"
+def dead_letter_key(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}dead"
 
 
-def idempotency_prefix(model: str) -> str:
-    return f"{_tag(model)}idem:"
+def idempotency_prefix(model: str, partition: int = 0) -> str:
+    return f"{_tag(model, partition)}idem:"
 
 
-def idempotency_key(model: str, key: str) -> str:
-    return f"{idempotency_prefix(model)}{key}"
+def idempotency_key(model: str, key: str, partition: int = 0) -> str:
+    return f"{idempotency_prefix(model, partition)}{key}"
 
 
 def done_channel(model: str) -> str:
     return f"{_tag(model)}done"
 
 
-def stream_prefix(model: str) -> str:
+def stream_prefix(model: str, partition: int = 0) -> str:
     """Per-job token streams: ``<prefix><job id>`` (a generative job's Redis Stream,
     ADR 0144; same hash tag as the job, so one script writes both)."""
-    return f"{_tag(model)}stream:"
+    return f"{_tag(model, partition)}stream:"
 
 
 def stream_key(model: str, job_id: str) -> str:
-    return f"{stream_prefix(model)}{job_id}"
+    return f"{stream_prefix(model, partition_of(job_id))}{job_id}"
 
 
 def ttft_hist_prefix(model: str) -> str:
@@ -95,34 +121,34 @@ def ttft_hist_key(model: str, window_start_s: int) -> str:
     return f"{ttft_hist_prefix(model)}{window_start_s}"
 
 
-def wake_prefix(model: str) -> str:
+def wake_prefix(model: str, partition: int = 0) -> str:
     """Per-bucket wake lists: ``<prefix><bucket>`` (what scripts append to)."""
-    return f"{_tag(model)}wake:"
+    return f"{_tag(model, partition)}wake:"
 
 
-def wake_key(model: str, bucket: str) -> str:
+def wake_key(model: str, bucket: str, partition: int = 0) -> str:
     """List of wake-up tokens (at most 64) for one bucket; idle workers serving
     it block on it (BLPOP)."""
-    return f"{wake_prefix(model)}{bucket}"
+    return f"{wake_prefix(model, partition)}{bucket}"
 
 
-def wait_hist_prefix(model: str) -> str:
+def wait_hist_prefix(model: str, partition: int = 0) -> str:
     """Per-window queue-wait histograms: ``<prefix><window_start_s>``."""
-    return f"{_tag(model)}waith:"
+    return f"{_tag(model, partition)}waith:"
 
 
-def wait_hist_key(model: str, window_start_s: int) -> str:
-    return f"{wait_hist_prefix(model)}{window_start_s}"
+def wait_hist_key(model: str, window_start_s: int, partition: int = 0) -> str:
+    return f"{wait_hist_prefix(model, partition)}{window_start_s}"
 
 
-def e2e_hist_prefix(model: str) -> str:
+def e2e_hist_prefix(model: str, partition: int = 0) -> str:
     """Per-window end-to-end latency histograms (enqueue to finish of succeeded
     jobs, written by the complete script): ``<prefix><window_start_s>``."""
-    return f"{_tag(model)}e2eh:"
+    return f"{_tag(model, partition)}e2eh:"
 
 
-def e2e_hist_key(model: str, window_start_s: int) -> str:
-    return f"{e2e_hist_prefix(model)}{window_start_s}"
+def e2e_hist_key(model: str, window_start_s: int, partition: int = 0) -> str:
+    return f"{e2e_hist_prefix(model, partition)}{window_start_s}"
 
 
 def decisions_key(model: str) -> str:
@@ -149,17 +175,17 @@ def worker_key(model: str, worker_id: str) -> str:
     return f"{worker_prefix(model)}{worker_id}"
 
 
-def workers_key(model: str) -> str:
+def workers_key(model: str, partition: int = 0) -> str:
     """Zset of live worker ids scored by heartbeat expiry (epoch seconds, Redis server clock)."""
-    return f"{_tag(model)}workers"
+    return f"{_tag(model, partition)}workers"
 
 
-def idle_workers_key(model: str) -> str:
+def idle_workers_key(model: str, partition: int = 0) -> str:
     """Zset of the live workers that claim nothing (parked in the warm pool, still
     starting, draining or quarantined), scored like :func:`workers_key`: the claim
     script subtracts them to count the workers that serve, for
     ``bulk.reserve_workers``."""
-    return f"{_tag(model)}workers:idle"
+    return f"{_tag(model, partition)}workers:idle"
 
 
 def workers_info_key(model: str) -> str:
@@ -171,10 +197,11 @@ def worker_control_key(model: str, worker_id: str) -> str:
     return f"{_tag(model)}control:{worker_id}"
 
 
-def paused_key(model: str) -> str:
+def paused_key(model: str, partition: int = 0) -> str:
     """Hash of a paused model (``records.PauseField``); absent while it runs. Its
-    existence is what claim.lua checks (one EXISTS): no worker claims (ADR 0154)."""
-    return f"{_tag(model)}paused"
+    existence is what claim.lua checks (one EXISTS): no worker claims (ADR 0154).
+    Partition 0's is the record; every other partition holds a copy for its claims."""
+    return f"{_tag(model, partition)}paused"
 
 
 def audit_key() -> str:
@@ -188,69 +215,69 @@ def bench_key(name: str) -> str:
     return f"{PREFIX}:bench:{name}"
 
 
-def owner_jobs_key(model: str) -> str:
+def owner_jobs_key(model: str, partition: int = 0) -> str:
     """Hash of API-key name -> that owner's unfinished (queued + running) jobs.
 
     Raised by submit, lowered wherever a job ends; only jobs with an owner count.
     """
-    return f"{_tag(model)}owners"
+    return f"{_tag(model, partition)}owners"
 
 
-def rate_limit_key(model: str) -> str:
+def rate_limit_key(model: str, partition: int = 0) -> str:
     """Hash of API-key name -> "<tokens>:<last refill ms>" (the per-key token bucket)."""
-    return f"{_tag(model)}ratelimit"
+    return f"{_tag(model, partition)}ratelimit"
 
 
 # -- webhook deliveries and event streams (sluice/webhooks, docs/adr/0131) ----------
-def notify_prefix(model: str) -> str:
+def notify_prefix(model: str, partition: int = 0) -> str:
     """``<prefix><job or bulk id>``: one webhook delivery's hash. Ids always hold a
     '.', so the fixed names below (which scripts derive from this prefix) never
     collide with a delivery."""
-    return f"{_tag(model)}notify:"
+    return f"{_tag(model, partition)}notify:"
 
 
 def delivery_key(model: str, job_id: str) -> str:
-    return f"{notify_prefix(model)}{job_id}"
+    return f"{notify_prefix(model, partition_of(job_id))}{job_id}"
 
 
-def deliveries_due_key(model: str) -> str:
+def deliveries_due_key(model: str, partition: int = 0) -> str:
     """Zset of delivery ids by when each is due (epoch ms, the Redis clock); a claimed
     one is pushed out by its lease, so a notifier that dies loses nothing."""
-    return f"{notify_prefix(model)}due"
+    return f"{notify_prefix(model, partition)}due"
 
 
-def deliveries_lanes_key(model: str) -> str:
+def deliveries_lanes_key(model: str, partition: int = 0) -> str:
     """Zset of hosts with a lane (a notifier had them full when their deliveries fell
     due), by the earliest due time (ms) in that lane (docs/adr/0139)."""
-    return f"{notify_prefix(model)}lanes"
+    return f"{notify_prefix(model, partition)}lanes"
 
 
-def deliveries_lane_sizes_key(model: str) -> str:
+def deliveries_lane_sizes_key(model: str, partition: int = 0) -> str:
     """Hash of host -> how many deliveries its lane holds (what the backlog counts)."""
-    return f"{notify_prefix(model)}lanesizes"
+    return f"{notify_prefix(model, partition)}lanesizes"
 
 
-def deliveries_lane_prefix(model: str) -> str:
+def deliveries_lane_prefix(model: str, partition: int = 0) -> str:
     """``<prefix><host>``: one host's lane, a zset of due delivery ids by due time
     (ms). claim.lua derives these keys from the prefix (same hash tag; only it
     formats them); it lies outside ``notify_prefix`` so a host never reads as a
     delivery id."""
-    return f"{_tag(model)}notify-lane:"
+    return f"{_tag(model, partition)}notify-lane:"
 
 
-def deliveries_wake_key(model: str) -> str:
+def deliveries_wake_key(model: str, partition: int = 0) -> str:
     """List of wake-up tokens (at most 64) an idle notifier blocks on (BLPOP)."""
-    return f"{notify_prefix(model)}wake"
+    return f"{notify_prefix(model, partition)}wake"
 
 
-def deliveries_dead_key(model: str) -> str:
+def deliveries_dead_key(model: str, partition: int = 0) -> str:
     """List of delivery ids that gave up (newest first, bounded)."""
-    return f"{notify_prefix(model)}dead"
+    return f"{notify_prefix(model, partition)}dead"
 
 
-def events_key(model: str) -> str:
+def events_key(model: str, partition: int = 0) -> str:
     """Stream of the model's ended jobs (id -> status pairs per entry), capped."""
-    return f"{notify_prefix(model)}events"
+    return f"{notify_prefix(model, partition)}events"
 
 
 # -- bulk jobs (sluice/bulk): a bulk job's keys share its model's hash tag ----------
@@ -286,7 +313,7 @@ def bulk_backlog_key(model: str) -> str:
     return f"{_tag(model)}bulk:backlog"
 
 
-def bulk_holders_key(model: str) -> str:
+def bulk_holders_key(model: str, partition: int = 0) -> str:
     """Zset of worker ids running a bulk batch, scored by its lease expiry (ms): how
     many workers bulk holds, for ``bulk.reserve_workers`` (ADR 0090)."""
-    return f"{_tag(model)}bulk:holders"
+    return f"{_tag(model, partition)}bulk:holders"

@@ -382,7 +382,7 @@ class Worker:
         if self.control.held() or self.redis_retry.down:
             return  # Redis down: the failed claim has waited its backoff already
         try:
-            self.client.wait_for_work(self.model, IDLE_WAIT_S, self.buckets)
+            self.client.wait_for_work(self.model, IDLE_WAIT_S, self.buckets, worker=self.id)
         except (RedisUnavailable, RedisError) as e:
             self.control.stop.wait(self.redis_retry.failed(e))
 

@@ -50,18 +50,19 @@ def model_reads(
 ) -> Call[dict[str, Any]]:
     """One model's reads as one Call (its commands join the shared pipeline); a
     generative model's also read its time-to-first-token windows (ADR 0149)."""
+    hooks = WebhookOps([model], {model: ops.parts.span(model)})
     parts: list[tuple[str, Call[Any]]] = [
         ("stats", ops.stats(model)),
         ("workers", list_workers_call(model)),
     ]
     windows = recent_windows(now_s, LATENCY_SPAN_S)
     parts += [
-        ("wait", _many([("HGETALL", keys.wait_hist_key(model, w)) for w in windows])),
-        ("e2e", _many([("HGETALL", keys.e2e_hist_key(model, w)) for w in windows])),
+        ("wait", _hists(keys.wait_hist_key, model, windows, ops.parts.span(model))),
+        ("e2e", _hists(keys.e2e_hist_key, model, windows, ops.parts.span(model))),
         ("scale", _many([("HGETALL", keys.scale_state_key(model))])),
         ("decisions", _many([("LRANGE", keys.decisions_key(model), 0, DECISIONS_SHOWN - 1)])),
         ("dead", ops.dead_letters(model, DEAD_SHOWN)),
-        ("webhooks", WebhookOps([model]).backlog(model, int(now_s * 1000))),
+        ("webhooks", hooks.backlog(model, int(now_s * 1000))),
         ("pause", state_call(model)),
     ]
     if generative:
@@ -80,13 +81,38 @@ def model_reads(
     return Call(parse, commands=cmds)
 
 
-def history_reads(model: str, now_s: float) -> tuple[list[int], Call[list[Any]]]:
-    """The finished wait and e2e windows of the last HISTORY_S (2 x 30 HGETALLs)."""
+def history_reads(model: str, now_s: float, span: int = 1) -> tuple[list[int], Call[list[Any]]]:
+    """The finished wait and e2e windows of the last HISTORY_S (2 x 30 HGETALLs per
+    partition, summed per window)."""
     last = window_start(now_s) - WINDOW_S  # the current window is still filling
     starts = list(range(window_start(now_s - HISTORY_S), last + 1, WINDOW_S))
-    cmds = [("HGETALL", keys.wait_hist_key(model, w)) for w in starts]
-    cmds += [("HGETALL", keys.e2e_hist_key(model, w)) for w in starts]
-    return starts, _many(cmds)
+    wait = _hists(keys.wait_hist_key, model, starts, span)
+    e2e = _hists(keys.e2e_hist_key, model, starts, span)
+    n = len(wait.commands)
+    both = Call(
+        lambda r: [*wait.parse(r[:n]), *e2e.parse(r[n:])],
+        commands=[*wait.commands, *e2e.commands],
+    )
+    return starts, both
+
+
+def _hists(
+    key: Callable[[str, int, int], str], model: str, windows: list[int], span: int
+) -> Call[list[Any]]:
+    """One histogram hash per window, each the sum of every partition's (ADR 0159)."""
+    cmds = [("HGETALL", key(model, w, p)) for p in range(span) for w in windows]
+
+    def parse(r: list[Any]) -> list[Any]:
+        out: list[dict[str, str]] = []
+        for i in range(len(windows)):
+            total: dict[str, int] = {}
+            for p in range(span):
+                for f, v in (r[p * len(windows) + i] or {}).items():
+                    total[f] = total.get(f, 0) + int(v)
+            out.append({f: str(v) for f, v in total.items()})
+        return out
+
+    return Call(parse, commands=cmds)
 
 
 def _signals(
@@ -182,7 +208,7 @@ class DashboardFeed:
         if self._history is not None and self.clock() - self._history[0] < HISTORY_TTL_S:
             return self._history[1]
         now = self.wall()
-        reads = [history_reads(m, now) for m in self.models]
+        reads = [history_reads(m, now, self.ops.parts.span(m)) for m in self.models]
         replies = await self.call(run_reads(self.redis, [call for _, call in reads]))
         out: dict[str, Any] = {"at_ms": int(now * 1000), "window_s": WINDOW_S, "models": {}}
         for m, (starts, _), hashes in zip(self.models, reads, replies, strict=True):

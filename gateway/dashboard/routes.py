@@ -35,6 +35,7 @@ def feed_of(request: Request) -> DashboardFeed:
     if feed is None:
         st: GatewayState = request.app.state.gateway
         feed = DashboardFeed(st.redis, dict(st.cfg.models), st.call, poll_s=st.gw.stats_refresh_s)
+        feed.ops.parts = st.queue.ops.parts  # the gateway's partition high-water (ADR 0160)
         request.app.state.dashboard_feed = feed
     return feed
 

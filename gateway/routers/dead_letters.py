@@ -92,7 +92,7 @@ async def list_dead_letters(
     """The model's dead letters, newest first, with why each failed; pass
     ``next_cursor`` back as ``cursor`` for the next page (null: the last)."""
     st.model(model)
-    page = await _drive(st, ops.page(model, limit, cursor))
+    page = await _drive(st, ops.page(model, limit, cursor, st.queue.ops.parts.span(model)))
     return {
         "model": model,
         "total": page.total,
@@ -119,7 +119,7 @@ async def _dead_letters(
         ids, detail = list(dict.fromkeys(body.ids)), {"ids": len(body.ids)}
     else:
         where = ops.DeadLetterFilter(**body.filter.model_dump()) if body.filter else None
-        ids = await _drive(st, ops.select(model, where))
+        ids = await _drive(st, ops.select(model, where, st.queue.ops.parts.span(model)))
         detail = {"filter": body.filter.model_dump(exclude_none=True) if body.filter else "all"}
     done = await _drive(st, ops.act(model, action, ids))
     return await finish(
@@ -154,7 +154,8 @@ async def purge_queue(model: ModelName, body: QueuePurge, st: State, key: Caller
     waiting out a retry backoff too); each ends ``cancelled`` for whoever waits on it.
     Jobs submitted while it runs are kept; running jobs finish."""
     cfg = st.model(model)
-    n = await _drive(st, ops.purge_queue(model, cfg, body.priority, body.bucket))
+    span = st.queue.ops.parts.span(model)
+    n = await _drive(st, ops.purge_queue(model, cfg, body.priority, body.bucket, span))
     detail = body.model_dump(exclude_none=True)
     return await finish(st, key, model=model, action="queue.purge", count=n, detail=detail)
 

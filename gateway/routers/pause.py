@@ -46,7 +46,15 @@ async def pause_model(
         refuse = st.cfg.models[model].pause.refuse_submits
     now_ms = int(time.time() * 1000)
     changed = await st.call(
-        st.queue.run(pause_call(model, by=actor(key), refuse_submits=refuse, now_ms=now_ms))
+        st.queue.run(
+            pause_call(
+                model,
+                by=actor(key),
+                refuse_submits=refuse,
+                now_ms=now_ms,
+                partitions=st.queue.ops.parts.span(model),
+            )
+        )
     )
     state = await st.call(st.queue.run(state_call(model)))
     detail = {"refuse_submits": refuse}
@@ -60,5 +68,6 @@ async def resume_model(st: State, key: AdminCaller, model: ModelName) -> dict[st
     """Resume a paused model: its idle workers are woken and claim at once."""
     known_model(st, model)
     buckets = st.cfg.models[model].bucket_names
-    changed = await st.call(st.queue.run(resume_call(model, buckets)))
+    span = st.queue.ops.parts.span(model)
+    changed = await st.call(st.queue.run(resume_call(model, buckets, span)))
     return await finish(st, key, model=model, action="resume", count=int(changed), paused=False)

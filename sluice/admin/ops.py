@@ -22,6 +22,7 @@ from sluice.admin.signatures import DEAD_LETTERS, QUEUE_PURGE, SIGNATURES
 from sluice.config import ModelConfig
 from sluice.errors import InvalidInput, JobConflict, JobNotFound
 from sluice.jobs import JobRecord, model_of, priority_rank
+from sluice.queue.partitions import split_by_partition
 from sluice.queue.scripts import Call
 from sluice.records import RANKS, SCORE_SCALE
 from sluice.records import JobField as J
@@ -152,21 +153,33 @@ def _cursor(cursor: str | None) -> tuple[int, str]:
     return int(offset), last
 
 
-def page(model: str, limit: int = 50, cursor: str | None = None) -> Plan[DeadLetterPage]:
+def page(
+    model: str, limit: int = 50, cursor: str | None = None, span: int = 1
+) -> Plan[DeadLetterPage]:
     """Dead letters newest first, ``limit`` a page; ``cursor`` (from the previous page)
     is ``<offset>:<last id>``: the page goes on after that id wherever it is now (new
-    failures push the list down), or at the offset once that id has left the list."""
-    dead = keys.dead_letter_key(model)
+    failures push the list down), or at the offset once that id has left the list.
+    With ``span`` partitions (docs/adr/0159) the lists are paged one after another:
+    the last id names its partition, so the cursor keeps its form."""
     offset, last = _cursor(cursor)
+    p = keys.partition_of(last) if last else 0
+    dead = keys.dead_letter_key(model, p)
+    lens = yield _reads(*[("LLEN", keys.dead_letter_key(model, q)) for q in range(span)])
+    total = sum(int(n) for n in lens)
     if last:
         (pos,) = yield _reads(("LPOS", dead, last))
         offset = int(pos) + 1 if pos is not None else offset
-    ids, total = yield _reads(("LRANGE", dead, offset, offset + limit - 1), ("LLEN", dead))
+    ids: list[str] = []
+    while True:
+        (got,) = yield _reads(("LRANGE", dead, offset, offset + limit - len(ids) - 1))
+        ids, end = ids + got, offset + len(got)
+        if len(ids) >= limit or p + 1 >= span:
+            break
+        p, offset, dead = p + 1, 0, keys.dead_letter_key(model, p + 1)
     raws = (yield _records(model, ids)) if ids else []
     items = [d for raw in raws if (d := dead_letter_of(model, raw)) is not None]
-    end = offset + len(ids)
-    more = bool(ids) and end < int(total)
-    return DeadLetterPage(items, int(total), f"{end}:{ids[-1]}" if more else None)
+    more = bool(ids) and (end < int(lens[p]) or any(int(n) for n in lens[p + 1 :]))
+    return DeadLetterPage(items, total, f"{end}:{ids[-1]}" if more else None)
 
 
 def one(job_id: str, model: str) -> Plan[DeadLetter]:
@@ -180,10 +193,11 @@ def one(job_id: str, model: str) -> Plan[DeadLetter]:
     return d
 
 
-def select(model: str, where: DeadLetterFilter | None) -> Plan[list[str]]:
-    """The ids listed now (oldest first) that ``where`` takes; None: all of them."""
-    (ids,) = yield _reads(("LRANGE", keys.dead_letter_key(model), 0, -1))
-    ids = list(reversed(ids))
+def select(model: str, where: DeadLetterFilter | None, span: int = 1) -> Plan[list[str]]:
+    """The ids listed now (oldest first, partition by partition) that ``where``
+    takes; None: all of them."""
+    lists = yield _reads(*[("LRANGE", keys.dead_letter_key(model, p), 0, -1) for p in range(span)])
+    ids = [i for listed in lists for i in reversed(listed)]
     if where is None or where == DeadLetterFilter():
         return ids
     chosen: list[str] = []
@@ -198,17 +212,20 @@ def select(model: str, where: DeadLetterFilter | None) -> Plan[list[str]]:
 
 
 def _act_call(model: str, action: str, ids: Sequence[str]) -> Call[list[str]]:
+    """Ids of one partition (``act`` groups them)."""
+    p = keys.partition_of(ids[0]) if ids else 0
     args = DEAD_LETTERS.pack(
         {
             "action": action,
-            "jprefix": keys.job_prefix(model),
-            "qprefix": keys.queue_prefix(model),
-            "wprefix": keys.wake_prefix(model),
-            "sprefix": keys.stream_prefix(model),
+            "jprefix": keys.job_prefix(model, p),
+            "qprefix": keys.queue_prefix(model, p),
+            "wprefix": keys.wake_prefix(model, p),
+            "sprefix": keys.stream_prefix(model, p),
         },
         [{"id": i} for i in ids],
     )
-    ks = [keys.dead_letter_key(model), keys.stats_key(model), keys.owner_jobs_key(model)]
+    ks = [keys.dead_letter_key(model, p), keys.stats_key(model, p)]
+    ks += [keys.owner_jobs_key(model, p)]
     return Call(
         lambda r: [g["id"] for g in DEAD_LETTERS.unpack(r)[1]], "admin_dead_letters", ks, args
     )
@@ -220,8 +237,10 @@ def act(model: str, action: str, ids: Sequence[str]) -> Plan[list[str]]:
     if action not in ("redrive", "purge"):
         raise ValueError(action)
     done: list[str] = []
-    for i in range(0, len(ids), CHUNK):
-        done += yield _act_call(model, action, ids[i : i + CHUNK])
+    for idx in split_by_partition(ids).values():
+        mine = [ids[i] for i in idx]
+        for i in range(0, len(mine), CHUNK):
+            done += yield _act_call(model, action, mine[i : i + CHUNK])
     return done
 
 
@@ -243,14 +262,14 @@ def retry(job_id: str, models: dict[str, ModelConfig]) -> Plan[str]:
 
 def _purge_call(
     model: str, cfg: ModelConfig, mode: str, queue: str, *, lo: str = "0", hi: str = "0",
-    offset: int = 0, bucket: str = "", prio: int = -1,
+    offset: int = 0, bucket: str = "", prio: int = -1, p: int = 0,
 ) -> Call[tuple[int, int, int]]:  # fmt: skip
     args = QUEUE_PURGE.pack(
         {
             "mode": mode,
-            "jprefix": keys.job_prefix(model),
+            "jprefix": keys.job_prefix(model, p),
             "channel": keys.done_channel(model),
-            "nprefix": keys.notify_prefix(model),
+            "nprefix": keys.notify_prefix(model, p),
             "result_ttl": cfg.queue.result_ttl_s,
             "lo": lo,
             "hi": hi,
@@ -260,7 +279,7 @@ def _purge_call(
             "prio": prio,
         }
     )
-    ks = [keys.stats_key(model), keys.owner_jobs_key(model), keys.retry_key(model), queue]
+    ks = [keys.stats_key(model, p), keys.owner_jobs_key(model, p), keys.retry_key(model, p), queue]
 
     def parse(r: list[Any]) -> tuple[int, int, int]:
         head, _ = QUEUE_PURGE.unpack(r)
@@ -270,33 +289,46 @@ def _purge_call(
 
 
 def purge_queue(
-    model: str, cfg: ModelConfig, priority: str | None = None, bucket: str | None = None
+    model: str,
+    cfg: ModelConfig,
+    priority: str | None = None,
+    bucket: str | None = None,
+    span: int = 1,
 ) -> Plan[int]:
     """Cancel the model's queued jobs (one priority class and/or bucket, or all), those
     waiting out a retry backoff included; jobs submitted after it began are kept.
-    How many were cancelled."""
+    How many were cancelled (over ``span`` partitions, docs/adr/0159)."""
     if bucket is not None and bucket not in cfg.bucket_names:
         raise InvalidInput(f"unknown bucket {bucket!r}: {', '.join(cfg.bucket_names)}")
     if priority is not None and priority not in RANKS:
         raise InvalidInput(f"unknown priority {priority!r}: {', '.join(RANKS)}")
-    (seq,) = yield _reads(("GET", keys.seq_key(model)))
+    total = 0
+    for p in range(span):
+        total += yield from _purge_partition(model, cfg, priority, bucket, p)
+    return total
+
+
+def _purge_partition(
+    model: str, cfg: ModelConfig, priority: str | None, bucket: str | None, p: int
+) -> Plan[int]:
+    (seq,) = yield _reads(("GET", keys.seq_key(model, p)))
     upto = int(seq or 0)
     ranks = [priority_rank(priority)] if priority else range(len(RANKS))
     total = 0
     for b in [bucket] if bucket else cfg.bucket_names:
-        q = keys.queue_key(model, b)
+        q = keys.queue_key(model, b, p)
         for rank in ranks:
             lo, hi = str(rank * SCORE_SCALE), str(rank * SCORE_SCALE + upto)
             while True:
-                scanned, acted, _ = yield _purge_call(model, cfg, "queue", q, lo=lo, hi=hi)
+                scanned, acted, _ = yield _purge_call(model, cfg, "queue", q, lo=lo, hi=hi, p=p)
                 total += acted
                 if scanned < CHUNK:
                     break
     prio = priority_rank(priority) if priority else -1
-    offset, any_q = 0, keys.queue_key(model, cfg.bucket_names[0])
+    offset, any_q = 0, keys.queue_key(model, cfg.bucket_names[0], p)
     while True:
         scanned, acted, removed = yield _purge_call(
-            model, cfg, "retry", any_q, offset=offset, bucket=bucket or "", prio=prio
+            model, cfg, "retry", any_q, offset=offset, bucket=bucket or "", prio=prio, p=p
         )
         total += acted
         if scanned < CHUNK:

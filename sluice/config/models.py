@@ -41,6 +41,9 @@ class QueueConfig(StrictModel):
     # How long a "replica" write waits for the replica's ack before answering 503; the
     # gateway's redis_timeout_s bounds the whole call, so keep this well under it.
     replica_ack_timeout_ms: int = Field(500, gt=0, le=10_000)
+    # Spread the model's queues over this many hash tags, so a Redis Cluster may put
+    # them on different shards (docs/adr/0159). 1 (the default) changes nothing.
+    partitions: int = Field(1, ge=1, le=64)
 
     @field_validator("priority_weights")
     @classmethod
@@ -330,6 +333,8 @@ def _check_generative(model: ModelConfig) -> None:
     user's ``package.module:Class``), and ``causal-lm`` with a ``generate:`` section;
     a job's whole stream fits ``generate.stream_maxlen``."""
     user_handler = ":" in model.handler
+    if model.generate is not None and model.queue.partitions > 1:
+        raise ValueError("queue.partitions > 1 is not supported for a generative model yet")
     if model.generate is None:
         if model.handler == GENERATIVE_HANDLER:
             raise ValueError(

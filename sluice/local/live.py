@@ -40,16 +40,20 @@ def p99_from_hist(hists: list[dict[str, str]]) -> float | None:
     return float("inf")
 
 
-def _recent_hists(model: str, now_s: float, span_s: float = 60) -> Call[list[dict[str, str]]]:
+def _recent_hists(
+    model: str, now_s: float, span_s: float = 60, parts: int = 1
+) -> Call[list[dict[str, str]]]:
+    """The last ``span_s`` of wait histograms, every partition's (pooled by the reader)."""
     last = int(now_s // WINDOW_S) * WINDOW_S
     starts = range(last - int(span_s) + WINDOW_S, last + 1, WINDOW_S)
-    return Call(list, commands=[("HGETALL", keys.wait_hist_key(model, s)) for s in starts])
+    cmds = [("HGETALL", keys.wait_hist_key(model, s, p)) for p in range(parts) for s in starts]
+    return Call(list, commands=cmds)
 
 
 def read_line(q: QueueClient, model: str, now_s: float) -> ModelLine:
     stats = q.stats(model)
     live, _ = q.run(list_workers_call(model))
-    hists = q.run(_recent_hists(model, now_s))
+    hists = q.run(_recent_hists(model, now_s, parts=q.ops.parts.span(model)))
     done = stats.counters.get(Stat.SUCCEEDED, 0) + stats.counters.get(Stat.FAILED, 0)
     return ModelLine(model, workers_by_state(live), stats.queued, done, p99_from_hist(hists))
 

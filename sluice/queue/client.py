@@ -6,7 +6,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import redis
@@ -112,6 +114,20 @@ def _parsed(call: Call[Any], reply: Any) -> Any:
     return call.parse(reply)
 
 
+REFRESH_S = 30.0  # how often a worker's client re-reads the partition high-water
+
+
+def merged_claims(tried: Sequence[Batch]) -> Batch:
+    """The batch of the last claim tried, with every tried partition's expired and
+    reclaimed counts."""
+    last = tried[-1]
+    return replace(
+        last,
+        expired=sum(b.expired for b in tried),
+        reclaimed=sum(b.reclaimed for b in tried),
+    )
+
+
 def refuse_cluster_durability(cluster: bool, models: dict[str, ModelConfig]) -> None:
     """ConfigError when a model asks for replica durability on Redis Cluster."""
     durable = sorted(m for m, c in models.items() if c.queue.durability == "replica")
@@ -130,6 +146,8 @@ class QueueClient:
         self.redis = r
         self.ops = QueueOps(models)
         self._scripts = {n: r.register_script(script_source(n)) for n in SCRIPT_NAMES}
+        # The partition high-water is read at the first claim, then every REFRESH_S.
+        self._refreshed_at = -REFRESH_S
 
     def register(self, scripts: dict[str, str]) -> None:
         """More Lua scripts that this client's calls may name (sluice.bulk's)."""
@@ -208,43 +226,98 @@ class QueueClient:
     def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return self.run(self.ops.submit(model, jobs, **limits))
 
+    def refresh_partitions(self) -> None:
+        """Read (and raise to the configured counts) every model's partition
+        high-water, so claims and readers visit partitions a larger count left."""
+        self.ops.parts.refreshed(self.run(Call(list, commands=self.ops.parts.refresh_commands())))
+        self._refreshed_at = time.monotonic()
+
     def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
-        return self.run(self.ops.claim(model, worker_id, **kw))
+        """A batch from the first partition that has one, in the worker's turn
+        (``Partitions.claim_order``); empty only when every partition is. A partition
+        whose shard is unavailable is passed over (its error raised only when no
+        other partition had work), so one shard down does not stop the others."""
+        parts = self.ops.parts
+        if time.monotonic() - self._refreshed_at > REFRESH_S:
+            self._refresh_quietly()
+        if "partition" in kw or parts.span(model) == 1:
+            return self.run(self.ops.claim(model, worker_id, **kw))
+        tried: list[Batch] = []
+        failed: RedisUnavailable | None = None
+        for p in parts.claim_order(model, worker_id):
+            try:
+                tried.append(self.run(self.ops.claim(model, worker_id, partition=p, **kw)))
+            except RedisUnavailable as e:
+                failed = failed or e
+                continue
+            if tried[-1].jobs:
+                parts.served(model, worker_id, p)
+                return merged_claims(tried)
+        if failed is not None:
+            raise failed
+        return merged_claims(tried)
+
+    def _refresh_quietly(self) -> None:
+        """The periodic high-water read; on failure the known one stays until next time."""
+        try:
+            self.refresh_partitions()
+        except RedisUnavailable:
+            self._refreshed_at = time.monotonic()
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
     ) -> tuple[int, int]:
-        return self.run(self.ops.complete(model, outcomes, worker_id))
+        calls = self.ops.complete_calls(model, outcomes, worker_id)
+        if len(calls) == 1:
+            return self.run(calls[0])
+        done = self.run_all(calls)
+        return sum(d[0] for d in done), sum(d[1] for d in done)
 
     def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
-        return self.run(self.ops.renew(model, worker_id, job_ids))
+        calls = self.ops.renew_calls(model, worker_id, job_ids)
+        if len(calls) == 1:
+            return self.run(calls[0])
+        return [lost for part in self.run_all(calls) for lost in part]
 
     def renew_why(self, model: str, worker_id: str, job_ids: Sequence[str]) -> dict[str, str]:
-        """Renew; each id not renewed with why (``QueueOps.renew_why``)."""
-        return self.run(self.ops.renew_why(model, worker_id, job_ids))
+        """Renew; each id not renewed with why (``QueueOps.renew_why``), one call per
+        partition the ids are in."""
+        calls = self.ops.renew_why_calls(model, worker_id, job_ids)
+        if len(calls) == 1:
+            return self.run(calls[0])
+        return {k: v for part in self.run_all(calls) for k, v in part.items()}
 
     def reclaim(self, model: str) -> int:
-        return self.run(self.ops.reclaim(model))
+        return sum(self.run_all(self.ops.reclaim_calls(model)))
 
     def cancel(self, job_id: str, owner: str = "") -> str:
         return self.run(self.ops.cancel(job_id, owner))
 
     def wait_for_work(
-        self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
+        self,
+        model: str,
+        timeout_s: float,
+        buckets: Sequence[str] | None = None,
+        worker: str = "",
     ) -> bool:
         """Idle (after an empty claim): block, on this call's own pooled connection,
         until a served bucket's wake token arrives (True) or the timeout (False).
+        With partitions, on the lists of the partition that is ``worker``'s turn
+        (``Partitions.wait_partition``; without ``worker``, partition 0's).
 
         The wait is kept under half the socket timeout, so a quiet queue never
         reads as a dead connection.
         """
         timeout_s = _under_socket_timeout(self.redis, timeout_s)
-        return self.run(self.ops.wait_for_work(model, timeout_s, buckets))
+        p = self.ops.parts.wait_partition(model, worker) if worker else 0
+        return self.run(self.ops.wait_for_work(model, timeout_s, buckets, p))
 
     def get(self, job_id: str, model: str | None = None) -> JobRecord:
         return self.run(self.ops.get(job_id, model))
 
     def stats(self, model: str) -> QueueStats:
+        if time.monotonic() - self._refreshed_at > REFRESH_S:
+            self._refresh_quietly()
         return self.run(self.ops.stats(model))
 
     def dead_letters(self, model: str, limit: int = 100) -> list[str]:
@@ -331,28 +404,62 @@ class AsyncQueueClient:
     async def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
         return await self.run(self.ops.submit(model, jobs, **limits))
 
+    async def refresh_partitions(self) -> None:
+        """:meth:`QueueClient.refresh_partitions` on asyncio."""
+        cmds = self.ops.parts.refresh_commands()
+        self.ops.parts.refreshed(await self.run(Call(list, commands=cmds)))
+
     async def claim(self, model: str, worker_id: str, **kw: Any) -> Batch:
-        return await self.run(self.ops.claim(model, worker_id, **kw))
+        """:meth:`QueueClient.claim` on asyncio."""
+        parts = self.ops.parts
+        if "partition" in kw or parts.span(model) == 1:
+            return await self.run(self.ops.claim(model, worker_id, **kw))
+        tried: list[Batch] = []
+        failed: RedisUnavailable | None = None
+        for p in parts.claim_order(model, worker_id):
+            try:
+                tried.append(await self.run(self.ops.claim(model, worker_id, partition=p, **kw)))
+            except RedisUnavailable as e:
+                failed = failed or e
+                continue
+            if tried[-1].jobs:
+                parts.served(model, worker_id, p)
+                return merged_claims(tried)
+        if failed is not None:
+            raise failed
+        return merged_claims(tried)
 
     async def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
     ) -> tuple[int, int]:
-        return await self.run(self.ops.complete(model, outcomes, worker_id))
+        calls = self.ops.complete_calls(model, outcomes, worker_id)
+        if len(calls) == 1:
+            return await self.run(calls[0])
+        done = await self.run_all(calls)
+        return sum(d[0] for d in done), sum(d[1] for d in done)
 
     async def renew(self, model: str, worker_id: str, job_ids: Sequence[str]) -> list[str]:
-        return await self.run(self.ops.renew(model, worker_id, job_ids))
+        calls = self.ops.renew_calls(model, worker_id, job_ids)
+        if len(calls) == 1:
+            return await self.run(calls[0])
+        return [lost for part in await self.run_all(calls) for lost in part]
 
     async def reclaim(self, model: str) -> int:
-        return await self.run(self.ops.reclaim(model))
+        return sum(await self.run_all(self.ops.reclaim_calls(model)))
 
     async def cancel(self, job_id: str, owner: str = "") -> str:
         return await self.run(self.ops.cancel(job_id, owner))
 
     async def wait_for_work(
-        self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
+        self,
+        model: str,
+        timeout_s: float,
+        buckets: Sequence[str] | None = None,
+        worker: str = "",
     ) -> bool:
         timeout_s = _under_socket_timeout(self.redis, timeout_s)
-        return await self.run(self.ops.wait_for_work(model, timeout_s, buckets))
+        p = self.ops.parts.wait_partition(model, worker) if worker else 0
+        return await self.run(self.ops.wait_for_work(model, timeout_s, buckets, p))
 
     async def get(self, job_id: str, model: str | None = None) -> JobRecord:
         return await self.run(self.ops.get(job_id, model))

@@ -61,24 +61,28 @@ def state_call(model: str) -> Call[PauseState]:
     return Call(lambda r: parse_state(r[0]), commands=[("HGETALL", keys.paused_key(model))])
 
 
-def pause_call(model: str, *, by: str, refuse_submits: bool, now_ms: int) -> Call[bool]:
+def pause_call(
+    model: str, *, by: str, refuse_submits: bool, now_ms: int, partitions: int = 1
+) -> Call[bool]:
     """Pause (or re-pause with another ``refuse_submits``); True when it was running.
 
-    One pipeline: EXISTS then HSET, so the reply says whether this call paused it."""
+    One pipeline: EXISTS then HSET, so the reply says whether this call paused it.
+    With ``partitions`` (docs/adr/0159), each partition's claims and submits read a
+    copy in their own slot: all are written."""
     key = keys.paused_key(model)
     fields = {PauseField.AT: now_ms, PauseField.BY: by, PauseField.REFUSE: int(refuse_submits)}
     flat = [x for kv in fields.items() for x in kv]
-    return Call(
-        lambda r: int(r[0]) == 0,
-        commands=[("EXISTS", key), ("HSET", key, *flat)],
-    )
+    cmds: list[tuple[Any, ...]] = [("EXISTS", key)]
+    cmds += [("HSET", keys.paused_key(model, p), *flat) for p in range(partitions)]
+    return Call(lambda r: int(r[0]) == 0, commands=cmds)
 
 
-def resume_call(model: str, buckets: list[str]) -> Call[bool]:
-    """Resume; True when it was paused. Every bucket's wake list gets tokens (capped
-    as the scripts cap them), so workers blocked on it claim now."""
-    cmds: list[tuple[Any, ...]] = [("DEL", keys.paused_key(model))]
-    for b in buckets:
-        wake = keys.wake_key(model, b)
-        cmds += [("LPUSH", wake, *["1"] * WAKE_TOKENS), ("LTRIM", wake, 0, WAKE_TOKENS - 1)]
+def resume_call(model: str, buckets: list[str], partitions: int = 1) -> Call[bool]:
+    """Resume; True when it was paused. Every bucket's wake list (of every partition)
+    gets tokens (capped as the scripts cap them), so workers blocked on it claim now."""
+    cmds: list[tuple[Any, ...]] = [("DEL", keys.paused_key(model, p)) for p in range(partitions)]
+    for p in range(partitions):
+        for b in buckets:
+            wake = keys.wake_key(model, b, p)
+            cmds += [("LPUSH", wake, *["1"] * WAKE_TOKENS), ("LTRIM", wake, 0, WAKE_TOKENS - 1)]
     return Call(lambda r: int(r[0]) == 1, commands=cmds)

@@ -7,12 +7,12 @@ raises. The clients only execute calls, so both speak exactly the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
 
 from sluice import fastjson, keys, lua_loader
-from sluice.config import PRIORITIES, ModelConfig
+from sluice.config import ModelConfig
 from sluice.errors import (
     JobConflict,
     JobNotFound,
@@ -21,29 +21,23 @@ from sluice.jobs import (
     DELIVERY_FIELDS,
     WEBHOOK_EVENTS,
     Batch,
-    BucketStats,
-    ClassHeads,
     JobRecord,
     NewJob,
     Outcome,
     Owner,
-    QueueStats,
     Submitted,
     Webhook,
     model_of,
     new_job_id,
     priority_rank,
 )
+from sluice.queue.call import Call
+from sluice.queue.partitions import Partitions
 from sluice.queue.replies import claimed_job, parse_submit
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
+from sluice.queue.spread import SpreadOps
 from sluice.records import (
-    BUCKET_COST_PREFIX,
-    BULK_RANK,
     HOOK_TTL_S,
-    LOW_RANK,
-    SCORE_SCALE,
-    bucket_cost_field,
-    score_range,
 )
 
 T = TypeVar("T")
@@ -55,26 +49,6 @@ def script_source(name: str) -> str:
     """A queue script as sent (sluice.lua_loader): the record layouts, the shared
     helpers and its signature's prologue before its body."""
     return lua_loader.source("sluice.queue", name, SIGNATURES[name])
-
-
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
-    """One round trip: a script (``script``) or pipelined read commands (``commands``)."""
-
-    parse: Callable[[Any], T]
-    script: str = ""
-    keys: Sequence[str] = ()
-    args: Sequence[Any] = ()
-    commands: Sequence[tuple[Any, ...]] = ()
-    # Durability "replica": after the script, WAIT until this many replicas hold its
-    # writes, or raise NotReplicated after replica_timeout_ms (docs/adr/0133).
-    replicas: int = 0
-    replica_timeout_ms: int = 0
-    # A write acknowledged as this model's queue.durability says, resolved by the
-    # client that runs it (calls built without the model configs: sluice.bulk's).
-    durability_of: str = ""
-    # What a caller may do when no replica confirmed (the NotReplicated message).
-    unacked_hint: str = "retry with the same Idempotency-Key"
 
 
 def _dumps(value: Any) -> str:
@@ -101,11 +75,12 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-class QueueOps:
+class QueueOps(SpreadOps):
     """Builds the calls of the protocol from the config of each model."""
 
     def __init__(self, models: dict[str, ModelConfig], hook_ttl_s: int = HOOK_TTL_S) -> None:
         self.models = models
+        self.parts = Partitions(models)
         # How long a webhook delivery's record lives: the retry horizon and a day.
         self.hook_ttl_s = hook_ttl_s
 
@@ -122,29 +97,35 @@ class QueueOps:
         max_cost: int = 0,
         owner: Owner | None = None,
         fence: tuple[str, str] | None = None,
+        partition: int | None = None,
     ) -> Call[list[Submitted]]:
         """``fence``: (hash key in this model's slot, token): nothing is written unless
-        that hash's ``token`` is the token (else :class:`LeaseLost`)."""
+        that hash's ``token`` is the token (else :class:`LeaseLost`). ``partition``:
+        where the jobs go (default: ``Partitions.for_submit``'s choice, ADR 0159)."""
         cfg = self.model(model)
         o = owner or _NO_OWNER
+        p = partition
+        if p is None:
+            p = self.parts.for_submit(model, jobs, o.name, fence is not None)
+        lim = self.parts.shares(model, max_jobs, max_cost, o)
         fixed = {
-            "jprefix": keys.job_prefix(model),
-            "qprefix": keys.queue_prefix(model),
-            "iprefix": keys.idempotency_prefix(model),
-            "max_jobs": max_jobs,
-            "max_cost": max_cost,
+            "jprefix": keys.job_prefix(model, p),
+            "qprefix": keys.queue_prefix(model, p),
+            "iprefix": keys.idempotency_prefix(model, p),
+            "max_jobs": lim.max_jobs,
+            "max_cost": lim.max_cost,
             "idem_ttl": cfg.queue.idempotency_ttl_s,
-            "wprefix": keys.wake_prefix(model),
+            "wprefix": keys.wake_prefix(model, p),
             "owner": o.name,
-            "owner_max": o.max_unfinished,
-            "rate": o.rate_per_s,
-            "burst": max(1, o.burst),
+            "owner_max": lim.owner_max,
+            "rate": lim.rate,
+            "burst": max(1, lim.burst),
             "fence_token": fence[1] if fence else "",
             "hook_ttl": self.hook_ttl_s,
         }
         groups = [
             {
-                "id": job.id or new_job_id(model),
+                "id": job.id or new_job_id(model, p),
                 "bucket": job.bucket,
                 "cost": int(job.cost),
                 "prio": priority_rank(job.priority),
@@ -160,14 +141,14 @@ class QueueOps:
         ]
         args = SUBMIT.pack(fixed, groups)
         ks = [
-            keys.stats_key(model),
-            keys.seq_key(model),
-            keys.owner_jobs_key(model),
-            keys.rate_limit_key(model),
-            fence[0] if fence else keys.stats_key(model),  # unread without a token
-            keys.paused_key(model),
+            keys.stats_key(model, p),
+            keys.seq_key(model, p),
+            keys.owner_jobs_key(model, p),
+            keys.rate_limit_key(model, p),
+            fence[0] if fence else keys.stats_key(model, p),  # unread without a token
+            keys.paused_key(model, p),
         ]
-        ks += [keys.queue_key(model, b) for b in cfg.bucket_names]
+        ks += [keys.queue_key(model, b, p) for b in cfg.bucket_names]
         return _durable(Call(parse_submit, "submit", ks, args), cfg)
 
     # -- claim ----------------------------------------------------------------
@@ -181,8 +162,11 @@ class QueueOps:
         max_batch_tokens: int | None = None,
         service_ms: dict[str, float] | None = None,
         bulk: bool = True,
+        partition: int = 0,
     ) -> Call[Batch]:
-        """``bulk=False``: never a batch of bulk items (a worker's prefetch, ADR 0090)."""
+        """``bulk=False``: never a batch of bulk items (a worker's prefetch, ADR 0090).
+        One partition's queues (the clients' ``claim`` visits them in turn)."""
+        p = partition
         cfg = self.model(model)
         b = cfg.batching
         served = list(buckets) if buckets else cfg.bucket_names
@@ -196,9 +180,9 @@ class QueueOps:
             groups.append({"bucket": name, "service_ms": max(est, 0.001)})
         args = CLAIM.pack(
             {
-                "jprefix": keys.job_prefix(model),
-                "qprefix": keys.queue_prefix(model),
-                "hprefix": keys.wait_hist_prefix(model),
+                "jprefix": keys.job_prefix(model, p),
+                "qprefix": keys.queue_prefix(model, p),
+                "hprefix": keys.wait_hist_prefix(model, p),
                 "channel": keys.done_channel(model),
                 "worker": worker_id,
                 "max_batch": max_batch or b.max_batch,
@@ -212,19 +196,22 @@ class QueueOps:
                 "weight_normal": weights["normal"],
                 "weight_low": weights["low"],
                 "overdue_factor": b.overdue_factor,
-                "wake_prefix": keys.wake_prefix(model),
+                "wake_prefix": keys.wake_prefix(model, p),
                 "bulk_max_batch": bulk_batch,
                 "bulk_max_cost": bulk_cost,
                 "bulk_reserve": cfg.bulk.reserve_workers,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
-                "nprefix": keys.notify_prefix(model),
+                "nprefix": keys.notify_prefix(model, p),
                 **_backoff(cfg),
             },
             groups,
         )
-        ks = [*self._ks(model), keys.bulk_holders_key(model), keys.workers_key(model)]
-        ks += [keys.idle_workers_key(model), keys.retry_key(model), keys.paused_key(model)]
-        ks += [keys.queue_key(model, name) for name in served]
+        # The worker zsets live in partition 0: a partition p >= 1 passes its own
+        # (empty) ones, read only for bulk items, which only partition 0 holds.
+        ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.workers_key(model, p)]
+        ks += [keys.idle_workers_key(model, p), keys.retry_key(model, p)]
+        ks += [keys.paused_key(model, p)]
+        ks += [keys.queue_key(model, name, p) for name in served]
 
         def parse(reply: list[Any]) -> Batch:
             head, claimed = CLAIM.unpack(reply)
@@ -241,31 +228,33 @@ class QueueOps:
         return Call(parse, "claim", ks, args)
 
     # -- complete, renew, reclaim, cancel ----------------------------------------
-    def _ks(self, model: str) -> list[str]:
+    def _ks(self, model: str, p: int = 0) -> list[str]:
         return [
-            keys.inflight_key(model),
-            keys.stats_key(model),
-            keys.dead_letter_key(model),
-            keys.owner_jobs_key(model),
+            keys.inflight_key(model, p),
+            keys.stats_key(model, p),
+            keys.dead_letter_key(model, p),
+            keys.owner_jobs_key(model, p),
         ]
 
     def complete(
         self, model: str, outcomes: Sequence[Outcome], worker_id: str = ""
     ) -> Call[tuple[int, int]]:
         """Outcomes of one batch; with ``worker_id``, retry/fail/release count only
-        while that worker still holds the job (a lapsed lease cannot give it back)."""
+        while that worker still holds the job (a lapsed lease cannot give it back).
+        Every outcome's job is in one partition (``complete_calls`` splits them)."""
         cfg = self.model(model)
+        p = keys.partition_of(outcomes[0].id) if outcomes else 0
         fixed = {
-            "jprefix": keys.job_prefix(model),
-            "qprefix": keys.queue_prefix(model),
+            "jprefix": keys.job_prefix(model, p),
+            "qprefix": keys.queue_prefix(model, p),
             "channel": keys.done_channel(model),
             "result_ttl": cfg.queue.result_ttl_s,
             "dead_ttl": cfg.queue.dead_letter_ttl_s,
             "max_attempts": cfg.batching.max_attempts,
             "reporter": worker_id,
-            "wprefix": keys.wake_prefix(model),
-            "eprefix": keys.e2e_hist_prefix(model),
-            "nprefix": keys.notify_prefix(model),
+            "wprefix": keys.wake_prefix(model, p),
+            "eprefix": keys.e2e_hist_prefix(model, p),
+            "nprefix": keys.notify_prefix(model, p),
             "max_run_ms": cfg.limits.max_run_ms or 0,
             **_backoff(cfg),
         }
@@ -279,7 +268,7 @@ class QueueOps:
             for o in outcomes
         ]
         args = COMPLETE.pack(fixed, groups)
-        ks = [*self._ks(model), keys.bulk_holders_key(model), keys.retry_key(model)]
+        ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.retry_key(model, p)]
 
         def parse(reply: list[Any]) -> tuple[int, int]:
             head, _ = COMPLETE.unpack(reply)
@@ -296,58 +285,61 @@ class QueueOps:
         """Renew; for each id not renewed, why: ``records.LEASE_LOST`` or how the job
         ended (the renewal ends a job past its deadline or limits.max_run_ms)."""
         cfg = self.model(model)
+        p = keys.partition_of(job_ids[0]) if job_ids else 0  # one partition's jobs
         fixed = {
-            "jprefix": keys.job_prefix(model),
+            "jprefix": keys.job_prefix(model, p),
             "worker": worker_id,
             "lease_ms": _ms(cfg.batching.lease_s),
             "channel": keys.done_channel(model),
-            "nprefix": keys.notify_prefix(model),
+            "nprefix": keys.notify_prefix(model, p),
             "result_ttl": cfg.queue.result_ttl_s,
             "dead_ttl": cfg.queue.dead_letter_ttl_s,
             "max_run_ms": cfg.limits.max_run_ms or 0,
         }
         args = RENEW.pack(fixed, [{"id": j} for j in job_ids])
-        ks = [keys.inflight_key(model), keys.bulk_holders_key(model)]
-        ks += [keys.stats_key(model), keys.dead_letter_key(model), keys.owner_jobs_key(model)]
+        ks = [keys.inflight_key(model, p), keys.bulk_holders_key(model, p)]
+        ks += [keys.stats_key(model, p), keys.dead_letter_key(model, p)]
+        ks += [keys.owner_jobs_key(model, p)]
         return Call(lambda r: {g["id"]: g["why"] for g in RENEW.unpack(r)[1]}, "renew", ks, args)
 
-    def reclaim(self, model: str, limit: int = RECLAIM_LIMIT) -> Call[int]:
-        cfg = self.model(model)
+    def reclaim(self, model: str, limit: int = RECLAIM_LIMIT, partition: int = 0) -> Call[int]:
+        cfg, p = self.model(model), partition
         args = RECLAIM.pack(
             {
-                "jprefix": keys.job_prefix(model),
-                "qprefix": keys.queue_prefix(model),
+                "jprefix": keys.job_prefix(model, p),
+                "qprefix": keys.queue_prefix(model, p),
                 "channel": keys.done_channel(model),
                 "limit": limit,
                 "max_attempts": cfg.batching.max_attempts,
                 "dead_ttl": cfg.queue.dead_letter_ttl_s,
-                "wprefix": keys.wake_prefix(model),
-                "nprefix": keys.notify_prefix(model),
+                "wprefix": keys.wake_prefix(model, p),
+                "nprefix": keys.notify_prefix(model, p),
                 **_backoff(cfg),
             }
         )
-        ks = [*self._ks(model), keys.retry_key(model)]
+        ks = [*self._ks(model, p), keys.retry_key(model, p)]
         return Call(lambda r: int(RECLAIM.unpack(r)[0]["reclaimed"]), "reclaim", ks, args)
 
     def cancel(self, job_id: str, owner: str = "") -> Call[str]:
         """With ``owner``, a job another API key submitted is not found (404, not 403)."""
         model = self._model_of(job_id)
+        p = keys.partition_of(job_id)
         ks = [
-            keys.inflight_key(model),
-            keys.stats_key(model),
+            keys.inflight_key(model, p),
+            keys.stats_key(model, p),
             keys.job_key(model, job_id),
-            keys.owner_jobs_key(model),
-            keys.retry_key(model),
+            keys.owner_jobs_key(model, p),
+            keys.retry_key(model, p),
         ]
         args = CANCEL.pack(
             {
-                "qprefix": keys.queue_prefix(model),
+                "qprefix": keys.queue_prefix(model, p),
                 "channel": keys.done_channel(model),
                 "id": job_id,
                 "result_ttl": self.model(model).queue.result_ttl_s,
                 "owner": owner,
-                "jprefix": keys.job_prefix(model),
-                "nprefix": keys.notify_prefix(model),
+                "jprefix": keys.job_prefix(model, p),
+                "nprefix": keys.notify_prefix(model, p),
             }
         )
 
@@ -367,13 +359,17 @@ class QueueOps:
         return list(buckets) if buckets else self.model(model).bucket_names
 
     def wait_for_work(
-        self, model: str, timeout_s: float, buckets: Sequence[str] | None = None
+        self,
+        model: str,
+        timeout_s: float,
+        buckets: Sequence[str] | None = None,
+        partition: int = 0,
     ) -> Call[bool]:
-        """Block until a wake token of a served bucket arrives (True) or
-        ``timeout_s`` passes (False). Submit (and a requeue) pushes tokens; an
+        """Block until a wake token of a served bucket of ``partition`` arrives (True)
+        or ``timeout_s`` passes (False). Submit (and a requeue) pushes tokens; an
         empty claim drops the stale ones first, so call this after one."""
         timeout = max(0.01, round(timeout_s, 3))  # BLPOP 0 would block forever
-        wakes = [keys.wake_key(model, b) for b in self._served(model, buckets)]
+        wakes = [keys.wake_key(model, b, partition) for b in self._served(model, buckets)]
         return Call(lambda r: r[0] is not None, commands=[("BLPOP", *wakes, timeout)])
 
     # -- reads ----------------------------------------------------------------
@@ -399,53 +395,6 @@ class QueueOps:
                 ("HGETALL", keys.job_key(owner, job_id)),
                 ("HMGET", keys.delivery_key(owner, job_id), *DELIVERY_FIELDS),
             ],
-        )
-
-    def stats(self, model: str) -> Call[QueueStats]:
-        names = self.model(model).bucket_names
-        cmds: list[tuple[Any, ...]] = [("HGETALL", keys.stats_key(model))]
-        cmds += [("ZCARD", keys.queue_key(model, b)) for b in names]
-        cmds += [("ZCARD", keys.retry_key(model)), ("ZCARD", keys.inflight_key(model))]
-        cmds += [("LLEN", keys.dead_letter_key(model))]
-
-        def parse(r: list[Any]) -> QueueStats:
-            raw = {k: int(v) for k, v in r[0].items()}
-            buckets = [
-                BucketStats(b, int(r[1 + i]), max(0, raw.get(bucket_cost_field(b), 0)))
-                for i, b in enumerate(names)
-            ]
-            counters = {k: v for k, v in raw.items() if not k.startswith(BUCKET_COST_PREFIX)}
-            return QueueStats(model, buckets, int(r[-2]), int(r[-1]), counters, int(r[-3]))
-
-        return Call(parse, commands=cmds)
-
-    def class_heads(self, model: str) -> Call[ClassHeads]:
-        """Counts and oldest entries by priority class, from the queue scores (whose
-        layout only this package knows: sluice/records.py)."""
-        names = self.model(model).bucket_names
-        per_bucket = 2 + len(PRIORITIES)
-        cmds: list[tuple[Any, ...]] = []
-        for b in names:
-            q = keys.queue_key(model, b)
-            cmds.append(("ZCOUNT", q, "-inf", f"({LOW_RANK * SCORE_SCALE}"))  # high, normal
-            cmds.append(("ZCOUNT", q, *score_range(BULK_RANK)))
-            for rank in range(len(PRIORITIES)):
-                cmds.append(("ZRANGEBYSCORE", q, *score_range(rank), "LIMIT", 0, 1))
-
-        def parse(r: list[Any]) -> ClassHeads:
-            above_low, bulk_counts, heads = 0, [], []
-            for i in range(len(names)):
-                chunk = r[i * per_bucket : (i + 1) * per_bucket]
-                above_low += int(chunk[0])
-                bulk_counts.append(int(chunk[1]))
-                heads += [ids[0] for ids in chunk[2:] if ids]
-            return ClassHeads(above_low, bulk_counts, heads)
-
-        return Call(parse, commands=cmds)
-
-    def dead_letters(self, model: str, limit: int = 100) -> Call[list[str]]:
-        return Call(
-            lambda r: list(r[0]), commands=[("LRANGE", keys.dead_letter_key(model), 0, limit - 1)]
         )
 
 

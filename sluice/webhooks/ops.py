@@ -129,8 +129,15 @@ class Backlog:
 
 
 class WebhookOps:
-    def __init__(self, models: Sequence[str]) -> None:
+    """``spans``: how many partitions each model's deliveries are spread over (its
+    ``queue.partitions``, docs/adr/0159; 1 when absent)."""
+
+    def __init__(self, models: Sequence[str], spans: Mapping[str, int] | None = None) -> None:
         self.models = list(models)
+        self.spans = dict(spans or {})
+
+    def span(self, model: str) -> int:
+        return self.spans.get(model, 1)
 
     def claim(self, model: str, who: str, lease_ms: int, limit: int) -> Call[list[Claimed]]:
         """Lease up to ``limit`` due deliveries, whatever their host."""
@@ -148,6 +155,7 @@ class WebhookOps:
         busy: Mapping[str, int] | None = None,
         scan: int = 256,
         lanes_max: int = 64,
+        partition: int = 0,
     ) -> Call[ClaimBatch]:
         """Lease up to ``limit`` due deliveries: first from the lanes of hosts with a
         free slot (``per_host`` less this notifier's attempts in flight there,
@@ -171,18 +179,19 @@ class WebhookOps:
                 out, bool(int(head["more"])), int(head["now"]), bool(int(head["laned"]))
             )
 
+        p = partition  # bulk deliveries live in partition 0 (bulk keys are there)
         values = {
-            "nprefix": keys.notify_prefix(model), "lease_ms": lease_ms, "limit": limit,
-            "who": who, "jprefix": keys.job_prefix(model), "bprefix": keys.bulk_key(model, ""),
+            "nprefix": keys.notify_prefix(model, p), "lease_ms": lease_ms, "limit": limit,
+            "who": who, "jprefix": keys.job_prefix(model, p), "bprefix": keys.bulk_key(model, ""),
             "per_host": per_host, "scan": max(1, scan),
-            "lprefix": keys.deliveries_lane_prefix(model), "lanes_max": max(1, lanes_max),
+            "lprefix": keys.deliveries_lane_prefix(model, p), "lanes_max": max(1, lanes_max),
         }  # fmt: skip
         groups = [{"host": h, "busy": n} for h, n in (busy or {}).items() if n > 0]
         args = CLAIM.pack(values, groups)
         ks = [
-            keys.deliveries_due_key(model),
-            keys.deliveries_lanes_key(model),
-            keys.deliveries_lane_sizes_key(model),
+            keys.deliveries_due_key(model, p),
+            keys.deliveries_lanes_key(model, p),
+            keys.deliveries_lane_sizes_key(model, p),
         ]
         return Call(parse, "webhook_claim", ks, args)
 
@@ -200,10 +209,11 @@ class WebhookOps:
         """Record the attempt; False when the lease was no longer this attempt's. A
         delivery that ends lets its job's record go back to its own TTL."""
         record = keys.bulk_key if c.kind == "bulk" else keys.job_key
+        p = keys.partition_of(c.id)
         ks = [
-            keys.deliveries_due_key(c.model),
+            keys.deliveries_due_key(c.model, p),
             keys.delivery_key(c.model, c.id),
-            keys.deliveries_dead_key(c.model),
+            keys.deliveries_dead_key(c.model, p),
             record(c.model, c.id),
         ]
         args = DONE.pack(
@@ -226,11 +236,12 @@ class WebhookOps:
     def redeliver(self, delivery_id: str, ttl_s: int) -> Call[str]:
         """Send again from now; the previous state (JobNotFound when there is none)."""
         model = self.model_of(delivery_id)
+        p = keys.partition_of(delivery_id)
         ks = [
-            keys.deliveries_due_key(model),
+            keys.deliveries_due_key(model, p),
             keys.delivery_key(model, delivery_id),
-            keys.deliveries_dead_key(model),
-            keys.deliveries_wake_key(model),
+            keys.deliveries_dead_key(model, p),
+            keys.deliveries_wake_key(model, p),
             keys.job_key(model, delivery_id),
             keys.bulk_key(model, delivery_id),
         ]
@@ -264,42 +275,45 @@ class WebhookOps:
         """Pending and due deliveries count the lanes' entries too (every one is due:
         it moved into its host's lane when due), and the oldest due is the earlier of
         the due zset's head and the lanes' earliest (docs/adr/0139)."""
-        due = keys.deliveries_due_key(model)
+        span = self.span(model)
 
         def parse(r: list[Any]) -> Backlog:
-            heads = [float(s) for _, s in [*r[2], *r[4]]]
+            pending = due_n = dead = 0
+            heads: list[float] = []
+            for p in range(span):
+                c = r[6 * p : 6 * p + 6]
+                heads += [float(s) for _, s in [*c[2], *c[4]]]
+                laned = sum(int(n) for n in c[5])
+                pending, due_n = pending + int(c[0]) + laned, due_n + int(c[1]) + laned
+                dead += int(c[3])
             wait = max(0.0, (now_ms - min(heads)) / 1000) if heads else 0.0
-            laned = sum(int(n) for n in r[5])
-            return Backlog(model, int(r[0]) + laned, int(r[1]) + laned, wait, int(r[3]))
+            return Backlog(model, pending, due_n, wait, dead)
 
-        return Call(
-            parse,
-            commands=[
+        cmds: list[tuple[Any, ...]] = []
+        for p in range(span):
+            due = keys.deliveries_due_key(model, p)
+            cmds += [
                 ("ZCARD", due),
                 ("ZCOUNT", due, "-inf", now_ms),
                 ("ZRANGE", due, 0, 0, "WITHSCORES"),
-                ("LLEN", keys.deliveries_dead_key(model)),
-                ("ZRANGE", keys.deliveries_lanes_key(model), 0, 0, "WITHSCORES"),
-                ("HVALS", keys.deliveries_lane_sizes_key(model)),
-            ],
-        )
+                ("LLEN", keys.deliveries_dead_key(model, p)),
+                ("ZRANGE", keys.deliveries_lanes_key(model, p), 0, 0, "WITHSCORES"),
+                ("HVALS", keys.deliveries_lane_sizes_key(model, p)),
+            ]
+        return Call(parse, commands=cmds)
 
     def dead(self, model: str, limit: int = 100) -> Call[list[str]]:
-        return Call(
-            lambda r: list(r[0]),
-            commands=[("LRANGE", keys.deliveries_dead_key(model), 0, limit - 1)],
-        )
+        cmds = [
+            ("LRANGE", keys.deliveries_dead_key(model, p), 0, limit - 1)
+            for p in range(self.span(model))
+        ]
+        return Call(lambda r: [i for ids in r for i in ids][:limit], commands=cmds)
 
     def wait(self, timeout_s: float, per_model: bool = False) -> list[Call[bool]]:
         """Block until any model's wake list has a token (True) or the timeout: one
         BLPOP over every model's list, or with ``per_model`` (Redis Cluster, where the
         lists sit in different slots) one BLPOP per model, to run side by side."""
         timeout = max(0.01, round(timeout_s, 3))
-        groups = [[m] for m in self.models] if per_model else [list(self.models)]
-        return [
-            Call(
-                lambda r: r[0] is not None,
-                commands=[("BLPOP", *(keys.deliveries_wake_key(m) for m in g), timeout)],
-            )
-            for g in groups
-        ]
+        lists = [[keys.deliveries_wake_key(m, p)] for m in self.models for p in range(self.span(m))]
+        groups = lists if per_model else [[k for g in lists for k in g]]
+        return [Call(lambda r: r[0] is not None, commands=[("BLPOP", *g, timeout)]) for g in groups]

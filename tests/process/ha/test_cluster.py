@@ -18,6 +18,7 @@ import httpx
 import pytest
 from redis.crc import key_slot
 
+from sluice import keys
 from sluice.client import Client
 from sluice.local.redis_server import RedisServer, start_redis
 from sluice.local.redis_topology import LocalCluster
@@ -26,6 +27,9 @@ from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
 SLUICE = [sys.executable, "-m", "sluice"]
+# A hot model on 3 partitions (docs/adr/0159): its tags {wide}, {wide~1}, {wide~2}
+# hash to slots on three different shards.
+WIDE = "wide"
 
 
 def _model(name: str) -> dict:
@@ -58,14 +62,15 @@ def up(
 ) -> Iterator[Up]:
     models = cluster.models_on_every_shard()
     config = {
-        "models": {m: _model(m) for m in models},
+        "models": {m: _model(m) for m in models}
+        | {WIDE: _model(WIDE) | {"queue": {"partitions": 3}}},
         # RQ needs one plain Redis: bulk state stays on the cluster, RQ's queue here.
         "bulk": {"redis_url": rq_redis.url, "lease_s": 2, "poll_s": 0.05},
         "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
     }
     stack = launch(config, tmp_path_factory.mktemp("cluster"), {"SLUICE_REDIS_URL": cluster.url})
     try:
-        for m in models:
+        for m in [*models, WIDE]:
             wait_until(lambda m=m: stack.ready(m) >= 1, 60, f"a ready worker of {m}", every_s=0.2)
         yield stack
     finally:
@@ -88,8 +93,26 @@ def test_every_model_is_served_from_its_own_shard(up: Up, cluster: LocalCluster)
         finally:
             r.close()
         tags = {n.split("{", 1)[1].split("}", 1)[0] for n in names if "{" in n}
+        tags = {t for t in tags if t.split("~")[0] != WIDE}  # spread over every shard
         assert tags == {m}, (shard, sorted(names)[:10])
         assert all("{" in n for n in names), [n for n in names if "{" not in n]  # no global key
+
+
+def test_a_partitioned_model_is_served_from_every_shard(up: Up, cluster: LocalCluster) -> None:
+    with Client(up.gateway) as c:
+        jobs = [c.predict(WIDE, f"text {i}") for i in range(9)]
+        assert all(j["status"] == "succeeded" for j in jobs), jobs
+        assert {keys.partition_of(j["id"]) for j in jobs} == {0, 1, 2}
+        assert all(c.get(j["id"])["status"] == "succeeded" for j in jobs)
+    shards = set()
+    for node in cluster.nodes:
+        r = cluster.client(node)
+        try:
+            if any(n.startswith("sluice:{wide") and ":job:" in n for n in r.keys("sluice:*")):
+                shards.add(node.port)
+        finally:
+            r.close()
+    assert len(shards) == 3  # the model's jobs live on every shard
 
 
 def test_reads_that_span_every_model_answer_on_a_cluster(up: Up, cluster: LocalCluster) -> None:

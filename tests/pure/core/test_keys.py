@@ -16,9 +16,10 @@ MODEL_KEY_FUNCS = [
 ]
 
 
-def _call(fn, model: str) -> str:  # type: ignore[no-untyped-def]
+def _call(fn, model: str, partition: int = 0) -> str:  # type: ignore[no-untyped-def]
     extra = {
-        "job_id": "m.1",
+        "partition": partition,
+        "job_id": f"m.{partition}~1" if partition else "m.1",
         "bucket": "32",
         "key": "k",
         "worker_id": "w",
@@ -37,6 +38,15 @@ def test_every_model_key_function_is_covered() -> None:
 def test_all_keys_of_one_model_share_one_cluster_slot(model: str) -> None:
     slots = {key_slot(_call(fn, model).encode()) for _, fn in MODEL_KEY_FUNCS}
     assert slots == {key_slot(f"{{{model}}}".encode())}
+
+
+@pytest.mark.parametrize("model", ["minilm", "x-y_9"])
+def test_a_partition_s_keys_share_its_own_slot(model: str) -> None:
+    # every key a partition's scripts touch: those that take a partition (ADR 0159)
+    per = [fn for _, fn in MODEL_KEY_FUNCS if "partition" in inspect.signature(fn).parameters]
+    per += [keys.job_key, keys.delivery_key, keys.stream_key]
+    slots = {key_slot(_call(fn, model, 2).encode()) for fn in per}
+    assert slots == {key_slot(f"{{{model}~2}}".encode())}
 
 
 def test_different_models_can_land_on_different_slots() -> None:
