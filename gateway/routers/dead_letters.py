@@ -128,7 +128,7 @@ async def _dead_letters(
     )  # fmt: skip
 
 
-ACTION_ERRORS = errors(401, 403, 404, 422, 503)
+ACTION_ERRORS = errors(401, 403, 404, 413, 415, 422, 503)
 
 
 @router.post(f"{PREFIX}/dead-letters/redrive", response_model=ActionDone, responses=ACTION_ERRORS)

@@ -30,7 +30,7 @@ class PauseRequest(BaseModel):
     refuse_submits: bool | None = None
 
 
-@router.post("/models/{model}/pause", responses=errors(401, 403, 404, 422, 503))
+@router.post("/models/{model}/pause", responses=errors(401, 403, 404, 413, 415, 422, 503))
 async def pause_model(
     st: State,
     key: AdminCaller,

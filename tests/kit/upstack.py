@@ -20,6 +20,10 @@ from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.registry import list_workers_call
 
+# The repository's root: on the children's PYTHONPATH, so a worker can load a test
+# handler (``tests.kit.<module>:<Class>``) whatever the directory pytest ran from.
+ROOT = Path(__file__).resolve().parents[2]
+
 
 @dataclass
 class Up:
@@ -58,7 +62,7 @@ def launch(config: dict[str, Any], directory: Path, env: dict[str, str] | None =
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env=os.environ | {"HF_HUB_OFFLINE": "1"} | (env or {}),
+        env=os.environ | {"HF_HUB_OFFLINE": "1", "PYTHONPATH": _pythonpath()} | (env or {}),
     )
     lines: list[str] = []
     assert proc.stdout is not None
@@ -72,6 +76,11 @@ def launch(config: dict[str, Any], directory: Path, env: dict[str, str] | None =
         if line.startswith("Ctrl-C"):
             break
     return Up(proc, f"http://127.0.0.1:{port}", redis_url, path, lines)
+
+
+def _pythonpath() -> str:
+    """The repository's root first, then whatever PYTHONPATH the test run has."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
 
 
 def shut_down(up: Up) -> None:

@@ -10,7 +10,7 @@ items; between calls it gives the rest back if an interactive job waits.
 ``idle_reserve``: bulk only while that many other workers are idle (not built).
 No noise, no Redis, no Python: a lower bound on what each setting costs.
 
-    python bench/bulk_yield_sim.py
+    python -m sluicebench.loadgen.bulk_yield_sim
 """
 
 from __future__ import annotations
