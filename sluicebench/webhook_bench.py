@@ -217,7 +217,8 @@ async def _latency(
     stop = asyncio.Event()
 
     async def worker() -> None:  # claims and completes at once: the hop, not a model
-        while not stop.is_set() or len(completed) < len(submitted):
+        # every measured job, by id: the warm-up job is in completed, not in submitted
+        while not stop.is_set() or any(j not in completed for j in submitted):
             batch = await queue.claim(MODEL, "bench-worker", max_batch=32)
             if not batch.jobs:
                 await queue.wait_for_work(MODEL, 0.05)
