@@ -7,7 +7,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +61,41 @@ def submit(qc: QueueClient, cfg: SluiceConfig, texts: list[Any], model: str = MO
 
 @dataclass
 class Running:
+    """A worker running in a thread of the test process; ``code`` is what its run
+    returned. ``started`` starts one, ``stop_all`` drains and closes them."""
+
     worker: Worker
-    thread: threading.Thread
+    thread: threading.Thread = field(default_factory=threading.Thread)
     code: int | None = None
+
+    @classmethod
+    def started(cls, worker: Any, running: list[Any]) -> Any:
+        run = cls(worker)
+
+        def target() -> None:
+            run.code = run.worker.run()
+
+        run.thread = threading.Thread(target=target, daemon=True)
+        run.thread.start()
+        running.append(run)
+        return run
 
     def join(self, timeout_s: float = 20.0) -> int:
         self.thread.join(timeout_s)
         assert not self.thread.is_alive(), "worker did not exit"
         assert self.code is not None
         return self.code
+
+
+def stop_all(running: list[Running]) -> None:
+    """Drain every worker, then join each and close its connections now, not whenever
+    the collector finds them (an unclosed socket found at exit is an error under
+    filterwarnings = error)."""
+    for run in running:
+        run.worker.drain("test teardown")
+    for run in running:
+        run.thread.join(10)
+        run.worker.client.redis.close()
 
 
 @pytest.fixture
@@ -83,24 +109,10 @@ def start_worker(redis_url: str) -> Iterator[Callable[..., Running]]:
         wopts = WorkerOptions(model=opts.pop("model", MODEL), **opts)
         handler = make_handler(HandlerContext(wopts.model, cfg.model(wopts.model)))
         client = QueueClient(connect(redis_url, redis_timeout_s), dict(cfg.models))
-        run = Running(Worker(cfg, client, handler, wopts), threading.Thread(daemon=True))
-
-        def target() -> None:
-            run.code = run.worker.run()
-
-        run.thread = threading.Thread(target=target, daemon=True)
-        run.thread.start()
-        running.append(run)
-        return run
+        return Running.started(Worker(cfg, client, handler, wopts), running)
 
     yield start
-    for run in running:
-        run.worker.drain("test teardown")
-    for run in running:
-        run.thread.join(10)
-        # Its connections go now, not whenever the collector finds them (an unclosed
-        # socket found at exit is an error under filterwarnings = error).
-        run.worker.client.redis.close()
+    stop_all(running)
 
 
 # Texts of mixed lengths and the cosine between embeddings, for the tests that

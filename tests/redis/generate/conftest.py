@@ -3,7 +3,6 @@ generative model's config, job submission and the loop itself on a real Redis.""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from sluice.generate.params import FinishReason, GenerateInput, SamplingParams
 from sluice.jobs import NewJob
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.kit.workers import Running, stop_all
 from workers.generate.engine import EngineDead, StepOutput
 from workers.generate.handler import EngineHandler
 from workers.generate.loop import SlotLoop
@@ -207,22 +207,14 @@ class FakeHandler(EngineHandler):
 
 
 @dataclass
-class RunningWorker:
+class RunningWorker(Running):
     worker: GenerativeWorker
-    thread: threading.Thread
-    code: int | None = None
 
     @property
     def engine(self) -> FakeEngine:
         engine = self.worker.engine_handler.engine
         assert isinstance(engine, FakeEngine)
         return engine
-
-    def join(self, timeout_s: float = 20.0) -> int:
-        self.thread.join(timeout_s)
-        assert not self.thread.is_alive(), "worker did not exit"
-        assert self.code is not None
-        return self.code
 
 
 @pytest.fixture
@@ -236,21 +228,8 @@ def gen_worker(redis_url: str) -> Iterator[Callable[..., RunningWorker]]:
         wopts = WorkerOptions(model=MODEL, **opts)
         ctx = HandlerContext(MODEL, cfg.model(MODEL), params={"delay_s": delay_s})
         client = QueueClient(connect(redis_url), dict(cfg.models))
-        run = RunningWorker(
-            GenerativeWorker(cfg, client, FakeHandler(ctx), wopts), threading.Thread()
-        )
-
-        def target() -> None:
-            run.code = run.worker.run()
-
-        run.thread = threading.Thread(target=target, daemon=True)
-        run.thread.start()
-        running.append(run)
-        return run
+        worker = GenerativeWorker(cfg, client, FakeHandler(ctx), wopts)
+        return RunningWorker.started(worker, running)
 
     yield start
-    for run in running:
-        run.worker.drain("test teardown")
-    for run in running:
-        run.thread.join(10)
-        run.worker.client.redis.close()
+    stop_all(running)
