@@ -13,6 +13,7 @@ from fastapi import FastAPI
 
 from gateway import dashboard, errors
 from gateway.auth import AuthGuard, needs_key
+from gateway.lean import LeanRoutes
 from gateway.middleware import BodyGuard, Metrics
 from gateway.routers import (
     audit,
@@ -48,11 +49,13 @@ def create_app(
     redis: aioredis.Redis | None = None,
     pubsub_redis: aioredis.Redis | None = None,
     keyring: KeyRing | None = None,
+    lean: bool = True,
 ) -> FastAPI:
     """The app for one config; pass ``redis`` (and ``pubsub_redis``) to inject clients.
 
     API keys come from ``cfg.auth`` (its secret file and env var are read here)
-    unless ``keyring`` is given.
+    unless ``keyring`` is given. ``lean=False`` serves the hot routes through
+    FastAPI's router too (gateway.lean; tests compare the two).
     """
     keyring = load_keyring(cfg.auth) if keyring is None else keyring
     state = GatewayState(cfg, redis_url, redis=redis, pubsub_redis=pubsub_redis)
@@ -85,6 +88,8 @@ def create_app(
     for r in (*routers, dashboard.router):
         app.include_router(r)
     errors.install(app)
+    if lean:  # innermost of ours: the guards and metrics below see every request
+        app.add_middleware(LeanRoutes, api=app)
     # Outermost first at request time: metrics see every answer, including 413/415.
     app.add_middleware(
         BodyGuard, max_bytes=cfg.gateway.max_body_bytes, bulk_max_bytes=cfg.bulk.max_file_bytes

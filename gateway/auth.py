@@ -53,6 +53,14 @@ def presented_key(scope: Scope) -> str | None:
     return None
 
 
+def header(scope: Scope, name: bytes) -> str | None:
+    """The first ``name`` header (lower-case bytes), as ``request.headers.get`` reads it."""
+    for k, v in scope["headers"]:
+        if k == name:
+            return str(v.decode("latin-1"))
+    return None
+
+
 def caller(scope: Scope) -> ApiKey | None:
     """The authenticated key of this request (None on an open gateway)."""
     state = scope.get("state")

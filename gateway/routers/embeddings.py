@@ -16,9 +16,10 @@ from array import array
 from typing import Any
 
 from fastapi import APIRouter, Request
+from starlette.types import Scope
 
 from gateway import service
-from gateway.auth import caller
+from gateway.auth import caller, header
 from gateway.deps import IDEMPOTENCY_DOC
 from gateway.responses import Json
 from gateway.schemas import EmbeddingsRequest, EmbeddingsResponse, openai_errors
@@ -134,10 +135,14 @@ async def _wait_all(
 async def create_embeddings(body: EmbeddingsRequest, request: Request) -> Json:
     """OpenAI's embeddings API: ``model`` is a Sluice model, each input one job; waits
     up to ``gateway.predict_timeout_s`` for all of them."""
-    # A hot path, as submit_job's: no dependency resolution (docs/benchmarks/cost.md).
-    st: GatewayState = request.app.state.gateway
-    key = caller(request.scope)
-    idempotency_key = request.headers.get("idempotency-key")
+    return await embeddings_answer(request.app.state.gateway, request.scope, body)
+
+
+async def embeddings_answer(st: GatewayState, scope: Scope, body: EmbeddingsRequest) -> Json:
+    """What ``create_embeddings`` answers, from the parsed request: the FastAPI route
+    and the lean path (gateway.lean) both call it, so they answer alike."""
+    key = caller(scope)
+    idempotency_key = header(scope, b"idempotency-key")
     cfg = st.model(body.model)
     if body.dimensions is not None:
         raise InvalidInput(

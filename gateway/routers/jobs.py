@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
+from starlette.types import Scope
 
 from gateway import service
-from gateway.auth import caller
+from gateway.auth import caller, header
 from gateway.deps import IDEMPOTENCY_DOC, Caller, IdempotencyKey, State
 from gateway.responses import Json
 from gateway.schemas import (
@@ -37,12 +38,14 @@ JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_
 )
 async def submit_job(model: ModelName, body: JobRequest, request: Request) -> Json:
     """Queue one job; answers at once with its id (poll or long-poll GET /v1/jobs/{id})."""
-    # The hot path: the state and the header are read directly and the response is
-    # built here, which skips FastAPI's per-parameter and response-encoding work
-    # (measured in docs/benchmarks/gateway.md).
-    st: GatewayState = request.app.state.gateway
-    key = request.headers.get("idempotency-key")
-    api_key = caller(request.scope)
+    return await submit_answer(request.app.state.gateway, request.scope, model, body)
+
+
+async def submit_answer(st: GatewayState, scope: Scope, model: str, body: JobRequest) -> Json:
+    """What ``submit_job`` answers, from the parsed request: the FastAPI route and the
+    lean path (gateway.lean) both call it, so they answer alike."""
+    key = header(scope, b"idempotency-key")
+    api_key = caller(scope)
     owner = api_key.owner if api_key is not None else None
     hook = None
     if body.webhook is not None or (api_key is not None and api_key.webhook_url):

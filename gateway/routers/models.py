@@ -6,9 +6,10 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
+from starlette.types import Scope
 
 from gateway import service
-from gateway.auth import caller
+from gateway.auth import caller, header
 from gateway.deps import IDEMPOTENCY_DOC, State
 from gateway.redis_io import run_reads
 from gateway.responses import Json
@@ -20,6 +21,7 @@ from sluice.queue.pause import PauseState, state_call
 from sluice.registry import WorkerInfo, list_workers_call, workers_by_state
 
 router = APIRouter(prefix="/v1", tags=["models"], route_class=StrictJsonRoute)
+PREDICT_MAX_TIMEOUT_S = 60  # ?timeout= bound (gateway.lean reads the same)
 ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
 
 
@@ -92,15 +94,25 @@ async def predict(
     request: Request,
     timeout: Annotated[
         float | None,
-        Query(gt=0, le=60, allow_inf_nan=False, description="Wait at most this long (s)."),
+        Query(
+            gt=0,
+            le=PREDICT_MAX_TIMEOUT_S,
+            allow_inf_nan=False,
+            description="Wait at most this long (s).",
+        ),
     ] = None,
 ) -> Json:
     """Submit and wait: 200 with the ended job, or 202 with the job to keep polling."""
-    # A hot path, as submit_job's: the state, the caller and the header are read
-    # directly, no dependency resolution (docs/benchmarks/cost.md).
-    st: GatewayState = request.app.state.gateway
-    key = caller(request.scope)
-    idempotency_key = request.headers.get("idempotency-key")
+    return await predict_answer(request.app.state.gateway, request.scope, model, body, timeout)
+
+
+async def predict_answer(
+    st: GatewayState, scope: Scope, model: str, body: JobRequest, timeout: float | None
+) -> Json:
+    """What ``predict`` answers, from the parsed request: the FastAPI route and the
+    lean path (gateway.lean) both call it, so they answer alike."""
+    key = caller(scope)
+    idempotency_key = header(scope, b"idempotency-key")
     owner = key.owner if key else None
     hook = await st.webhooks.for_spec(body.webhook, key)  # for a job that outlasts the wait
     digest = service.request_hash(body) if idempotency_key is not None else ""

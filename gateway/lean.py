@@ -1,0 +1,225 @@
+"""The hot routes answered without FastAPI's per-request machinery (ADR 0162).
+
+``POST /v1/models/{model}/predict``, ``POST /v1/models/{model}/jobs`` and
+``POST /v1/embeddings`` carry most of a gateway's requests. :class:`LeanRoutes`
+sits just outside FastAPI's exception middleware and router (inside the metrics,
+access and body guards, which see every request as before) and answers a
+request to one of them itself when it is a plain valid one: a JSON body
+(``Content-Type: application/json``) that :func:`gateway.strict_json.loads`
+parses and the route's pydantic model accepts, a model name and ``?timeout=``
+within their declared bounds. It then calls the function the FastAPI route calls
+(``predict_answer``, ``submit_answer``, ``embeddings_answer``), and an error
+raised there goes to the app's own exception handler, as from the router.
+
+Any other request on those paths (a body that fails to parse or validate, an
+unusual query, no body, another media type, a mounted root path, a client gone
+mid-body) falls through to FastAPI with the messages already read replayed, so
+every refusal is FastAPI's own answer. The routes stay declared in FastAPI: the
+OpenAPI schema and the fall-through path are unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException, WebSocketException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gateway.routers.embeddings import embeddings_answer
+from gateway.routers.jobs import submit_answer
+from gateway.routers.models import PREDICT_MAX_TIMEOUT_S, predict_answer
+from gateway.schemas import EmbeddingsRequest, JobRequest
+from gateway.state import GatewayState
+from gateway.strict_json import loads
+
+MODELS = "/v1/models/"
+EMBEDDINGS = "/v1/embeddings"
+MAX_MODEL_NAME = 64  # ModelName's max_length in the routers
+# ?timeout= as a plain decimal; anything else (exponents, signs, "inf") is FastAPI's to judge.
+_PLAIN_NUMBER = re.compile(r"(0|[1-9][0-9]{0,2})(\.[0-9]{1,6})?")
+
+Serve = Callable[[GatewayState, Scope, str, Any, float | None], Awaitable[Response]]
+Handler = Callable[[Request, Exception], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Lean:
+    """One route answered here: its FastAPI route (for ``scope["route"]``, which
+    the metrics label with), its body model and what answers it."""
+
+    route: APIRoute
+    body: type[BaseModel]
+    serve: Serve
+    timeout: bool = False  # reads ?timeout= (predict); the others ignore the query, as FastAPI
+
+
+def _predict(st: GatewayState, scope: Scope, model: str, body: Any, t: float | None) -> Any:
+    return predict_answer(st, scope, model, body, t)
+
+
+def _submit(st: GatewayState, scope: Scope, model: str, body: Any, _: float | None) -> Any:
+    return submit_answer(st, scope, model, body)
+
+
+def _embeddings(st: GatewayState, scope: Scope, _: str, body: Any, __: float | None) -> Any:
+    return embeddings_answer(st, scope, body)
+
+
+def _post_route(routes: list[BaseRoute], path: str) -> APIRoute | None:
+    """The POST route at ``path``, looked for inside included routers too (FastAPI
+    keeps them whole, and its router puts the router's own route in the scope)."""
+    for r in routes:
+        if isinstance(r, APIRoute) and r.path == path and "POST" in (r.methods or ()):
+            return r
+        inner = getattr(r, "original_router", None)
+        found = _post_route(inner.routes, path) if inner is not None else None
+        if found is not None:
+            return found
+    return None
+
+
+def _route(api: FastAPI, path: str) -> APIRoute:
+    found = _post_route(api.routes, path)
+    if found is None:
+        raise LookupError(f"no POST route {path} to answer lean")
+    return found
+
+
+def query_timeout(query: bytes) -> tuple[bool, float | None]:
+    """(handled here, the value): ``?timeout=`` absent, or once as a plain decimal
+    in (0, 60]; (False, None) for anything FastAPI should judge."""
+    if not query:
+        return True, None
+    pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
+    values = [v for k, v in pairs if k == "timeout"]
+    if not values:
+        return True, None
+    if len(values) > 1 or not _PLAIN_NUMBER.fullmatch(values[0]):
+        return False, None
+    value = float(values[0])
+    return 0 < value <= PREDICT_MAX_TIMEOUT_S, value
+
+
+def _is_json(scope: Scope) -> bool:
+    for k, v in scope["headers"]:
+        if k == b"content-type":
+            return bool(v.split(b";", 1)[0].strip().lower() == b"application/json")
+    return False
+
+
+async def read_body(receive: Receive, seen: list[Message]) -> bytes | None:
+    """The whole body, each message kept in ``seen``; None if the client left."""
+    chunks = []
+    while True:
+        msg = await receive()
+        seen.append(msg)
+        if msg["type"] != "http.request":
+            return None
+        chunks.append(msg.get("body", b""))
+        if not msg.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def replay(seen: list[Message], receive: Receive) -> Receive:
+    """``receive`` with the messages already read given again first."""
+    pending = list(seen)
+
+    async def again() -> Message:
+        return pending.pop(0) if pending else await receive()
+
+    return again
+
+
+class LeanRoutes:
+    """ASGI middleware: the hot routes' plain valid requests, answered directly."""
+
+    def __init__(self, app: ASGIApp, api: FastAPI) -> None:
+        self.app = app
+        self.state: GatewayState = api.state.gateway
+        self.embeddings = Lean(_route(api, EMBEDDINGS), EmbeddingsRequest, _embeddings)
+        self.by_tail = {
+            "predict": Lean(
+                _route(api, MODELS + "{model}/predict"), JobRequest, _predict, timeout=True
+            ),
+            "jobs": Lean(_route(api, MODELS + "{model}/jobs"), JobRequest, _submit),
+        }
+        # The handlers FastAPI's ExceptionMiddleware uses (500/Exception stay with
+        # ServerErrorMiddleware, outside: an error no handler takes goes on up to it).
+        handlers: dict[Any, Handler] = dict(api.exception_handlers)
+        self.status_handlers = {k: v for k, v in handlers.items() if isinstance(k, int)}
+        self.handlers = {
+            k: v
+            for k, v in handlers.items()
+            if not isinstance(k, int) and k is not Exception and k is not WebSocketException
+        }
+        self.status_handlers.pop(500, None)
+
+    def match(self, path: str) -> tuple[Lean, str] | None:
+        if path == EMBEDDINGS:
+            return self.embeddings, ""
+        if path.startswith(MODELS):
+            name, _, tail = path[len(MODELS) :].partition("/")
+            lean = self.by_tail.get(tail)
+            if lean is not None and 0 < len(name) <= MAX_MODEL_NAME:
+                return lean, name
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        found = None
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            found = self.match(scope["path"])
+        if found is None:
+            return await self.app(scope, receive, send)
+        lean, name = found
+        ok, timeout = query_timeout(scope["query_string"]) if lean.timeout else (True, None)
+        if not ok or not _is_json(scope):
+            return await self.app(scope, receive, send)
+        scope["route"] = lean.route  # as FastAPI's router would: the metrics' label
+        seen: list[Message] = []
+        try:
+            raw = await read_body(receive, seen)
+        except Exception as exc:  # noqa: BLE001 - a refusal of the body guard: its handler answers
+            return await self._answer_error(exc, scope, receive, send)
+        body = self._parse(lean, raw) if raw else None
+        if body is None:
+            return await self.app(scope, replay(seen, receive), send)
+        try:
+            response = await lean.serve(self.state, scope, name, body, timeout)
+        except Exception as exc:  # noqa: BLE001 - the app's handlers decide, as for a route
+            return await self._answer_error(exc, scope, receive, send)
+        await response(scope, receive, send)
+
+    @staticmethod
+    def _parse(lean: Lean, raw: bytes) -> BaseModel | None:
+        try:
+            return lean.body.model_validate(loads(raw))
+        except Exception:  # noqa: BLE001 - FastAPI answers whatever is wrong with it
+            return None
+
+    async def _answer_error(
+        self, exc: Exception, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """What Starlette's exception middleware does with ``exc``: the app's handler
+        for it answers; with none, it goes on up (to ServerErrorMiddleware's 500)."""
+        handler = None
+        if isinstance(exc, HTTPException):
+            handler = self.status_handlers.get(exc.status_code)
+        if handler is None:
+            for cls in type(exc).__mro__:
+                if cls in self.handlers:
+                    handler = self.handlers[cls]
+                    break
+        if handler is None:
+            raise exc
+        response = await handler(Request(scope, receive), exc)
+        await response(scope, receive, send)
