@@ -556,6 +556,8 @@ def ratios(r: dict[str, Any]) -> dict[str, float | None]:
 
     return {
         "example_over_best_closed": div(rps("example"), rps("best")),
+        # issue 33: the example config untouched at >= 0.95 of the in-process limit
+        "example_over_in_process_closed": div(rps("example"), rps("in_process")),
         "best_over_in_process_closed": div(rps("best"), rps("in_process")),
         "best_over_microbatcher_closed": div(rps("best"), rps("microbatcher")),
         "open_p99_best_over_microbatcher": div(p99("best"), p99("microbatcher")),

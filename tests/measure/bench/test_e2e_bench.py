@@ -58,6 +58,7 @@ def test_ratios_compare_within_the_run_and_skip_what_did_not_run() -> None:
     r = ratios({"example": _served(90, 300), "best": _served(100, 200), "in_process": {"rps": 125}})
     assert r["example_over_best_closed"] == 0.9
     assert r["best_over_in_process_closed"] == 0.8
+    assert r["example_over_in_process_closed"] == 0.72
     assert r["open_p99_example_over_best"] == 1.5
     assert r["best_over_microbatcher_closed"] is None
     assert r["open_p99_best_over_microbatcher"] is None
