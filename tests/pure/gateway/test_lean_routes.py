@@ -1,0 +1,321 @@
+"""The lean path (gateway.lean) answers exactly as FastAPI's router does.
+
+The same requests, in the same order, go to two apps on fakeredis: one with the
+lean path (the default) and one with ``lean=False``; each pair of answers must
+have the same status, the same headers that matter and the same body (job ids
+and timings aside, which differ by nature). Good requests and bad ones: wrong
+types, unknown and extra fields, bad JSON, wrong media type, oversize, bad keys,
+unknown or too long model names, odd ``?timeout=`` values, idempotency replays
+and conflicts, a full queue, a wait that times out. The request metrics of the
+two apps must match too (the lean path labels its routes as the router does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import fakeredis
+import httpx
+import pytest
+from fakeredis import aioredis as fake_aioredis
+from hypothesis import HealthCheck, given
+from hypothesis import strategies as st
+
+from gateway.app import create_app
+from gateway.lean import query_timeout
+from gateway.state import GatewayState
+from sluice.apikeys import hash_key
+from sluice.config import SluiceConfig, parse_config
+from sluice.jobs import Outcome
+from sluice.queue import AsyncQueueClient
+from tests.conftest import budget
+from tests.kit.security import ALICE, BOB, bearer
+from tests.waits import async_wait_until
+
+KEPT_HEADERS = (
+    "content-type",
+    "content-length",
+    "location",
+    "retry-after",
+    "www-authenticate",
+    "connection",
+    "idempotent-replayed",
+)
+JOB_ID = re.compile(r"[A-Za-z0-9_-]+\.(?:\d+~)?[0-9a-f]{27}")
+JSON = {"content-type": "application/json"}
+LONG_NAME = "x" * 65
+
+
+def config() -> SluiceConfig:
+    """``m`` and ``emb`` are served by the test's worker; ``slow`` never is; ``full``
+    holds one job."""
+    model = {
+        "handler": "synthetic",
+        "buckets": [32, 128, 512],
+        "cost": {"method": "words"},
+        "autoscaling": {"min_replicas": 0, "max_replicas": 2},
+        "params": {"embedding_dim": 4},
+    }
+    return parse_config(
+        {
+            "models": {
+                "m": model,
+                "emb": model,
+                "slow": model,
+                "plain": {**model, "params": {}},
+                "full": {**model, "queue": {"max_queued_jobs": 1}},
+            },
+            "gateway": {"max_body_bytes": 2048, "max_batch_inputs": 4, "predict_timeout_s": 0.2},
+            "auth": {
+                "keys": [
+                    {"name": "alice", "hash": hash_key(ALICE)},
+                    {"name": "bob", "hash": hash_key(BOB), "max_priority": "normal"},
+                ]
+            },
+        }
+    )
+
+
+@dataclass
+class Side:
+    client: httpx.AsyncClient
+    queue: AsyncQueueClient  # plays the worker
+    state: GatewayState
+
+
+@asynccontextmanager
+async def side(lean: bool) -> AsyncIterator[Side]:
+    server = fakeredis.FakeServer()
+    r = fake_aioredis.FakeRedis(server=server, decode_responses=True)
+    worker = fake_aioredis.FakeRedis(server=server, decode_responses=True)
+    cfg = config()
+    app = create_app(cfg, redis=r, lean=lean)
+    async with AsyncExitStack() as stack:
+        await stack.enter_async_context(app.router.lifespan_context(app))
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw")
+        await stack.enter_async_context(client)
+        yield Side(client, AsyncQueueClient(worker, dict(cfg.models)), app.state.gateway)
+    await worker.aclose()
+
+
+async def serve(s: Side, model: str, n: int) -> None:
+    """Play a worker until ``n`` jobs of ``model`` are done."""
+    done = 0
+
+    async def step() -> bool:
+        nonlocal done
+        batch = await s.queue.claim(model, "w1")
+        outcomes = [Outcome.ok(j.id, {"embedding": [1.0, 0.5, -0.25, 2.0]}) for j in batch.jobs]
+        if outcomes:
+            await s.queue.complete(model, outcomes)
+            done += len(outcomes)
+        return done >= n
+
+    await async_wait_until(step, what=f"{n} jobs of {model}")
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: "<t>" if k == "timings" else _norm(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_norm(v) for v in value]
+    if isinstance(value, str):
+        return JOB_ID.sub("<id>", value)
+    return value
+
+
+def shape(resp: httpx.Response) -> tuple[int, dict[str, str], Any]:
+    headers = {k: JOB_ID.sub("<id>", resp.headers[k]) for k in KEPT_HEADERS if k in resp.headers}
+    if b'"timings"' in resp.content:  # its floats differ in length by nature
+        headers.pop("content-length")
+    try:
+        body = _norm(json.loads(resp.content))
+    except ValueError:
+        body = resp.content
+    return resp.status_code, headers, body
+
+
+Send = Callable[[httpx.AsyncClient], Awaitable[httpx.Response]]
+
+
+def post(
+    path: str, body: Any = None, raw: bytes | None = None, headers: dict[str, str] | None = None
+) -> Send:
+    content = raw if raw is not None else json.dumps(body).encode()
+    sent = {**JSON, **bearer(ALICE), **(headers or {})}
+    sent = {k: v for k, v in sent.items() if v}  # an empty value: leave the header out
+
+    def send(c: httpx.AsyncClient) -> Awaitable[httpx.Response]:
+        return c.post(path, content=content, headers=sent)
+
+    return send
+
+
+def chunked(path: str, size: int) -> Send:
+    async def parts() -> AsyncIterator[bytes]:
+        yield b'{"input": "'
+        yield b"a" * size
+        yield b'"}'
+
+    def send(c: httpx.AsyncClient) -> Awaitable[httpx.Response]:
+        return c.post(path, content=parts(), headers={**JSON, **bearer(ALICE)})
+
+    return send
+
+
+ONE, BOB_KEY = {"model": "emb", "input": "a"}, bearer(BOB)
+PREDICT, JOBS, EMB = "/v1/models/m/predict", "/v1/models/m/jobs", "/v1/embeddings"
+# (what is sent, (model the worker serves, jobs) or None)
+CASES: list[tuple[str, Send, tuple[str, int] | None]] = [
+    ("predict ok", post(PREDICT, {"input": "hello there"}), ("m", 1)),
+    ("predict metadata", post(PREDICT, {"input": "a", "metadata": {"k": [1, 2]}}), ("m", 1)),
+    ("predict waits out", post("/v1/models/slow/predict", {"input": "a"}), None),
+    ("predict ?timeout", post("/v1/models/slow/predict?timeout=0.05", {"input": "a"}), None),
+    ("predict ?timeout=0", post(PREDICT + "?timeout=0", {"input": "a"}), None),
+    ("predict ?timeout=61", post(PREDICT + "?timeout=61", {"input": "a"}), None),
+    ("predict ?timeout=abc", post(PREDICT + "?timeout=abc", {"input": "a"}), None),
+    ("predict ?timeout=nan", post(PREDICT + "?timeout=nan", {"input": "a"}), None),
+    ("predict ?timeout twice", post(PREDICT + "?timeout=1&timeout=x", {"input": "a"}), None),
+    ("predict other query", post(PREDICT + "?x=1", {"input": "b"}), ("m", 1)),
+    ("predict bad priority", post(PREDICT, {"input": "a", "priority": "urgent"}), None),
+    ("predict string deadline", post(PREDICT, {"input": "a", "deadline_ms": "500"}), None),
+    ("predict extra field", post(PREDICT, {"input": "a", "model": "m"}), None),
+    ("predict no input", post(PREDICT, {"priority": "low"}), None),
+    ("predict a list body", post(PREDICT, [1, 2]), None),
+    ("predict bad JSON", post(PREDICT, raw=b'{"input": '), None),
+    ("predict NaN", post(PREDICT, raw=b'{"input": NaN}'), None),
+    ("predict duplicate key", post(PREDICT, raw=b'{"input": 1, "input": 2}'), None),
+    ("predict empty body", post(PREDICT, raw=b""), None),
+    ("predict no media type", post(PREDICT, {"input": "a"}, headers={"content-type": ""}), None),
+    (
+        "predict text/plain",
+        post(PREDICT, {"input": "a"}, headers={"content-type": "text/plain"}),
+        None,
+    ),
+    ("predict +json", post(PREDICT, {"input": "a"}, headers={"content-type": "x/y+json"}), None),
+    ("predict oversize", post(PREDICT, {"input": "a" * 4000}), None),
+    ("predict chunked oversize", chunked(PREDICT, 4000), None),
+    ("predict chunked ok", chunked(PREDICT, 10), ("m", 1)),
+    ("predict no key", post(PREDICT, {"input": "a"}, headers={"authorization": ""}), None),
+    (
+        "predict bad key",
+        post(PREDICT, {"input": "a"}, headers={"authorization": "Bearer nope"}),
+        None,
+    ),
+    (
+        "predict high for bob",
+        post(PREDICT, {"input": "a", "priority": "high"}, headers=BOB_KEY),
+        None,
+    ),
+    ("predict unknown model", post("/v1/models/nope/predict", {"input": "a"}), None),
+    ("predict long model", post(f"/v1/models/{LONG_NAME}/predict", {"input": "a"}), None),
+    ("predict deadline over max", post(PREDICT, {"input": "a", "deadline_ms": 10**12}), None),
+    (
+        "predict idempotent",
+        post(PREDICT, {"input": "i"}, headers={"idempotency-key": "k1"}),
+        ("m", 1),
+    ),
+    ("predict replay", post(PREDICT, {"input": "i"}, headers={"idempotency-key": "k1"}), None),
+    ("predict key reused", post(PREDICT, {"input": "j"}, headers={"idempotency-key": "k1"}), None),
+    (
+        "predict bad key chars",
+        post(PREDICT, {"input": "a"}, headers={"idempotency-key": "a\tb"}),
+        None,
+    ),
+    ("submit ok", post(JOBS, {"input": "one two"}), None),
+    ("submit idempotent", post(JOBS, {"input": "x"}, headers={"idempotency-key": "s1"}), None),
+    ("submit replay", post(JOBS, {"input": "x"}, headers={"idempotency-key": "s1"}), None),
+    ("submit webhook not https", post(JOBS, {"input": "x", "webhook": {"url": "ftp://a"}}), None),
+    ("submit wrong type", post(JOBS, {"input": "x", "metadata": [1]}), None),
+    ("submit to full", post("/v1/models/full/jobs", {"input": "x"}), None),
+    ("submit to full again", post("/v1/models/full/jobs", {"input": "x"}), None),
+    ("submit trailing slash", post(JOBS + "/", {"input": "x"}), None),
+    ("embeddings ok", post(EMB, {"model": "emb", "input": ["a", "b c"]}), ("emb", 2)),
+    ("embeddings base64", post(EMB, {**ONE, "encoding_format": "base64"}), ("emb", 1)),
+    ("embeddings waits out", post(EMB, {"model": "slow", "input": "a"}), None),
+    ("embeddings dimensions", post(EMB, {"model": "emb", "input": "a", "dimensions": 2}), None),
+    ("embeddings plain model", post(EMB, {"model": "plain", "input": "a"}), None),
+    ("embeddings unknown model", post(EMB, {"model": "nope", "input": "a"}), None),
+    ("embeddings empty list", post(EMB, {"model": "emb", "input": []}), None),
+    ("embeddings token array", post(EMB, {"model": "emb", "input": [1, 2]}), None),
+    ("embeddings too many", post(EMB, {"model": "emb", "input": ["a"] * 5}), None),
+    ("embeddings bad format", post(EMB, {**ONE, "encoding_format": "x"}), None),
+    ("embeddings no model", post(EMB, {"input": "a"}), None),
+    ("embeddings bad JSON", post(EMB, raw=b"{"), None),
+    (
+        "embeddings no key",
+        post(EMB, {"model": "emb", "input": "a"}, headers={"authorization": ""}),
+        None,
+    ),
+]
+
+
+async def _answer(s: Side, send: Send, serve_what: tuple[str, int] | None) -> httpx.Response:
+    if serve_what is None:
+        return await send(s.client)
+    resp, _ = await asyncio.gather(send(s.client), serve(s, *serve_what))
+    return resp
+
+
+def _request_counts(s: Side) -> dict[tuple[tuple[str, str], ...], float]:
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for metric in s.state.metrics.requests.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    }
+
+
+async def test_every_case_answers_alike_through_both_paths() -> None:
+    async with side(lean=True) as lean, side(lean=False) as routed:
+        for name, send, serve_what in CASES:
+            got = shape(await _answer(lean, send, serve_what))
+            want = shape(await _answer(routed, send, serve_what))
+            assert got == want, name
+        assert _request_counts(lean) == _request_counts(routed)
+        # The cases reach the lean path's answers, not only its fall-through.
+        assert ("status", "200") in {k[2] for k in _request_counts(lean)}
+
+
+def test_the_lean_path_declares_nothing_new_in_the_schema() -> None:
+    redis = fake_aioredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True)
+    lean = create_app(config(), redis=redis, lean=True)
+    routed = create_app(config(), redis=redis, lean=False)
+    assert lean.openapi() == routed.openapi()
+
+
+QUERIES = st.one_of(
+    st.text(max_size=30),
+    st.builds("timeout={}".format, st.text(alphabet="0123456789.e+-nafi_ ", max_size=8)),
+    st.builds("timeout={}&timeout={}".format, st.integers(0, 99), st.integers(0, 99)),
+)
+
+
+@given(QUERIES)
+@budget(0.5, suppress_health_check=[HealthCheck.too_slow])
+def test_query_timeout_takes_only_what_fastapi_takes_the_same(query: str) -> None:
+    """Whatever the lean path takes from a query, FastAPI's parsing agrees with."""
+    from pydantic import TypeAdapter, ValidationError
+    from starlette.datastructures import QueryParams
+
+    from gateway.routers.models import PREDICT_MAX_TIMEOUT_S
+
+    raw = query.encode("latin-1", "ignore")
+    ok, value = query_timeout(raw)
+    if not ok:
+        return
+    given_value = QueryParams(raw.decode("latin-1")).get("timeout")
+    if given_value is None:
+        assert value is None
+        return
+    try:
+        parsed = TypeAdapter(float).validate_python(given_value)
+    except ValidationError:
+        pytest.fail(f"the lean path took {given_value!r}, which FastAPI refuses")
+    assert parsed == value and 0 < parsed <= PREDICT_MAX_TIMEOUT_S
