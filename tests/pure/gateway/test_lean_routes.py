@@ -319,3 +319,20 @@ def test_query_timeout_takes_only_what_fastapi_takes_the_same(query: str) -> Non
     except ValidationError:
         pytest.fail(f"the lean path took {given_value!r}, which FastAPI refuses")
     assert parsed == value and 0 < parsed <= PREDICT_MAX_TIMEOUT_S
+
+
+@pytest.mark.parametrize(
+    ("vector", "ok"),
+    [
+        ([0.5, -1, 2**70], True),
+        ([True, 1.0], True),
+        ([1.0, "1"], False),
+        ([None], False),
+        ([], True),
+    ],
+)
+def test_an_embedding_is_numbers_as_isinstance_says(vector: list[Any], ok: bool) -> None:
+    from gateway.routers.embeddings import _numbers
+
+    assert _numbers(vector) is ok
+    assert ok == all(isinstance(v, int | float) for v in vector)
