@@ -22,9 +22,9 @@ from gateway.event_hub import EventHub
 from gateway.generate_service import Codecs
 from gateway.metrics import GatewayMetrics
 from gateway.read_batch import ReadBatch
-from gateway.submit_batch import SubmitBatch
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
+from gateway.submit_batch import SubmitBatch
 from gateway.token_hub import TokenHub
 from gateway.waiters import JobWaiters
 from gateway.webhooks import WebhookPolicy

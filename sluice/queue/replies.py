@@ -61,6 +61,8 @@ def _request_outcome(head: dict[str, Any]) -> list[Submitted] | SluiceError:
         return QueueFull(f"this API key has {queued} unfinished jobs, its limit", detail, queued, 0)
     if state == "full":
         what = "jobs" if detail == "queue_jobs" else "cost"
-        return QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost)
+        return QueueFull(
+            f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost
+        )
     flat = head["jobs"]
     return [Submitted(flat[i], bool(int(flat[i + 1]))) for i in range(0, len(flat), 2)]

@@ -7,7 +7,7 @@ raises. The clients only execute calls, so both speak exactly the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -103,16 +103,8 @@ class QueueOps(SpreadOps):
         """``fence``: (hash key in this model's slot, token): nothing is written unless
         that hash's ``token`` is the token (else :class:`LeaseLost`). ``partition``:
         where the jobs go (default: ``Partitions.for_submit``'s choice, ADR 0159)."""
-        many = self.submit_many(
-            model,
-            [jobs],
-            max_jobs=max_jobs,
-            max_cost=max_cost,
-            owner=owner,
-            fence=fence,
-            partition=partition,
-        )
-        return replace(many, parse=parse_submit)  # type: ignore[arg-type]
+        lim = (max_jobs, max_cost, owner, fence, partition)
+        return self._submit_call(parse_submit, model, [jobs], *lim)
 
     def submit_many(
         self,
@@ -128,6 +120,20 @@ class QueueOps(SpreadOps):
         """Several requests' jobs in one script call (ADR 0161), sharing the limits,
         owner, fence and partition: each request is admitted (all or none) as if sent
         alone after the ones before it, and gets its own outcome, a refusal included."""
+        lim = (max_jobs, max_cost, owner, fence, partition)
+        return self._submit_call(parse_submits, model, requests, *lim)
+
+    def _submit_call(
+        self,
+        parse: Callable[[Any], T],
+        model: str,
+        requests: Sequence[Sequence[NewJob]],
+        max_jobs: int,
+        max_cost: int,
+        owner: Owner | None,
+        fence: tuple[str, str] | None,
+        partition: int | None,
+    ) -> Call[T]:
         cfg = self.model(model)
         o = owner or _NO_OWNER
         p = partition
@@ -179,7 +185,7 @@ class QueueOps(SpreadOps):
             keys.paused_key(model, p),
         ]
         ks += [keys.queue_key(model, b, p) for b in cfg.bucket_names]
-        return _durable(Call(parse_submits, "submit", ks, args), cfg)
+        return _durable(Call(parse, "submit", ks, args), cfg)
 
     # -- claim ----------------------------------------------------------------
     def claim(

@@ -80,10 +80,10 @@ def _seen(outcome: list[Submitted] | BaseException) -> Any:
 
 async def _state(r: fakeredis.aioredis.FakeRedis) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    for k in sorted(await r.keys("*")):
-        kind = await r.type(k)
+    for k in sorted(str(k) for k in await r.keys("*")):
+        kind = str(await r.type(k))
         if kind == "hash" and k == keys.rate_limit_key("m"):  # "tokens:ms": the tokens
-            out[k] = {o: v.split(":")[0] for o, v in (await r.hgetall(k)).items()}
+            out[k] = {o: str(v).split(":")[0] for o, v in (await r.hgetall(k)).items()}
         elif kind == "hash":
             h = await r.hgetall(k)
             out[k] = {f: v for f, v in h.items() if f not in VOLATILE}
