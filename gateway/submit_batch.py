@@ -23,6 +23,7 @@ from typing import Any
 from sluice.errors import SluiceError
 from sluice.jobs import NewJob, Owner, Submitted
 from sluice.queue.call import Call
+from sluice.queue.client import idem_lookup
 from sluice.queue.scripts import QueueOps
 
 MAX_JOBS = 256  # jobs per call; more go in the next call of the same turn
@@ -53,11 +54,16 @@ class SubmitBatch:
         owner: Owner | None = None,
     ) -> list[Submitted]:
         """The jobs as submitted, or this request's refusal raised (as
-        :meth:`sluice.queue.client.AsyncQueueClient.submit` alone)."""
+        :meth:`sluice.queue.client.AsyncQueueClient.submit` alone: a keyed submit
+        first finds its key's partition when the partition count changed)."""
+        lookup = idem_lookup(self.ops, model, jobs, {"owner": owner})
+        if lookup is not None:  # a key maybe made under another partition count (ADR 0163)
+            p = await self.run(lookup)
+        else:
+            p = self.ops.parts.for_submit(model, jobs, owner.name if owner else "", False)
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop: the old one's submits went with it
             self._loop, self._pending = loop, {}
-        p = self.ops.parts.for_submit(model, jobs, owner.name if owner else "", False)
         fut: asyncio.Future[list[Submitted]] = loop.create_future()
         if not self._pending:
             loop.call_soon(self._flush)
