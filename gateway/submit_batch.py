@@ -4,7 +4,8 @@ model, partition, API key and admission limits, share one submit script call.
 Each script call pays a fixed cost in Redis (its prologue, its constant tables)
 and each round trip a send, a receive and their syscalls, whatever it carries;
 under load many single-job predicts arrive in the same turn, so N calls become
-one (docs/adr/0161). Each request keeps its own outcome: the script admits the
+one (docs/adr/0161); a request of more than ALONE_JOBS jobs goes alone. Each
+request keeps its own outcome: the script admits the
 call's requests one after another, in arrival order, each all or none exactly as
 if it had been sent alone, so a request gets its own id, its own idempotent replay
 and its own refusal (429 or 503 with its own figures), never a neighbour's. A
@@ -27,6 +28,9 @@ from sluice.queue.client import idem_lookup
 from sluice.queue.scripts import QueueOps
 
 MAX_JOBS = 256  # jobs per call; more go in the next call of the same turn
+# A request of more jobs already spreads a call's fixed cost over its own jobs: it
+# goes alone, as before (coalescing measured no cheaper for 32-input batches).
+ALONE_JOBS = 8
 
 # What one call shares: model, partition, max_jobs, max_cost, owner.
 Key = tuple[str, int, int, int, Owner | None]
@@ -61,6 +65,10 @@ class SubmitBatch:
             p = await self.run(lookup)
         else:
             p = self.ops.parts.for_submit(model, jobs, owner.name if owner else "", False)
+        if len(jobs) > ALONE_JOBS:
+            lim = {"max_jobs": max_jobs, "max_cost": max_cost, "owner": owner, "partition": p}
+            result: list[Submitted] = await self.run(self.ops.submit(model, jobs, **lim))
+            return result
         loop = asyncio.get_running_loop()
         if self._loop is not loop:  # a new event loop: the old one's submits went with it
             self._loop, self._pending = loop, {}

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.redis_io import RedisGate
-from gateway.submit_batch import MAX_JOBS, SubmitBatch
+from gateway.submit_batch import ALONE_JOBS, MAX_JOBS, SubmitBatch
 from sluice import keys
 from sluice.errors import IdempotencyKeyReused, QueueFull, RateLimited, SluiceError
 from sluice.jobs import NewJob, Owner, Submitted
@@ -150,17 +150,19 @@ def test_coalesced_submits_answer_each_request_as_alone(
     assert many_state == alone_state
 
 
-def test_requests_over_the_job_cap_go_in_more_calls_of_the_same_turn() -> None:
+def test_over_the_job_cap_more_calls_and_a_large_request_alone() -> None:
     async def go() -> tuple[int, list[Any]]:
         r = _Counting(server=fakeredis.FakeServer(), decode_responses=True)
         q = AsyncQueueClient(r, MODELS)
         await r.script_load(script_source("submit"))
         batch = SubmitBatch(q.ops, q.run)
         reqs = [[_job(i, None, "a", 1)] for i in range(MAX_JOBS + 1)]
+        big = [_job(MAX_JOBS + 1 + i, None, "a", 1) for i in range(ALONE_JOBS + 1)]
         _Counting.scripts = 0
-        got = await asyncio.gather(*(batch.submit("m", jobs) for jobs in reqs))
+        got = await asyncio.gather(*(batch.submit("m", jobs) for jobs in [*reqs, big]))
         return _Counting.scripts, got
 
     scripts, got = asyncio.run(go())
-    assert scripts == 2
-    assert all(len(s) == 1 and s[0].created for s in got)
+    assert scripts == 3  # MAX_JOBS one-job requests, then the last one, then the big one
+    assert [len(s) for s in got] == [1] * (MAX_JOBS + 1) + [ALONE_JOBS + 1]
+    assert all(s.created for sub in got for s in sub)
