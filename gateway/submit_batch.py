@@ -1,18 +1,17 @@
 """Submits coalesced: the submits requests issue in one event-loop turn, for one
 model, partition, API key and admission limits, share one submit script call.
 
-Each script call pays a fixed cost in Redis (its prologue, its constant tables)
+Each script call pays a fixed cost in Redis (its prologue, its per-call commands)
 and each round trip a send, a receive and their syscalls, whatever it carries;
 under load many single-job predicts arrive in the same turn, so N calls become
 one (docs/adr/0161); a request of more than ALONE_JOBS jobs goes alone. Each
-request keeps its own outcome: the script admits the
-call's requests one after another, in arrival order, each all or none exactly as
-if it had been sent alone, so a request gets its own id, its own idempotent replay
-and its own refusal (429 or 503 with its own figures), never a neighbour's. A
-Redis failure fails every request of that call, as it would have failed each of
-them alone. Calls that differ in anything the script reads as one value (the
-limits of a priority, the owner, the partition) go as separate calls in the same
-turn.
+request keeps its own outcome: the script admits the call's requests one after
+another, in arrival order, each all or none exactly as if it had been sent
+alone, so a request gets its own id, its own idempotent replay and its own
+refusal (429 or 503 with its own figures), never a neighbour's. A Redis failure
+fails every request of that call, as it would have failed each of them alone.
+Requests that differ in anything the script reads as one value (the limits of a
+priority, the owner, the partition) go as separate calls in the same turn.
 """
 
 from __future__ import annotations
