@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +252,9 @@ async def _latency(
     return _figures(rx, submitted, completed, errors, rate, duration_s)
 
 
-async def _paced(send: Callable[[], Awaitable[None]], rate: float, duration_s: float) -> None:
+async def _paced(
+    send: Callable[[], Coroutine[Any, Any, None]], rate: float, duration_s: float
+) -> None:
     """``rate x duration_s`` sends, each at its scheduled time (an open loop)."""
     loop = asyncio.get_running_loop()
     start, n, tasks = loop.time(), int(rate * duration_s), []
