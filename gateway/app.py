@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import inspect
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,6 +35,22 @@ from sluice.apikeys import KeyRing, load_keyring
 from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
 from sluice.errors import ConfigError
 
+# FastAPI's own OpenTelemetry (FastAPI >= 0.16x turns it on by itself once a global
+# provider exists) is off: Sluice's metrics are Prometheus', the lean routes
+# (gateway.lean, ADR 0162) would not emit it, and checking for providers costs
+# three environment lookups on every request.
+NATIVE_TELEMETRY_OFF: dict[str, Any] = (
+    {
+        "telemetry": {
+            "tracing": False,
+            "metrics": False,
+            "logs": False,
+            "operation_spans": False,
+        }
+    }
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
 GC_FREEZE_ENV = "SLUICE_GATEWAY_GC_FREEZE"  # "0" turns the start-up freeze off
 API_DESCRIPTION = """Submit inference jobs, poll or long-poll for results.
 
@@ -68,7 +85,13 @@ def create_app(
         finally:
             await state.stop()
 
-    app = FastAPI(title="Sluice", version="0.1.0", description=API_DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="Sluice",
+        version="0.1.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        **NATIVE_TELEMETRY_OFF,
+    )
     app.state.gateway = state
     _document_model_names(app, sorted(cfg.models))
     routers = (

@@ -336,3 +336,11 @@ def test_an_embedding_is_numbers_as_isinstance_says(vector: list[Any], ok: bool)
 
     assert _numbers(vector) is ok
     assert ok == all(isinstance(v, int | float) for v in vector)
+
+
+def test_fastapis_native_telemetry_is_off() -> None:
+    """Not documented by Sluice, not emitted by the lean routes: off for every route
+    (its provider checks were three environment lookups per request)."""
+    redis = fake_aioredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True)
+    telemetry = getattr(create_app(config(), redis=redis), "_native_telemetry", None)
+    assert telemetry is None or not telemetry.enabled()
