@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 
+from gateway.packing import pack_in_c
 from sluice.connection import UNAVAILABLE_ERRORS, ClientOptions, async_client
 from sluice.errors import RedisUnavailable
 from sluice.queue.scripts import Call
@@ -29,10 +30,10 @@ def connect(
     with "Too many connections" (redis-py's default pool raises it past 100 in
     flight). redis-py's BlockingConnectionPool would also wait, but it takes an
     asyncio.Condition lock on every checkout and release; a semaphore costs
-    nothing while slots are free.
+    nothing while slots are free. Commands are packed in C (gateway.packing).
     ``blocking_reads`` is for the pub/sub connection, which waits for messages.
     """
-    return async_client(
+    client = async_client(
         url,
         ClientOptions(
             timeout_s=timeout_s,
@@ -42,6 +43,7 @@ def connect(
             keepalive=True,
         ),
     )
+    return pack_in_c(client)  # type: ignore[no-any-return]
 
 
 async def bounded(aw: Awaitable[T], timeout_s: float, slots: asyncio.Semaphore | None = None) -> T:
