@@ -104,7 +104,8 @@ def parse_variants(spec: str) -> tuple[Variant, ...]:
                 size = ""
         if not size.isdigit() or int(size) < 1:
             raise ConfigError(
-                f"variants {spec!r}: expected N[:no-overlap][:reserveK][:microK][:idleK], got {part!r}"
+                f"variants {spec!r}: expected N[:no-overlap][:reserveK][:microK][:idleK], "
+                f"got {part!r}"
             )
         out.append(Variant(int(size), overlap=overlap, **counts))
     if not out:

@@ -17,7 +17,15 @@ import argparse
 import itertools
 from collections.abc import Iterator
 
-from sluicebench.loadgen.bulk_yield_sim import CAPACITY_PER_S, Policy, simulate
+from sluicebench.loadgen.bulk_yield_sim import (
+    CAPACITY_PER_S,
+    IDLE_PER_S,
+    MAX_BATCH,
+    WORKERS,
+    Policy,
+    batch_ms,
+    simulate,
+)
 
 P99_MAX, SHARE_MIN = 1.10, 0.85
 
@@ -39,7 +47,8 @@ def grid() -> Iterator[Policy]:
 def describe(p: Policy) -> str:
     out = [f"bulk {p.bulk}"] + ([f"micro {p.micro}"] if p.micro else [])
     if p.busy_reserve:
-        out.append(f"reserve {p.idle_reserve}->{p.busy_reserve} at >={p.busy_arrivals}/{p.busy_window_ms:g}ms")
+        dense = f"{p.busy_arrivals}/{p.busy_window_ms:g}ms"
+        out.append(f"reserve {p.idle_reserve}->{p.busy_reserve} at >={dense}")
     elif p.idle_reserve:
         out.append(f"idle reserve {p.idle_reserve}")
     if p.quiet_ms:
@@ -48,17 +57,40 @@ def describe(p: Policy) -> str:
     return ", ".join(out)
 
 
+def bound(seconds: float, seeds: range) -> None:
+    """The most bulk could get with a perfect preemption (instant, free, no work
+    lost: bulk takes every idle moment in full batches and interactive jobs never
+    see it), for interactive batching as it is and made bigger on purpose (a lone
+    job held up to ``hold_ms`` for a second). What it costs p99 is interactive-only."""
+    per_item_ms = batch_ms(MAX_BATCH) / MAX_BATCH
+    base = [simulate(Policy(), seconds, s) for s in seeds]
+    print("| lone interactive job held | p99 ratio (per seed) | busy | bulk's ceiling (of idle) |")
+    print("| --- | ---: | ---: | ---: |")
+    for hold in (0.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 60.0):
+        runs = [simulate(Policy(hold_ms=hold), seconds, s) for s in seeds]
+        ratios = ", ".join(
+            f"{r['p99_ms'] / b['p99_ms']:.2f}" for r, b in zip(runs, base, strict=True)
+        )
+        busy = sum(r["busy"] for r in runs) / len(runs)
+        ceiling = WORKERS * (1 - busy) * 1000 / per_item_ms / IDLE_PER_S
+        print(f"| {hold:g} ms | {ratios} | {busy:.3f} | {ceiling:.2f} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=100.0)
     ap.add_argument("--seeds", type=int, default=2)
+    ap.add_argument("--bound", action="store_true", help="only the perfect-preemption bound")
     a = ap.parse_args()
     seeds = range(1, a.seeds + 1)
+    if a.bound:
+        bound(a.seconds, seeds)
+        return
     base = [simulate(Policy(), a.seconds, s) for s in seeds]
     busy = sum(b["busy"] for b in base) / len(base)
     p99s = ", ".join(f"{b['p99_ms']:.1f}" for b in base)
     print(f"without bulk: p99 {p99s} ms, busy {busy:.3f}")
-    print("| policy | p99 ratio (per seed) | share of idle | of idle time | interactive batch | both |")
+    print("| policy | p99 ratio (per seed) | share of idle | of idle time | batch | both |")
     print("| --- | ---: | ---: | ---: | ---: | --- |")
     for pol in itertools.chain(grid()):
         runs = [simulate(pol, a.seconds, s) for s in seeds]

@@ -31,8 +31,9 @@ class TorchHandler(Handler):
     the forward also runs under autocast to it), ``num_threads`` (torch intra-op
     threads on CPU; default: the cores the local backend gave this worker in
     ``SLUICE_NUM_THREADS``, else torch's own), ``micro_batch`` (rows per forward
-    pass; between two passes a batch whose jobs all ended stops: ADR 0164). A dtype the device cannot run is refused
-    here, at start, with a ``ConfigError`` naming the setting.
+    pass; between two passes a batch whose jobs all ended stops: ADR 0164). A
+    dtype the device cannot run is refused here, at start, with a ``ConfigError``
+    naming the setting.
     """
 
     uses_torch = True

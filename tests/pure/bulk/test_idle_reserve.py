@@ -30,7 +30,10 @@ def stack(reserve: int) -> tuple[fakeredis.FakeRedis, QueueClient]:
         info = worker_info(id=wid, buckets=[], state="ready", started_at=time.time())
         for cmd in registry.heartbeat(info, 30):
             r.execute_command(*cmd)
-    items = [NewJob(input="x", bucket="32", cost=10, priority=BULK, id=f"m.bulk1-{i}") for i in range(200)]
+    items = [
+        NewJob(input="x", bucket="32", cost=10, priority=BULK, id=f"m.bulk1-{i}")
+        for i in range(200)
+    ]
     q.submit("m", items)
     return r, q
 
@@ -38,7 +41,9 @@ def stack(reserve: int) -> tuple[fakeredis.FakeRedis, QueueClient]:
 # Each example runs up to 30 claim scripts in fakeredis's Lua: a tenth of the budget.
 @budget(0.1, deadline=None)
 @given(reserve=st.integers(1, 4), steps=st.lists(STEP, max_size=30))
-def test_bulk_goes_only_where_the_reserve_stays_idle(reserve: int, steps: list[tuple[str, str]]) -> None:
+def test_bulk_goes_only_where_the_reserve_stays_idle(
+    reserve: int, steps: list[tuple[str, str]]
+) -> None:
     r, q = stack(reserve)
     holds = dict.fromkeys(WORKERS, False)  # the model: holds a batch since its last claim
     interactive = 0
