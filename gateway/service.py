@@ -241,8 +241,9 @@ async def _enqueue(
         )
     except QueueFull as e:
         load = st.snapshots.load(model) or _empty_load()
+        rate = drain_rate(cfg, load)
         e.retry_after_s = retry_after_full(
-            e, limits, len(jobs), total, drain_rate(cfg, load), spec.owner
+            e, limits, len(jobs), total, rate, spec.owner, cfg.queue.partitions
         )
         st.metrics.rejected.labels(model, e.reason).inc(len(jobs))
         raise

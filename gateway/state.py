@@ -32,6 +32,7 @@ from sluice.bulk.ops import BulkOps
 from sluice.bulk.ops import scripts as bulk_scripts
 from sluice.bulk.rq_jobs import RqEnqueuer, rq_url
 from sluice.config import ModelConfig, SluiceConfig, resolve_redis_url
+from sluice.config.models import MAX_PARTITIONS
 from sluice.cost import CostEstimator
 from sluice.errors import ConfigError, UnknownModel
 from sluice.queue import AsyncQueueClient
@@ -90,13 +91,15 @@ class GatewayState:
 
     def _stream_hubs(self, url: str, redis: aioredis.Redis | None) -> None:
         """Model event streams and generative token streams: their blocking reads on a
-        client of their own, at most one connection per watched model for each (two
-        while a stopped reader lets go)."""
+        client of their own, at most one connection per watched model (and, for event
+        streams, per partition: up to MAX_PARTITIONS while a lowered count's
+        partitions drain) for each (two while a stopped reader lets go)."""
         cfg = self.cfg
+        per_model = 2 * MAX_PARTITIONS + 2
         self.events_redis = (
             redis
             if redis is not None
-            else connect(url, self.timeout_s, max_connections=4 * len(cfg.models))
+            else connect(url, self.timeout_s, max_connections=per_model * len(cfg.models))
         )
         self.events = EventHub(
             self.events_redis,
@@ -105,6 +108,7 @@ class GatewayState:
             max_viewers=cfg.gateway.model_events_max_viewers,
             timeout_s=self.timeout_s,
             metrics=self.metrics,
+            span=self.queue.ops.parts.span,
         )
         self.tokens = TokenHub(
             self.events_redis, reads=self.redis, call=self.call, timeout_s=self.timeout_s

@@ -32,7 +32,7 @@ from sluice.jobs import (
     priority_rank,
 )
 from sluice.queue.call import Call
-from sluice.queue.partitions import Partitions
+from sluice.queue.partitions import Partitions, owned_idem
 from sluice.queue.replies import claimed_job, parse_submit
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
 from sluice.queue.spread import SpreadOps
@@ -426,9 +426,4 @@ def _events(hook: Webhook | None) -> str:
     return ",".join(hook.events)
 
 
-def _idem(owner: str, key: str | None) -> str:
-    # Each API key has its own namespace: key A's Idempotency-Key never replays B's job.
-    # Names cannot contain '/', so "<owner>/<key>" never collides with an open key.
-    if not key:
-        return ""
-    return f"{owner}/{key}" if owner else key
+_idem = owned_idem
