@@ -206,9 +206,16 @@ end
 -- only workers in bulk calls. Serving: live, not parked, starting or draining. The
 -- reserve is capped at the other serving workers there are, so a fleet smaller than
 -- it still runs bulk while every other worker is idle (a lone worker: always).
+-- With no interactive job claimed in this wait window or the last (10-20 s: the
+-- histogram hashes record_waits writes) there is no traffic to keep a worker for:
+-- bulk may fill the fleet until the next interactive claim.
 -- O(live workers); reads only (as bulk_room).
+local function interactive_lately()
+  local w = math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000
+  return redis.call('EXISTS', hprefix .. int(w), hprefix .. int(w - WAIT_WINDOW_MS / 1000)) > 0
+end
 local function idle_room()
-  if bulk_idle_reserve <= 0 then return true end
+  if bulk_idle_reserve <= 0 or not interactive_lately() then return true end
   local t, others, idle = now / 1000, 0, 0
   for _, w in ipairs(redis.call('ZRANGEBYSCORE', live_workers, t, '+inf')) do
     if w ~= worker and (tonumber(redis.call('ZSCORE', idle_workers, w)) or 0) < t then

@@ -205,6 +205,7 @@ def test_idle_reserve_counts_workers_holding_any_batch(r: redis.Redis) -> None:
     assert len(q.claim("m", "w1")) == 2  # w2, w3 idle
     q.submit("m", [job("32", "normal")])
     assert len(q.claim("m", "w2")) == 1  # interactive work is never held back
+    # (From this interactive claim on, for 10-20 s, the reserve applies.)
     assert len(q.claim("m", "w3")) == 0  # w1 in bulk, w2 in an interactive batch
     # w2's prefetch beside its batch finds nothing: it still holds the batch it runs.
     assert len(q.claim("m", "w2", bulk=False)) == 0
@@ -232,3 +233,15 @@ def test_idle_reserve_never_starves_a_lone_worker(r: redis.Redis) -> None:
     register(r, "p1", parked=True)
     q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(4)])
     assert len(q.claim("m", "w1")) == 2
+
+
+def test_idle_reserve_lifts_without_interactive_traffic(r: redis.Redis) -> None:
+    # No interactive job claimed in this wait window or the last: nothing to keep a
+    # worker idle for, so bulk fills the fleet; the first interactive claim ends it.
+    q = client(r, bulk={"idle_reserve": 1, "max_batch": 2})
+    register(r, "w1", "w2")
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(8)])
+    assert len(q.claim("m", "w1")) == 2 and len(q.claim("m", "w2")) == 2
+    q.submit("m", [job("32", "normal")])
+    assert len(q.claim("m", "w1")) == 1
+    assert len(q.claim("m", "w2")) == 0  # w1 holds a batch: the reserve is back
