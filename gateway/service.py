@@ -234,10 +234,8 @@ async def _enqueue(
 ) -> list[Submitted]:
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
-        return await st.call(
-            st.queue.submit(
-                model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
-            )
+        return await st.submits.submit(  # coalesced with this turn's others (ADR 0161)
+            model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
         )
     except QueueFull as e:
         load = st.snapshots.load(model) or _empty_load()

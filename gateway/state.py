@@ -24,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.read_batch import ReadBatch
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
+from gateway.submit_batch import SubmitBatch
 from gateway.token_hub import TokenHub
 from gateway.waiters import JobWaiters
 from gateway.webhooks import WebhookPolicy
@@ -71,6 +72,8 @@ class GatewayState:
         self.call = RedisGate(self.timeout_s, cfg.gateway.redis_max_connections)
         self.queue = AsyncQueueClient(self.redis, models)
         self.reads = ReadBatch(self.redis, self.call)  # job reads of one turn: one round trip
+        # Submits of one turn: one script call per model, key and limits (ADR 0161).
+        self.submits = SubmitBatch(self.queue.ops, lambda c: self.call(self.queue.run(c)))
         # Tokenizers load once per process, here, not on the first request.
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
         # Generative models' prompt codecs: loaded by start() (a chat template and a
