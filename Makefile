@@ -29,14 +29,15 @@ $(STAMP): pyproject.toml
 # The suite on every core: pytest-xdist's workers (TEST_WORKERS, measured fastest
 # here, docs/benchmarks/suite.md: 3 beat 2 on 2 cores, the processes waiting on each
 # other as much as on the CPU), each with a redis-server of its own; a module
-# whose tests share one stack stays on one worker (--dist loadscope). tests/ is
+# whose tests share one stack stays on one worker (--dist loadscope), the long
+# modules handed out first (tests/kit/schedule.py, ADR 0161). tests/ is
 # laid out by tier (tests/conftest.py: pure, redis, process, measure, gpu).
 # SLUICE_TEST_CPU_LOG=<dir> records each test's CPU seconds (tests/kit/cpuclock.py).
 # SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
 # (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
 # budget (tests/conftest.py: fast, ci, thorough).
 TEST_WORKERS ?= 3
-XDIST = -n $(TEST_WORKERS) --dist loadscope
+XDIST = -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: $(STAMP) chromium
 	SLUICE_TEST_GATEWAY_REDIS=real $(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=25
 
