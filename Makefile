@@ -37,6 +37,11 @@ $(STAMP): pyproject.toml
 # (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
 # budget (tests/conftest.py: fast, ci, thorough).
 TEST_WORKERS ?= 3
+# Bytecode caches on for the tests, whatever the shell says: every xdist worker
+# rewrites and compiles the test modules at collection (10-12 CPU s a worker
+# without a cache), and the later targets (test-redis62, test-cluster) and the
+# hundreds of `sluice` processes the suite starts reuse what the first wrote.
+unexport PYTHONDONTWRITEBYTECODE
 XDIST = -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 test: $(STAMP) chromium
 	SLUICE_TEST_GATEWAY_REDIS=real $(PY) -m pytest -q -p no:cacheprovider $(XDIST) --durations=25
