@@ -27,8 +27,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The suite on every core: pytest-xdist's workers (TEST_WORKERS, measured fastest
-# here, docs/benchmarks/suite.md: 3 beat 2 on 2 cores, the processes waiting on each
-# other as much as on the CPU), each with a redis-server of its own; a module
+# here, docs/benchmarks/suite.md: 3 beat 2 on 2 cores and 4 beat 3, 459 s against
+# 502 s, the tests waiting on processes and timers as much as on the CPU; ADR
+# 0161), each with a redis-server of its own; a module
 # whose tests share one stack stays on one worker (--dist loadscope), the long
 # modules handed out first (tests/kit/schedule.py, ADR 0161). tests/ is
 # laid out by tier (tests/conftest.py: pure, redis, process, measure, gpu).
@@ -36,7 +37,7 @@ $(STAMP): pyproject.toml
 # SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
 # (fakeredis is the fast tier's); SLUICE_HYPOTHESIS_PROFILE picks the properties'
 # budget (tests/conftest.py: fast, ci, thorough).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 # Bytecode caches on for the tests, whatever the shell says: every xdist worker
 # rewrites and compiles the test modules at collection (10-12 CPU s a worker
 # without a cache), and the later targets (test-redis62, test-cluster) and the
