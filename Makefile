@@ -29,9 +29,9 @@ $(STAMP): pyproject.toml
 # The suite on every core: pytest-xdist's workers (TEST_WORKERS, measured fastest
 # here, docs/benchmarks/suite.md: 3 beat 2 on 2 cores and 4 beat 3, 459 s against
 # 502 s, the tests waiting on processes and timers as much as on the CPU; ADR
-# 0161), each with a redis-server of its own; a module
+# 0165), each with a redis-server of its own; a module
 # whose tests share one stack stays on one worker (--dist loadscope), the long
-# modules handed out first (tests/kit/schedule.py, ADR 0161). tests/ is
+# modules handed out first (tests/kit/schedule.py, ADR 0165). tests/ is
 # laid out by tier (tests/conftest.py: pure, redis, process, measure, gpu).
 # SLUICE_TEST_CPU_LOG=<dir> records each test's CPU seconds (tests/kit/cpuclock.py).
 # SLUICE_TEST_GATEWAY_REDIS=real runs each gateway test once, on a real Redis
@@ -60,7 +60,7 @@ test: $(STAMP) chromium
 # worker's kill and hang (the bulk scripts run on 6.2 in tests/redis/bulk),
 # deploy, browser), the schema fuzz (the same routes' Redis calls run on 6.2 in
 # the rest of tests/redis/gateway; what it fuzzes is the gateway's validation
-# and its schema, which no Redis version changes; ADR 0161) and the measure and
+# and its schema, which no Redis version changes; ADR 0165) and the measure and
 # GPU tiers. SLUICE_REDIS_SERVER picks the
 # binary for every server the tests start.
 REDIS62_PATHS = tests/redis tests/process/workers tests/process/faults tests/process/ha \

@@ -10,7 +10,11 @@ from autoscaler.policy import Decision
 class AutoscalerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
-        r = self.registry
+        self._scaling(self.registry)
+        self._warm_pool(self.registry)
+        self._upkeep(self.registry)
+
+    def _scaling(self, r: CollectorRegistry) -> None:
         self.desired = Gauge(
             "sluice_autoscaler_desired_replicas",
             "Replicas the policy asked for.",
@@ -23,6 +27,14 @@ class AutoscalerMetrics:
             ["model"],
             registry=r,
         )
+        self.decisions = Counter(
+            "sluice_autoscaler_decisions_total",
+            "Scaling decisions by direction and reason.",
+            ["model", "direction", "reason"],
+            registry=r,
+        )
+
+    def _warm_pool(self, r: CollectorRegistry) -> None:
         self.parked = Gauge(
             "sluice_autoscaler_parked_workers",
             "Warm-pool workers parked (standby), as the latest read saw them.",
@@ -49,12 +61,9 @@ class AutoscalerMetrics:
             ["model", "reason"],
             registry=r,
         )
-        self.decisions = Counter(
-            "sluice_autoscaler_decisions_total",
-            "Scaling decisions by direction and reason.",
-            ["model", "direction", "reason"],
-            registry=r,
-        )
+
+    def _upkeep(self, r: CollectorRegistry) -> None:
+        """The loop's own health: config reloads, backend actions, lease reclaims."""
         self.reload_errors = Counter(
             "sluice_autoscaler_config_reload_errors_total",
             "Config reloads rejected (the last good policy stayed).",
@@ -66,7 +75,6 @@ class AutoscalerMetrics:
             ["model"],
             registry=r,
         )
-
         self.reclaimed = Counter(
             "sluice_autoscaler_reclaimed_leases_total",
             "Expired leases the loop requeued or dead-lettered.",

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sluice.config import ModelConfig
 from sluice.errors import NotReady, Overloaded, QueueFull
 from sluice.jobs import Owner
+from sluice.queue.partitions import share
 
 MIN_RETRY_S = 1
 MAX_RETRY_S = 3600
@@ -74,19 +75,26 @@ def retry_after_full(
     new_cost: int,
     rate: Rate,
     owner: Owner | None = None,
+    partitions: int = 1,
 ) -> int:
     """Seconds until enough backlog drains for this request to fit its priority's limits
-    (or, for an API key over its cap, until enough of the key's own jobs could end)."""
+    (or, for an API key over its cap, until enough of the key's own jobs could end).
+
+    With ``partitions`` N > 1 the refusal came from one partition: its counts are
+    compared with that partition's share of the limits (ceil(limit / N), ADR 0159),
+    and it drains at about 1/N of the model's rate (workers serve partitions in turn)."""
+    n = max(1, partitions)
+    per_s = rate.cost_per_s / n
     if err.reason == "owner_jobs" and owner is not None:
         # The model drains `rate` cost/s; assume this key's jobs cost what these do.
-        excess_jobs = err.queued + new_jobs - owner.max_unfinished
-        return clamp_retry(excess_jobs * (new_cost / max(1, new_jobs)) / rate.cost_per_s)
+        excess_jobs = err.queued + new_jobs - share(owner.max_unfinished, n)
+        return clamp_retry(excess_jobs * (new_cost / max(1, new_jobs)) / per_s)
     if err.reason == "queue_jobs":
         avg = err.queued_cost / err.queued if err.queued else float(new_cost) / max(1, new_jobs)
-        excess = (err.queued + new_jobs - limits.max_jobs) * avg
+        excess = (err.queued + new_jobs - share(limits.max_jobs, n)) * avg
     else:
-        excess = err.queued_cost + new_cost - limits.max_cost
-    return clamp_retry(max(0.0, excess) / rate.cost_per_s)
+        excess = err.queued_cost + new_cost - share(limits.max_cost, n)
+    return clamp_retry(max(0.0, excess) / per_s)
 
 
 def cold_start_left(cfg: ModelConfig, load: Load, now_s: float) -> float:

@@ -234,15 +234,14 @@ async def _enqueue(
 ) -> list[Submitted]:
     limits = limits_for(cfg, spec.priority, st.gw.shed_fraction)
     try:
-        return await st.call(
-            st.queue.submit(
-                model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
-            )
+        return await st.submits.submit(  # coalesced with this turn's others (ADR 0161)
+            model, jobs, max_jobs=limits.max_jobs, max_cost=limits.max_cost, owner=spec.owner
         )
     except QueueFull as e:
         load = st.snapshots.load(model) or _empty_load()
+        rate = drain_rate(cfg, load)
         e.retry_after_s = retry_after_full(
-            e, limits, len(jobs), total, drain_rate(cfg, load), spec.owner
+            e, limits, len(jobs), total, rate, spec.owner, cfg.queue.partitions
         )
         st.metrics.rejected.labels(model, e.reason).inc(len(jobs))
         raise

@@ -24,6 +24,7 @@ from gateway.metrics import GatewayMetrics
 from gateway.read_batch import ReadBatch
 from gateway.redis_io import RedisGate, connect
 from gateway.snapshots import Snapshots
+from gateway.submit_batch import SubmitBatch
 from gateway.token_hub import TokenHub
 from gateway.waiters import JobWaiters
 from gateway.webhooks import WebhookPolicy
@@ -32,6 +33,7 @@ from sluice.bulk.ops import BulkOps
 from sluice.bulk.ops import scripts as bulk_scripts
 from sluice.bulk.rq_jobs import RqEnqueuer, rq_url
 from sluice.config import ModelConfig, SluiceConfig, resolve_redis_url
+from sluice.config.models import MAX_PARTITIONS
 from sluice.cost import CostEstimator
 from sluice.errors import ConfigError, UnknownModel
 from sluice.queue import AsyncQueueClient
@@ -70,6 +72,8 @@ class GatewayState:
         self.call = RedisGate(self.timeout_s, cfg.gateway.redis_max_connections)
         self.queue = AsyncQueueClient(self.redis, models)
         self.reads = ReadBatch(self.redis, self.call)  # job reads of one turn: one round trip
+        # Submits of one turn: one script call per model, key and limits (ADR 0161).
+        self.submits = SubmitBatch(self.queue.ops, lambda c: self.call(self.queue.run(c)))
         # Tokenizers load once per process, here, not on the first request.
         self.estimators = {name: CostEstimator(m) for name, m in models.items()}
         # Generative models' prompt codecs: loaded by start() (a chat template and a
@@ -90,13 +94,15 @@ class GatewayState:
 
     def _stream_hubs(self, url: str, redis: aioredis.Redis | None) -> None:
         """Model event streams and generative token streams: their blocking reads on a
-        client of their own, at most one connection per watched model for each (two
-        while a stopped reader lets go)."""
+        client of their own, at most one connection per watched model (and, for event
+        streams, per partition: up to MAX_PARTITIONS while a lowered count's
+        partitions drain) for each (two while a stopped reader lets go)."""
         cfg = self.cfg
+        per_model = 2 * MAX_PARTITIONS + 2
         self.events_redis = (
             redis
             if redis is not None
-            else connect(url, self.timeout_s, max_connections=4 * len(cfg.models))
+            else connect(url, self.timeout_s, max_connections=per_model * len(cfg.models))
         )
         self.events = EventHub(
             self.events_redis,
@@ -105,6 +111,7 @@ class GatewayState:
             max_viewers=cfg.gateway.model_events_max_viewers,
             timeout_s=self.timeout_s,
             metrics=self.metrics,
+            span=self.queue.ops.parts.span,
         )
         self.tokens = TokenHub(
             self.events_redis, reads=self.redis, call=self.call, timeout_s=self.timeout_s

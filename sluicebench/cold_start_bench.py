@@ -36,7 +36,7 @@ from sluice.cores import THREADS_ENV
 from sluice.local.redis_server import start_redis
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from sluicebench.e2e_bench import Served, start_up
+from sluicebench.e2e_served import Served, start_up
 from workers.startpath import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent

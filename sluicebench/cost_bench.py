@@ -179,12 +179,14 @@ def _redis_counters(r: redis.Redis) -> dict[str, Any]:
     cpu = r.info("cpu")
     calls = script_usec = 0
     per: dict[str, int] = {}
+    usec: dict[str, int] = {}
     for name, entry in r.info("commandstats").items():
         cmd = str(name).removeprefix("cmdstat_")
         if cmd in ("info", "config|resetstat", "config"):
             continue
         calls += int(entry["calls"])
         per[cmd] = int(entry["calls"])
+        usec[cmd] = int(entry["usec"])
         if cmd in ("evalsha", "eval"):
             script_usec += int(entry["usec"])
     return {
@@ -192,6 +194,7 @@ def _redis_counters(r: redis.Redis) -> dict[str, Any]:
         "calls": calls,
         "script_us": script_usec,
         "per": per,
+        "usec": usec,
     }
 
 
@@ -258,6 +261,13 @@ def _phase(
             k: round((v - r0["per"].get(k, 0)) / jobs, 3)
             for k, v in sorted(r1["per"].items())
             if v > r0["per"].get(k, 0)
+        },
+        # Redis's own timing of each command (a script's includes its commands'): wall
+        # time inside Redis, so inflated when the machine preempts it (ADR 0161).
+        "redis_usec_per_job": {
+            k: round((v - r0["usec"].get(k, 0)) / jobs, 2)
+            for k, v in sorted(r1["usec"].items())
+            if v > r0["usec"].get(k, 0)
         },
     }
 

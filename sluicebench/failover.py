@@ -321,40 +321,20 @@ def run_failover(
     client: Client | None = None
     revived: RedisServer | None = None
     try:
-        port = free_port()
-        gw = f"http://127.0.0.1:{port}"
-        procs.spawn("gateway", "gateway", "--port", str(port))
-        for i in range(workers):
-            procs.spawn(f"worker{i}", "worker", "-m", MODEL, "--metrics-port", "-1")
-        procs.spawn("autoscaler", "autoscaler")
-        _until(lambda: _ready(gw, workers) or procs.dead(), timeout_s, "the stack")
+        gw = _spawn_stack(procs, workers, timeout_s)
         client = Client(gw, out, every_s)
         client.start()
         poller = Poller(gw, out)
         poller.start()
         time.sleep(before_s)  # steady load: submits, claims and completions in flight
-        old = group.primary()
-        assert old.proc is not None
         decided = procs.log("autoscaler").count("autoscaler_decision")
-        if lag_s:
-            link.hold()
-            time.sleep(lag_s)
-        old.proc.kill()
-        out.killed_at = time.monotonic()
-        link.drop()
-        _until(lambda: _new_primary(group, old.port), timeout_s, "a new primary")
-        out.failover_s = time.monotonic() - out.killed_at
+        old = _kill_primary(group, link, out, timeout_s)
         # The dead server comes back as a replica of the new primary (a supervisor's
         # restart), so "replica" durability has a replica again.
         revived = _revive_as_replica(group, old)
         base = len(out.accepted)
         _until(lambda: len(out.accepted) >= base + after_jobs, timeout_s, "submits after it")
-        client.stop.set()
-        client.join(10)
-        poller.stop.set()
-        poller.join(20)
-        out.long_polls = poller.answers
-        out.first_202_after_s = _first_after(client.accepted_at, out.killed_at)
+        _stop_load(client, poller, out)
         _settle(out, group.url, timeout_s)
         out.decisions_after_kill = procs.log("autoscaler").count("autoscaler_decision") - decided
         out.crashed = procs.dead()
@@ -367,6 +347,46 @@ def run_failover(
         link.drop()
         group.stop()
     return out
+
+
+def _spawn_stack(procs: Procs, workers: int, timeout_s: float) -> str:
+    """A gateway, ``workers`` workers and an autoscaler; the gateway's URL once the
+    workers are ready (or a process died: the caller's Outcome records that)."""
+    port = free_port()
+    gw = f"http://127.0.0.1:{port}"
+    procs.spawn("gateway", "gateway", "--port", str(port))
+    for i in range(workers):
+        procs.spawn(f"worker{i}", "worker", "-m", MODEL, "--metrics-port", "-1")
+    procs.spawn("autoscaler", "autoscaler")
+    _until(lambda: _ready(gw, workers) or procs.dead(), timeout_s, "the stack")
+    return gw
+
+
+def _kill_primary(
+    group: SentinelGroup, link: LagLink, out: Outcome, timeout_s: float
+) -> RedisServer:
+    """Kill the primary (the replica cut off ``out.lag_s`` before); return it once
+    the sentinels have promoted another. Records the kill time and the failover's."""
+    old = group.primary()
+    assert old.proc is not None
+    if out.lag_s:
+        link.hold()
+        time.sleep(out.lag_s)
+    old.proc.kill()
+    out.killed_at = time.monotonic()
+    link.drop()
+    _until(lambda: _new_primary(group, old.port), timeout_s, "a new primary")
+    out.failover_s = time.monotonic() - out.killed_at
+    return old
+
+
+def _stop_load(client: Client, poller: Poller, out: Outcome) -> None:
+    client.stop.set()
+    client.join(10)
+    poller.stop.set()
+    poller.join(20)
+    out.long_polls = poller.answers
+    out.first_202_after_s = _first_after(client.accepted_at, out.killed_at)
 
 
 def _new_primary(group: SentinelGroup, old_port: int) -> bool:

@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -240,28 +241,49 @@ async def _latency(
     w = asyncio.create_task(worker())
     # Warm-up: the notifier is up (imports, connections) before the measured load.
     await one()
-    warm = next(iter(submitted))
-    deadline = time.monotonic() + 60
-    while f"msg_{warm}" not in rx.arrived and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await _until_delivered(rx, [next(iter(submitted))], 60)
     submitted.clear()
+    await _paced(one, rate, duration_s)
+    stop.set()
+    await _until_delivered(rx, list(submitted), 30)
+    await asyncio.wait_for(w, 30)
+    await client.aclose()
+    await r.aclose()
+    return _figures(rx, submitted, completed, errors, rate, duration_s)
+
+
+async def _paced(
+    send: Callable[[], Coroutine[Any, Any, None]], rate: float, duration_s: float
+) -> None:
+    """``rate x duration_s`` sends, each at its scheduled time (an open loop)."""
     loop = asyncio.get_running_loop()
     start, n, tasks = loop.time(), int(rate * duration_s), []
     for i in range(n):
         delay = start + i / rate - loop.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one()))
+        tasks.append(asyncio.create_task(send()))
     await asyncio.gather(*tasks)
-    stop.set()
-    deadline = time.monotonic() + 30
+
+
+async def _until_delivered(rx: _Receiver, job_ids: list[str], timeout_s: float) -> None:
+    """Until every job's webhook reached the receiver, or ``timeout_s`` passed."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if all(f"msg_{j}" in rx.arrived for j in submitted):
-            break
+        if all(f"msg_{j}" in rx.arrived for j in job_ids):
+            return
         await asyncio.sleep(0.05)
-    await asyncio.wait_for(w, 30)
-    await client.aclose()
-    await r.aclose()
+
+
+def _figures(
+    rx: _Receiver,
+    submitted: dict[str, float],
+    completed: dict[str, float],
+    errors: int,
+    rate: float,
+    duration_s: float,
+) -> dict[str, Any]:
+    """Submit-to-webhook and complete-to-webhook times of the delivered jobs."""
     e2e = [
         (rx.arrived[f"msg_{j}"] - t) * 1000
         for j, t in submitted.items()

@@ -10,10 +10,14 @@ with ``Last-Event-ID`` (which EventSource sends on its own when it reconnects):
   and END_RESULT), so a resumed stream sends only what the client has not seen,
   and a reconnect after the result gets 204 (EventSource stops reconnecting).
 - ``GET /v1/models/{m}/events`` (admin key): one ``ended`` event per entry of the
-  model's event stream (the jobs one script call ended, with their statuses); its
-  id is the Redis stream id. Without Last-Event-ID it starts from now. Every
-  stream of a model is fed by one shared reader (gateway.event_hub); past
-  ``gateway.model_events_max_viewers`` open streams a new one is a 429.
+  model's event streams (the jobs one script call ended, with their statuses), of
+  every partition (``queue.partitions``); its id is the stream's cursor: the Redis
+  stream id of the last entry sent of each partition, comma-separated in partition
+  order (one partition: the plain stream id). Without Last-Event-ID it starts from
+  now; a single stream id (from before partitions) resumes partition 0 after it and
+  the others from its millisecond. Every stream of a model is fed by shared readers
+  (gateway.event_hub); past ``gateway.model_events_max_viewers`` open streams a new
+  one is a 429.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 
 from gateway import service
 from gateway.deps import Caller, State
-from gateway.event_hub import Viewer
+from gateway.event_hub import MAX_CURSOR_CHARS, Viewer, parse_cursor
 from gateway.schemas import errors
 from gateway.state import GatewayState
 from sluice import fastjson
@@ -42,6 +46,14 @@ ModelName = Annotated[str, Path(description="A model named in the config.", max_
 LastEventId = Annotated[
     str | None,
     Header(alias="Last-Event-ID", max_length=64, description="Resume after this event."),
+]
+ModelLastEventId = Annotated[
+    str | None,
+    Header(
+        alias="Last-Event-ID",
+        max_length=MAX_CURSOR_CHARS,
+        description="Resume after this event: its id (a stream id per partition).",
+    ),
 ]
 END_STATUS = 1_000_000  # the id of a job's terminal status event
 END_RESULT = END_STATUS + 1
@@ -178,14 +190,17 @@ async def _model_events(st: GatewayState, viewer: Viewer, last: str | None) -> A
     responses={**SSE_DOC, **errors(401, 403, 404, 422, 429, 503)},
 )
 async def model_events(
-    model: ModelName, st: State, key: Caller, last_event_id: LastEventId = None
+    model: ModelName, st: State, key: Caller, last_event_id: ModelLastEventId = None
 ) -> Response:
     """Every job of the model as it ends (an admin key on a gateway with keys);
     resumable for as long as the stream holds the entry (about 10,000 back)."""
     st.model(model)
     if key is not None and not key.admin:
         raise Forbidden("the model's event stream needs an admin API key")
-    if last_event_id and not stream_id_ok(last_event_id):
-        raise InvalidInput("Last-Event-ID: not an event id of this stream (<ms>-<seq>)")
+    if last_event_id and parse_cursor(last_event_id) is None:
+        raise InvalidInput(
+            "Last-Event-ID: not an event id of this stream (<ms>-<seq>, one per partition, "
+            "comma-separated)"
+        )
     # Joined before the stream starts: past the viewer cap this is a 429, not a 200.
     return ViewerResponse(st, st.events.join(model), last_event_id or None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -97,61 +98,42 @@ def _selection(ids: list[str] | None, every: bool, **filters: Any) -> tuple[dict
     return {}, "every dead letter"
 
 
-def _dead_action(
-    action: str, model: str, body: dict[str, Any], what: str, yes: bool, **c: Any
-) -> None:
-    if not yes:
-        typer.confirm(f"{action} {what} of {model}?", abort=True)
-    answer = api(c["url"], c["key"], c["config"]).post(
-        f"{ADMIN_PATH}/models/{model}/dead-letters/{action}", body
-    )
-    show_action(answer, c["as_json"])
+def _dead_action_cmd(action: str, doc: str) -> Callable[..., None]:
+    """``dead-letters redrive`` and ``purge``: one option list, one action each."""
+
+    def cmd(
+        model: ModelArg,
+        ids: IdsOpt = None,
+        error_type: ErrorTypeOpt = None,
+        worker: WorkerOpt = None,
+        bucket: BucketOpt = None,
+        priority: PriorityOpt = None,
+        every: AllOpt = False,
+        yes: YesOpt = False,
+        url: AdminUrlOpt = None,
+        key: AdminKeyOpt = None,
+        config: ConfigOpt = None,
+        as_json: JsonOutOpt = False,
+    ) -> None:
+        body, what = _selection(
+            ids, every, error_type=error_type, last_worker=worker, bucket=bucket, priority=priority
+        )
+        if not yes:
+            typer.confirm(f"{action} {what} of {model}?", abort=True)
+        answer = api(url, key, config).post(
+            f"{ADMIN_PATH}/models/{model}/dead-letters/{action}", body
+        )
+        show_action(answer, as_json)
+
+    cmd.__name__ = f"{action}_cmd"
+    cmd.__doc__ = doc
+    return cmd
 
 
-@dead_app.command("redrive")
-def redrive_cmd(
-    model: ModelArg,
-    ids: IdsOpt = None,
-    error_type: ErrorTypeOpt = None,
-    worker: WorkerOpt = None,
-    bucket: BucketOpt = None,
-    priority: PriorityOpt = None,
-    every: AllOpt = False,
-    yes: YesOpt = False,
-    url: AdminUrlOpt = None,
-    key: AdminKeyOpt = None,
-    config: ConfigOpt = None,
-    as_json: JsonOutOpt = False,
-) -> None:
-    """Put dead letters back in their queue (same ids, attempts reset)."""
-    body, what = _selection(
-        ids, every, error_type=error_type, last_worker=worker, bucket=bucket, priority=priority
-    )
-    _dead_action(
-        "redrive", model, body, what, yes, url=url, key=key, config=config, as_json=as_json
-    )
-
-
-@dead_app.command("purge")
-def purge_dead_cmd(
-    model: ModelArg,
-    ids: IdsOpt = None,
-    error_type: ErrorTypeOpt = None,
-    worker: WorkerOpt = None,
-    bucket: BucketOpt = None,
-    priority: PriorityOpt = None,
-    every: AllOpt = False,
-    yes: YesOpt = False,
-    url: AdminUrlOpt = None,
-    key: AdminKeyOpt = None,
-    config: ConfigOpt = None,
-    as_json: JsonOutOpt = False,
-) -> None:
-    """Delete dead letters."""
-    body, what = _selection(
-        ids, every, error_type=error_type, last_worker=worker, bucket=bucket, priority=priority
-    )
-    _dead_action("purge", model, body, what, yes, url=url, key=key, config=config, as_json=as_json)
+redrive_cmd = dead_app.command("redrive")(
+    _dead_action_cmd("redrive", "Put dead letters back in their queue (same ids, attempts reset).")
+)
+purge_dead_cmd = dead_app.command("purge")(_dead_action_cmd("purge", "Delete dead letters."))
 
 
 @admin_app.command("retry")

@@ -10,6 +10,8 @@ from pydantic import Field, field_validator, model_validator
 from sluice.config.base import PRIORITIES, StrictModel, known_priorities
 from sluice.config.generate import GenerateConfig
 
+MAX_PARTITIONS = 64  # queue.partitions' ceiling (a model event cursor names each)
+
 
 class CostConfig(StrictModel):
     """How an input's cost (in tokens, or the handler's unit) is estimated."""
@@ -43,7 +45,7 @@ class QueueConfig(StrictModel):
     replica_ack_timeout_ms: int = Field(500, gt=0, le=10_000)
     # Spread the model's queues over this many hash tags, so a Redis Cluster may put
     # them on different shards (docs/adr/0159). 1 (the default) changes nothing.
-    partitions: int = Field(1, ge=1, le=64)
+    partitions: int = Field(1, ge=1, le=MAX_PARTITIONS)
 
     @field_validator("priority_weights")
     @classmethod

@@ -128,6 +128,20 @@ def merged_claims(tried: Sequence[Batch]) -> Batch:
     )
 
 
+def idem_lookup(
+    ops: QueueOps, model: str, jobs: Sequence[NewJob], limits: dict[str, Any]
+) -> Call[int] | None:
+    """The round trip that finds where a keyed submit's key lives, when the model's
+    partition count changed within the key's TTL (``Partitions.idem_lookup``); None
+    when the submit names its partition or needs no lookup."""
+    if limits.get("partition") is not None:
+        return None
+    owner = limits.get("owner")
+    name = owner.name if owner is not None else ""
+    fenced = limits.get("fence") is not None
+    return ops.parts.idem_lookup(model, jobs, name, fenced, time.time())
+
+
 def refuse_cluster_durability(cluster: bool, models: dict[str, ModelConfig]) -> None:
     """ConfigError when a model asks for replica durability on Redis Cluster."""
     durable = sorted(m for m, c in models.items() if c.queue.durability == "replica")
@@ -224,6 +238,9 @@ class QueueClient:
         return _split(calls, sizes, pipe.execute(raise_on_error=False))
 
     def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
+        lookup = idem_lookup(self.ops, model, jobs, limits)
+        if lookup is not None:  # a key maybe made under another partition count
+            limits["partition"] = self.run(lookup)
         return self.run(self.ops.submit(model, jobs, **limits))
 
     def refresh_partitions(self) -> None:
@@ -402,6 +419,9 @@ class AsyncQueueClient:
         return _split(calls, sizes, await pipe.execute(raise_on_error=False))
 
     async def submit(self, model: str, jobs: Sequence[NewJob], **limits: Any) -> list[Submitted]:
+        lookup = idem_lookup(self.ops, model, jobs, limits)
+        if lookup is not None:  # a key maybe made under another partition count
+            limits["partition"] = await self.run(lookup)
         return await self.run(self.ops.submit(model, jobs, **limits))
 
     async def refresh_partitions(self) -> None:

@@ -6,12 +6,14 @@ different shards. Every script still touches one partition (one slot); this modu
 owns the choices around them: which partition a submit goes to and the share of
 the admission limits it checks there, the order a worker visits partitions in, and
 how many partitions the readers and claims visit (the *span*: the configured count,
-or more while partitions of an earlier, larger count may still hold jobs).
+or more while partitions of an earlier, larger count may still hold jobs), and
+where an idempotency key made under an earlier count may live (docs/adr/0163).
 """
 
 from __future__ import annotations
 
 import math
+import time
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,9 +22,16 @@ from typing import Any
 from sluice import keys
 from sluice.config import ModelConfig
 from sluice.jobs import NewJob
+from sluice.queue.call import Call
 
-# Where the partition high-water lives in the partitions zset (one member).
+# The partitions zset's members (ADR 0160, 0163): "n" scores the high-water; "c<k>"
+# when a client configured with k partitions last refreshed (unix s); "since" when
+# the first partitioned client wrote the key (until then every client had one).
 HIGH_WATER_MEMBER = "n"
+SINCE_MEMBER = "since"
+# A count seen this long before a key's TTL began may still have made it: a client
+# records its count every refresh (30 s), and clocks of hosts differ a little.
+SEEN_SLACK_S = 120.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,8 @@ class Partitions:
     def __init__(self, models: dict[str, ModelConfig]) -> None:
         self.models = models
         self.high_water: dict[str, int] = {}
+        # model -> {partition count: when a client last ran with it (unix s)}
+        self.seen: dict[str, dict[int, float]] = {}
         self._rr: dict[tuple[str, str], int] = {}  # (model, owner) -> next submit partition
         self._cursor: dict[tuple[str, str], int] = {}  # (model, worker) -> next claim partition
 
@@ -73,7 +84,7 @@ class Partitions:
             return 0
         idem = next((j.idempotency_key for j in jobs if j.idempotency_key), None)
         if idem:
-            return zlib.crc32(f"{owner}/{idem}".encode()) % n
+            return _idem_hash(owner, idem) % n
         at = self._rr.get((model, owner), zlib.crc32(owner.encode()))
         self._rr[(model, owner)] = at + 1
         return at % n
@@ -111,23 +122,89 @@ class Partitions:
         self._cursor[(model, worker)] = order[0] + 1
         return order[0]
 
-    def refresh_commands(self) -> list[tuple[Any, ...]]:
-        """Raise each partitioned model's high-water to its configured count, and read
-        every model's back (a model never partitioned has no key: one read, no write)."""
+    def idem_lookup(
+        self, model: str, jobs: Sequence[NewJob], owner: str, fenced: bool, now_s: float
+    ) -> Call[int] | None:
+        """Where a keyed submit goes when its key may have been made under another
+        partition count (ADR 0163): one round trip of GETs of the key in its partition
+        now, then in each partition it hashed to under the other counts a client ran
+        with within the key's TTL (most recent first); the first that holds the key,
+        else its own. None (no lookup) in the usual case: no other count in the window."""
+        seen = self.seen.get(model)
+        idem = next((j.idempotency_key for j in jobs if j.idempotency_key), None)
+        if not seen or not idem or fenced or any(j.id for j in jobs):
+            return None
+        n, h = self.count(model), _idem_hash(owner, idem)
+        since = now_s - self.models[model].queue.idempotency_ttl_s - SEEN_SLACK_S
+        order = [h % n]
+        for k, at in sorted(seen.items(), key=lambda kv: -kv[1]):
+            if k != n and at >= since and h % k not in order:
+                order.append(h % k)
+        if len(order) == 1:
+            return None
+        stored = owned_idem(owner, idem)
+        cmds = [("GET", keys.idempotency_key(model, stored, p)) for p in order]
+
+        def first_holding(replies: list[Any]) -> int:
+            return next((p for p, v in zip(order, replies, strict=True) if v), order[0])
+
+        return Call(first_holding, commands=cmds)
+
+    def refresh_commands(self, now_s: float | None = None) -> list[tuple[Any, ...]]:
+        """Raise each partitioned model's high-water to its configured count and record
+        that count as seen now (and since when the model is partitioned); a model once
+        partitioned records a count of 1 too. Then read every model's members back (a
+        model never partitioned has no key: one read, no write)."""
+        now = round(time.time() if now_s is None else now_s, 3)
         cmds: list[tuple[Any, ...]] = []
         for m in self.models:
-            k = keys.partitions_key(m)
-            if self.count(m) > 1:
-                cmds.append(("ZADD", k, "GT", self.count(m), HIGH_WATER_MEMBER))
-            cmds.append(("ZSCORE", k, HIGH_WATER_MEMBER))
-        return cmds
+            k, n = keys.partitions_key(m), self.count(m)
+            if n > 1:
+                cmds.append(("ZADD", k, "GT", n, HIGH_WATER_MEMBER))
+                cmds.append(("ZADD", k, "NX", now, SINCE_MEMBER))
+            if n > 1 or self.high_water.get(m, 1) > 1:
+                cmds.append(("ZADD", k, "GT", now, f"c{n}"))
+        return cmds + [("ZRANGE", keys.partitions_key(m), 0, -1, "WITHSCORES") for m in self.models]
 
     def refreshed(self, replies: list[Any]) -> None:
-        at = 0
-        for m in self.models:
-            at += 2 if self.count(m) > 1 else 1
-            score = replies[at - 1]
-            self.high_water[m] = int(float(score)) if score is not None else self.count(m)
+        """Take the reads of :meth:`refresh_commands` (its last reply per model)."""
+        reads = replies[len(replies) - len(self.models) :]
+        for m, reply in zip(self.models, reads, strict=True):
+            members = _scores(reply)
+            score = members.get(HIGH_WATER_MEMBER)
+            self.high_water[m] = int(score) if score is not None else self.count(m)
+            seen = {int(k[1:]): t for k, t in members.items() if k[:1] == "c" and k[1:].isdigit()}
+            if SINCE_MEMBER in members:  # before it, every client ran with one partition
+                seen[1] = max(seen.get(1, 0.0), members[SINCE_MEMBER])
+            self.seen[m] = seen
+
+
+def owned_idem(owner: str, key: str | None) -> str:
+    """An idempotency key as stored: each API key has its own namespace, so key A's
+    Idempotency-Key never replays B's job. Names cannot contain '/', so
+    "<owner>/<key>" never collides with an open key ('' = no key)."""
+    if not key:
+        return ""
+    return f"{owner}/{key}" if owner else key
+
+
+def _idem_hash(owner: str, idem: str) -> int:
+    return zlib.crc32(f"{owner}/{idem}".encode())
+
+
+def _scores(reply: Any) -> dict[str, float]:
+    """ZRANGE WITHSCORES through execute_command: flat [member, score, ...] (RESP2)
+    or [[member, score], ...] (RESP3), bytes or str."""
+    pairs = (
+        [tuple(x) for x in reply]
+        if reply and isinstance(reply[0], list | tuple)
+        else list(zip(reply[::2], reply[1::2], strict=True))
+    )
+    out = {}
+    for member, score in pairs:
+        name = member.decode() if isinstance(member, bytes) else str(member)
+        out[name] = float(score)
+    return out
 
 
 def split_by_partition(ids: Sequence[str]) -> dict[int, list[int]]:

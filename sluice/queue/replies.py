@@ -12,6 +12,7 @@ from sluice.errors import (
     ModelPaused,
     QueueFull,
     RateLimited,
+    SluiceError,
 )
 from sluice.jobs import ClaimedJob, Submitted
 from sluice.queue.signatures import SUBMIT
@@ -30,22 +31,38 @@ def claimed_job(j: dict[str, Any]) -> ClaimedJob:
 
 
 def parse_submit(reply: list[Any]) -> list[Submitted]:
-    head, jobs = SUBMIT.unpack(reply)
+    """A one-request submit's jobs, or its refusal raised."""
+    [outcome] = parse_submits(reply)
+    if isinstance(outcome, SluiceError):
+        raise outcome
+    return outcome
+
+
+def parse_submits(reply: list[Any]) -> list[list[Submitted] | SluiceError]:
+    """Each request's outcome, in order: its jobs, or its refusal (not raised)."""
+    _, requests = SUBMIT.unpack(reply)
+    return [_request_outcome(r) for r in requests]
+
+
+def _request_outcome(head: dict[str, Any]) -> list[Submitted] | SluiceError:
     state, detail = head["state"], head["detail"]
     if state == "paused":
-        raise ModelPaused("this model is paused and refuses new jobs until it is resumed")
+        return ModelPaused("this model is paused and refuses new jobs until it is resumed")
     if state == "fenced":
-        raise LeaseLost("the lease this submit was fenced on is held by another holder")
+        return LeaseLost("the lease this submit was fenced on is held by another holder")
     if state == "reused":
         i = int(detail) - 1
-        raise IdempotencyKeyReused(f"job {i}'s idempotency key made a job from another request", i)
+        return IdempotencyKeyReused(f"job {i}'s idempotency key made a job from another request", i)
     if state == "limited":
         wait_s = int(detail) / 1000
-        raise RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
+        return RateLimited(f"rate limit of this API key exceeded; retry in {wait_s:.2f}s", wait_s)
     queued, cost = int(head["queued"]), int(head["queued_cost"])
     if state == "full" and detail == "owner_jobs":
-        raise QueueFull(f"this API key has {queued} unfinished jobs, its limit", detail, queued, 0)
+        return QueueFull(f"this API key has {queued} unfinished jobs, its limit", detail, queued, 0)
     if state == "full":
         what = "jobs" if detail == "queue_jobs" else "cost"
-        raise QueueFull(f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost)
-    return [Submitted(j["id"], bool(int(j["created"]))) for j in jobs]
+        return QueueFull(
+            f"queue is full ({what}: {queued} jobs, cost {cost})", detail, queued, cost
+        )
+    flat = head["jobs"]
+    return [Submitted(flat[i], bool(int(flat[i + 1]))) for i in range(0, len(flat), 2)]

@@ -7,7 +7,7 @@ raises. The clients only execute calls, so both speak exactly the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -16,6 +16,7 @@ from sluice.config import ModelConfig
 from sluice.errors import (
     JobConflict,
     JobNotFound,
+    SluiceError,
 )
 from sluice.jobs import (
     DELIVERY_FIELDS,
@@ -32,8 +33,8 @@ from sluice.jobs import (
     priority_rank,
 )
 from sluice.queue.call import Call
-from sluice.queue.partitions import Partitions
-from sluice.queue.replies import claimed_job, parse_submit
+from sluice.queue.partitions import Partitions, owned_idem
+from sluice.queue.replies import claimed_job, parse_submit, parse_submits
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
 from sluice.queue.spread import SpreadOps
 from sluice.records import (
@@ -102,11 +103,43 @@ class QueueOps(SpreadOps):
         """``fence``: (hash key in this model's slot, token): nothing is written unless
         that hash's ``token`` is the token (else :class:`LeaseLost`). ``partition``:
         where the jobs go (default: ``Partitions.for_submit``'s choice, ADR 0159)."""
+        lim = (max_jobs, max_cost, owner, fence, partition)
+        return self._submit_call(parse_submit, model, [jobs], *lim)
+
+    def submit_many(
+        self,
+        model: str,
+        requests: Sequence[Sequence[NewJob]],
+        *,
+        max_jobs: int = 0,
+        max_cost: int = 0,
+        owner: Owner | None = None,
+        fence: tuple[str, str] | None = None,
+        partition: int | None = None,
+    ) -> Call[list[list[Submitted] | SluiceError]]:
+        """Several requests' jobs in one script call (ADR 0161), sharing the limits,
+        owner, fence and partition: each request is admitted (all or none) as if sent
+        alone after the ones before it, and gets its own outcome, a refusal included."""
+        lim = (max_jobs, max_cost, owner, fence, partition)
+        return self._submit_call(parse_submits, model, requests, *lim)
+
+    def _submit_call(
+        self,
+        parse: Callable[[Any], T],
+        model: str,
+        requests: Sequence[Sequence[NewJob]],
+        max_jobs: int,
+        max_cost: int,
+        owner: Owner | None,
+        fence: tuple[str, str] | None,
+        partition: int | None,
+    ) -> Call[T]:
         cfg = self.model(model)
         o = owner or _NO_OWNER
         p = partition
         if p is None:
-            p = self.parts.for_submit(model, jobs, o.name, fence is not None)
+            flat = [job for jobs in requests for job in jobs]
+            p = self.parts.for_submit(model, flat, o.name, fence is not None)
         lim = self.parts.shares(model, max_jobs, max_cost, o)
         fixed = {
             "jprefix": keys.job_prefix(model, p),
@@ -122,7 +155,9 @@ class QueueOps(SpreadOps):
             "burst": max(1, lim.burst),
             "fence_token": fence[1] if fence else "",
             "hook_ttl": self.hook_ttl_s,
+            "requests": ",".join(str(len(jobs)) for jobs in requests),
         }
+        default_dl = cfg.queue.default_deadline_ms or 0
         groups = [
             {
                 "id": job.id or new_job_id(model, p),
@@ -131,12 +166,13 @@ class QueueOps(SpreadOps):
                 "prio": priority_rank(job.priority),
                 "input": _dumps(job.input),
                 "meta": _dumps(job.metadata) if job.metadata else "",
-                "deadline": int(job.deadline_ms or cfg.queue.default_deadline_ms or 0),
+                "deadline": int(job.deadline_ms or default_dl),
                 "idem": _idem(o.name, job.idempotency_key),
                 "whu": job.webhook.url if job.webhook else "",
                 "whe": _events(job.webhook),
                 "rqh": job.request_hash,
             }
+            for jobs in requests
             for job in jobs
         ]
         args = SUBMIT.pack(fixed, groups)
@@ -149,7 +185,7 @@ class QueueOps(SpreadOps):
             keys.paused_key(model, p),
         ]
         ks += [keys.queue_key(model, b, p) for b in cfg.bucket_names]
-        return _durable(Call(parse_submit, "submit", ks, args), cfg)
+        return _durable(Call(parse, "submit", ks, args), cfg)
 
     # -- claim ----------------------------------------------------------------
     def claim(
@@ -421,9 +457,4 @@ def _events(hook: Webhook | None) -> str:
     return ",".join(hook.events)
 
 
-def _idem(owner: str, key: str | None) -> str:
-    # Each API key has its own namespace: key A's Idempotency-Key never replays B's job.
-    # Names cannot contain '/', so "<owner>/<key>" never collides with an open key.
-    if not key:
-        return ""
-    return f"{owner}/{key}" if owner else key
+_idem = owned_idem

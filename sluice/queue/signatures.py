@@ -21,6 +21,9 @@ SUBMIT = Signature(
         ("burst", "num"),  # owner's burst (jobs)
         ("fence_token", "str"),  # '' = none; else the lease token KEYS[5] must hold
         ("hook_ttl", "num"),  # s a webhook delivery record lives (its retry horizon + a day)
+        # each request's job count, comma-separated: its jobs are the groups in order,
+        # and each request is admitted as if sent alone, in this order (ADR 0161)
+        ("requests", "str"),
     ),
     group=(
         ("id", "str"),
@@ -35,11 +38,12 @@ SUBMIT = Signature(
         ("whe", "str"),  # the webhook's events, comma-separated
         ("rqh", "str"),  # hash of the request body ('' = none): a replay must match it
     ),
-    # 'ok' with now | 'full' with the reason and what is queued | 'limited' with ms to
-    # wait | 'fenced' (the fence key holds another token: nothing written) | 'reused'
-    # with the 1-based job whose idempotency key made a job from another request
-    reply=("state", "detail", "queued", "queued_cost"),
-    reply_group=("id", "created"),  # 'ok' only: each job, 1 if this call created it
+    # One group per request: 'ok' with now | 'full' with the reason and what is queued
+    # | 'limited' with ms to wait | 'fenced' (the fence key holds another token:
+    # nothing written) | 'reused' with the request's 1-based job whose idempotency key
+    # made a job from another request. ``jobs`` ('ok' only): each job's id and 1 if
+    # this call created it, flat (id, created, id, created, ...).
+    reply_group=("state", "detail", "queued", "queued_cost", "jobs"),
 )
 
 CLAIM = Signature(

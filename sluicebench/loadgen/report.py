@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+
+
+def console() -> Console:
+    """A terminal's own width; piped to a file or a CI log, wide enough that the tables
+    are not squeezed."""
+    return Console() if sys.stdout.isatty() else Console(width=150)
 
 
 def _ms(v: Any) -> str:

@@ -25,12 +25,8 @@ from rich.console import Console
 from rich.table import Table
 
 from sluice.errors import ConfigError
-from sluicebench.loadgen.bulk_bench import (
-    TARGET_IDLE_SHARE,
-    BulkParams,
-    parse_variants,
-    run_bulk,
-)
+from sluicebench.loadgen.bulk_bench import run_bulk
+from sluicebench.loadgen.bulk_figures import TARGET_IDLE_SHARE, BulkParams, parse_variants
 
 
 def _n(x: Any, digits: int = 1) -> str:
@@ -41,9 +37,29 @@ def _met(x: bool | None) -> str:
     return "-" if x is None else ("met" if x else "missed")
 
 
-def print_report(data: dict[str, Any], console: Console) -> None:
+COLUMNS = (
+    "variant",
+    "bulk alone/s",
+    "p50 w/o",
+    "p50 with",
+    "p99 w/o",
+    "p99 with",
+    "p99 ratio",
+    "wait p99 w/o",
+    "wait p99 with",
+    "bulk/s",
+    "share of idle",
+    "of idle time",
+    "busy w/o",
+    "busy with",
+    "p99 <= 1.10x",
+    f"share >= {TARGET_IDLE_SHARE:.2f}",
+)
+
+
+def _heading(data: dict[str, Any]) -> str:
     p, cap = data["params"], data["capacity"]
-    console.print(
+    return (
         f"[bold]Bulk benchmark[/]: {p['workers']} synthetic workers, max_batch {p['max_batch']}, "
         f"batch ms = {p['base_ms']} + {p['per_token_ms']} x {p['words']} words x n; capacity "
         f"[bold]{cap['measured_per_s']:.1f}[/] jobs/s "
@@ -52,48 +68,57 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         f"{p['utilisation']:.0%}; idle capacity {data['idle_per_s']:.1f} jobs/s; "
         f"{p['rounds']} A/B round(s) of {p['duration_s']:.0f} s ({p['warmup_s']:.0f} s warm-up)"
     )
+
+
+def _row(v: dict[str, Any]) -> list[str]:
+    s = v["summary"]
+    return [
+        v["name"],
+        _n(v["bulk_alone"]["per_s"]),
+        _n(s["without_p50_ms"]),
+        _n(s["with_p50_ms"]),
+        _n(s["without_p99_ms"]),
+        _n(s["with_p99_ms"]),
+        _n(s["p99_ratio"], 2),
+        _n(s["without_wait_p99_ms"]),
+        _n(s["with_wait_p99_ms"]),
+        _n(s["bulk_per_s"]),
+        _n(s["idle_share"], 2),
+        _n(s.get("idle_time_share"), 2),
+        _n(s["busy_without"], 2),
+        _n(s["busy_with"], 2),
+        _met(s["met"]["p99_within"]),
+        _met(s["met"]["idle_share"]),
+    ]
+
+
+def _rounds_line(v: dict[str, Any]) -> str:
+    per = ", ".join(
+        f"A {r['without']['e2e_p99_ms']:.0f} B {r['with']['e2e_p99_ms']:.0f} "
+        f"({r['with']['bulk']['per_s']:.0f}/s, errors "
+        f"{sum(r['without']['errors'].values()) + sum(r['with']['errors'].values())})"
+        for r in v["rounds"]
+    )
+    s = v["summary"]
+    return (
+        f"  {v['name']}: p99 per round {per}; claim-to-start mean "
+        f"{_n(s['without_hold_mean_ms'])} / {_n(s['with_hold_mean_ms'])} ms; interactive "
+        f"batch mean {_n(s['batch_without'], 2)} / {_n(s['batch_with'], 2)}; batches that "
+        f"look mixed or too large (heuristic, A and B): {s['batch_rule_breaks']}; bulk "
+        "outputs complete: "
+        f"{s['outputs_ok']}"
+    )
+
+
+def print_report(data: dict[str, Any], console: Console) -> None:
+    console.print(_heading(data))
     t = Table(
         title="Interactive latency (ms, end to end) without / with a bulk job", box=box.SIMPLE_HEAD
     )
-    for name in (
-        "variant",
-        "bulk alone/s",
-        "p50 w/o",
-        "p50 with",
-        "p99 w/o",
-        "p99 with",
-        "p99 ratio",
-        "wait p99 w/o",
-        "wait p99 with",
-        "bulk/s",
-        "share of idle",
-        "of idle time",
-        "busy w/o",
-        "busy with",
-        "p99 <= 1.10x",
-        f"share >= {TARGET_IDLE_SHARE:.2f}",
-    ):
+    for name in COLUMNS:
         t.add_column(name, justify="right")
     for v in data["variants"]:
-        s = v["summary"]
-        t.add_row(
-            v["name"],
-            _n(v["bulk_alone"]["per_s"]),
-            _n(s["without_p50_ms"]),
-            _n(s["with_p50_ms"]),
-            _n(s["without_p99_ms"]),
-            _n(s["with_p99_ms"]),
-            _n(s["p99_ratio"], 2),
-            _n(s["without_wait_p99_ms"]),
-            _n(s["with_wait_p99_ms"]),
-            _n(s["bulk_per_s"]),
-            _n(s["idle_share"], 2),
-            _n(s.get("idle_time_share"), 2),
-            _n(s["busy_without"], 2),
-            _n(s["busy_with"], 2),
-            _met(s["met"]["p99_within"]),
-            _met(s["met"]["idle_share"]),
-        )
+        t.add_row(*_row(v))
     console.print(t)
     console.print(
         "medians over the rounds; p99 ratio = median of each round's with / without; "
@@ -101,21 +126,7 @@ def print_report(data: dict[str, Any], console: Console) -> None:
         "(capacity x (1 - utilisation)); of idle time = bulk / (capacity x (1 - busy w/o))"
     )
     for v in data["variants"]:
-        per = ", ".join(
-            f"A {r['without']['e2e_p99_ms']:.0f} B {r['with']['e2e_p99_ms']:.0f} "
-            f"({r['with']['bulk']['per_s']:.0f}/s, errors "
-            f"{sum(r['without']['errors'].values()) + sum(r['with']['errors'].values())})"
-            for r in v["rounds"]
-        )
-        s = v["summary"]
-        console.print(
-            f"  {v['name']}: p99 per round {per}; claim-to-start mean "
-            f"{_n(s['without_hold_mean_ms'])} / {_n(s['with_hold_mean_ms'])} ms; interactive "
-            f"batch mean {_n(s['batch_without'], 2)} / {_n(s['batch_with'], 2)}; batches that "
-            f"look mixed or too large (heuristic, A and B): {s['batch_rule_breaks']}; bulk "
-            "outputs complete: "
-            f"{s['outputs_ok']}"
-        )
+        console.print(_rounds_line(v))
 
 
 def main(argv: list[str] | None = None) -> None:

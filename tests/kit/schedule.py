@@ -5,7 +5,7 @@ whole to one worker, in collection order, a worker taking the next module when i
 has two tests or fewer left. xdist's own reorder (most tests first) left the
 one-test modules that take a minute (the soak, the generation benchmark's smoke
 run) to the end, where one worker ran them alone for the last 60-100 s while the
-others had finished (docs/benchmarks/suite.md, ADR 0161). Here, on each xdist
+others had finished (docs/benchmarks/suite.md, ADR 0165). Here, on each xdist
 worker's collection (the controller schedules from it), the modules named in
 ``LONG_MODULES`` come first, longest first, then every other module by its count
 of tests, most first (xdist's own order for the rest). A plain ``pytest`` run (no

@@ -22,8 +22,12 @@ def test_cost_bench_runs_and_writes_json(tmp_path: Path) -> None:
     for r in rows.values():
         assert r["batch"] == 8 and r["jobs_per_s"] > 0
         assert r["redis_commands_per_job"] > 0 and 0 < r["mean_batch"] <= 8
-    # Counted in the gateway's connections: a predict is a submit and at least one read.
-    assert rows["predict"]["gateway_round_trips_per_job"] >= 1.0
+    # Counted in the gateway's connections: a predict's submit and reads are shared with
+    # the predicts of the same event-loop turn (ADR 0161), so only "some" is certain.
+    assert rows["predict"]["gateway_round_trips_per_job"] > 0
+    # Redis's own timing per command, for the breakdown in docs/benchmarks/cost.md.
+    phase = data["this"]["runs"][0]["phases"][0]
+    assert phase["redis_usec_per_job"]["evalsha"] > 0
     # A batch of 32 inputs is one submit and one long-poll: well under one per job.
     assert rows["batch"]["gateway_round_trips_per_job"] < 1.0
     prof = data["this"]["profiles"]

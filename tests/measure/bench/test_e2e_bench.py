@@ -20,10 +20,10 @@ from sluicebench.e2e_bench import (
     microbatcher_target,
     open_loop,
     ratios,
-    role_of,
     summarize,
     workload,
 )
+from sluicebench.e2e_served import role_of
 from sluicebench.loadgen.workload import MIXED
 from tests.kit.served import served
 

@@ -16,6 +16,7 @@ from gateway.admission import (
 )
 from gateway.waiters import JobWaiters
 from sluice.errors import QueueFull
+from sluice.jobs import Owner
 from tests.kit.gateway import gateway_config
 
 CFG = gateway_config(queue={"max_queued_jobs": 1000, "max_queued_cost": 100_000})
@@ -56,6 +57,28 @@ def test_retry_after_is_excess_backlog_over_drain_rate(
     r = drain_rate(M, load(rate=rate))
     assert r.source == "measured"
     assert retry_after_full(err, limits_for(M, "low", SHED), new_jobs, new_cost, r) == expected
+
+
+@pytest.mark.parametrize(
+    ("err", "new_cost", "expected"),
+    [
+        # one of 3 partitions full on cost: its share of the low limit is
+        # ceil(70_000 / 3) = 23_334; 23_334 + 3_000 new - 23_334 = 3_000 over, drained at
+        # 3_000 / 3 = 1_000 per s: 3 s (against the global 70_000 it looked under: 1 s)
+        (QueueFull("", "queue_cost", 200, 23_334), 3_000, 3),
+        # jobs: share ceil(700 / 3) = 234; 264 + 1 - 234 = 31 over x 100 avg / 1_000: 4 s
+        (QueueFull("", "queue_jobs", 264, 26_400), 100, 4),
+        # an API key's share: ceil(10 / 3) = 4 unfinished; 6 + 1 - 4 = 3 over x 3_000 / 1_000
+        (QueueFull("", "owner_jobs", 6, 0), 3_000, 9),
+    ],
+)
+def test_retry_after_on_a_full_partition_compares_with_its_share(
+    err: QueueFull, new_cost: int, expected: int
+) -> None:
+    r = drain_rate(M, load(rate=3_000.0))
+    low, owner = limits_for(M, "low", SHED), Owner("k", max_unfinished=10)
+    assert retry_after_full(err, low, 1, new_cost, r, owner, partitions=3) == expected
+    assert retry_after_full(err, low, 1, new_cost, r, owner) == 1  # the bug: the minimum
 
 
 def test_without_a_measurement_the_rate_is_the_config_guess_never_zero() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from sluice.config import parse_config
 from sluice.errors import ConfigError
-from sluicebench.loadgen.bulk_bench import (
+from sluicebench.loadgen.bulk_figures import (
     BulkParams,
     Ran,
     Variant,

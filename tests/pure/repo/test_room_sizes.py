@@ -13,8 +13,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
 # The shared core and one package per kind of process (docs: DESIGN.md, "Processes
-# and packages"); the notifier's and the bulk worker's once they have their own.
-PRODUCT = ("sluice", "gateway", "workers", "autoscaler") + tuple(
+# and packages"); the notifier's and the bulk worker's once they have their own; and
+# the measurement package, which users run too (``sluice bench``).
+PRODUCT = ("sluice", "gateway", "workers", "autoscaler", "sluicebench") + tuple(
     p for p in ("notifier", "bulkworker") if (ROOT / p).is_dir()
 )
 MODULE_LINES = 500

@@ -124,6 +124,25 @@ async def test_retry_after_follows_the_measured_drain_rate(make_gateway) -> None
         assert resp.headers["retry-after"] == "2"  # ceil(100 / 50)
 
 
+async def test_retry_after_on_a_full_partition_uses_its_share(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    cfg = gateway_config(queue={"max_queued_cost": 3000, "partitions": 3})
+    async with make_gateway(cfg) as h:
+        await h.heartbeat("m", "ready", rate=30.0)
+        for _ in range(3):  # round-robin: 600 in each partition
+            await h.client.post("/v1/models/m/jobs/batch", json={"inputs": ["w " * 200] * 3})
+        for _ in range(3):  # and 100 more: 700 each, a partition's share of the low limit
+            high = {"input": "w " * 100, "priority": "high"}
+            assert (await h.client.post("/v1/models/m/jobs", json=high)).status_code == 202
+        await h.refresh()
+        # low: 2100, ceil(2100 / 3) = 700 per partition; one more job of cost 100 is 100
+        # over its partition's share, which drains at 30 / 3 = 10 per s: 10 s (compared
+        # with the global 2100 it looked far under: the 1 s minimum)
+        resp = await h.client.post(
+            "/v1/models/m/jobs", json={"input": "w " * 100, "priority": "low"}
+        )
+        assert resp.status_code == 429 and resp.headers["retry-after"] == "10"
+
+
 async def test_deadline_below_the_estimated_wait_is_shed(make_gateway) -> None:  # type: ignore[no-untyped-def]
     async with make_gateway() as h:
         await h.heartbeat("m", "ready", rate=100.0)

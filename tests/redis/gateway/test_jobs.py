@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from sluice.jobs import Outcome
+from sluice.jobs import NewJob, Outcome
+from sluice.keys import partition_of
+from sluice.queue import AsyncQueueClient
 from tests.kit.gateway import Harness, gateway_config
 from tests.waits import HUNG_S, async_wait_until
 
@@ -102,6 +104,28 @@ async def test_idempotent_replay_returns_the_same_job(gw: Harness) -> None:
     assert [j["id"] for j in again.json()["jobs"]] == ids and len(set(ids)) == 2
     assert first.json()["jobs"][0]["id"] != third.json()["id"]  # batch keys are <key>:<i>
     assert again.headers.get("idempotent-replayed") == "true"
+
+
+async def test_idempotency_keys_replay_across_a_changed_partition_count(make_gateway) -> None:  # type: ignore[no-untyped-def]
+    async with make_gateway(gateway_config(queue={"partitions": 3})) as h:  # wrote its count
+        one = AsyncQueueClient(h.redis, dict(gateway_config().models))  # a client of count 1
+        await one.refresh_partitions()
+        keys_ = [f"order-{i}" for i in range(8)]
+        made = [await submit(h, {"input": "x y"}, headers={"Idempotency-Key": k}) for k in keys_]
+        ids = [r.json()["id"] for r in made]
+        assert {partition_of(i) for i in ids} == {0, 1, 2}
+        # lowered: the count-1 client's replays find each key where count 3 put it
+        again = [await one.submit("m", [NewJob("x y", "32", 2, idempotency_key=k)]) for k in keys_]
+        assert [s[0].id for s in again] == ids and not any(s[0].created for s in again)
+        # raised: keys the count-1 client made (partition 0) replay through the gateway
+        old = [f"k{i}" for i in range(8)]
+        firsts = [
+            (await one.submit("m", [NewJob("x y", "32", 2, idempotency_key=k)]))[0] for k in old
+        ]
+        replays = [await submit(h, {"input": "x y"}, headers={"Idempotency-Key": k}) for k in old]
+        assert [r.json()["id"] for r in replays] == [s.id for s in firsts]
+        assert all(r.headers.get("idempotent-replayed") == "true" for r in replays)
+        assert (await h.state.queue.stats("m")).counters["arrived"] == 16  # no second jobs
 
 
 async def test_a_reused_idempotency_key_with_another_body_is_422(gw: Harness) -> None:

@@ -24,7 +24,8 @@ from gateway.metrics import GatewayMetrics
 from gateway.redis_io import RedisGate
 from gateway.redis_io import connect as connect_gateway
 from gateway.state import GatewayState
-from sluice.jobs import Outcome
+from sluice import keys
+from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.kit.gateway import gateway_config
@@ -35,8 +36,10 @@ PATH = "/v1/models/m/events"
 
 
 @contextmanager
-def gateway(redis_url: str, **gw: Any) -> Iterator[tuple[str, GatewayState, QueueClient]]:
-    app = create_app(gateway_config(gateway=gw), redis_url)
+def gateway(
+    redis_url: str, model: dict[str, Any] | None = None, **gw: Any
+) -> Iterator[tuple[str, GatewayState, QueueClient]]:
+    app = create_app(gateway_config(gateway=gw, **(model or {})), redis_url)
     q = QueueClient(connect(redis_url), dict(app.state.gateway.cfg.models))
     try:
         with served(app) as port:
@@ -204,6 +207,79 @@ async def test_the_reader_survives_a_lost_connection(redis_url: str) -> None:
             await async_wait_until(lambda: len(v.events) == 1, what="an event after it")
             assert not tasks[0].done() and st.events.readers == 1
             admin.close()
+            await close_all(tasks)
+
+
+def end_all(q: QueueClient) -> set[str]:
+    """Claim and end every queued job of ``m`` (one script call, one entry, per batch)."""
+    ended: set[str] = set()
+    while batch := q.claim("m", "w1"):
+        q.complete("m", [Outcome.ok(j.id, [1.0]) for j in batch.jobs], "w1")
+        ended |= {j.id for j in batch.jobs}
+    return ended
+
+
+def job_ids(v: Viewer) -> set[str]:
+    return {j for _, ids in ended_ids(v) for j in ids}
+
+
+def entries(events: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    """Each event's jobs, sorted: a catch-up sends partition after partition, live
+    events come as they end, so only the set is the same (and never a repeat)."""
+    return sorted(tuple(sorted(j["id"] for j in e["data"]["jobs"])) for e in events)
+
+
+async def test_partitioned_events_arrive_and_resume_from_the_cursor(redis_url: str) -> None:
+    with gateway(redis_url, {"queue": {"partitions": 3}}) as (base, st, q):
+        async with httpx.AsyncClient(base_url=base, timeout=HUNG_S) as c:
+            (a,), tasks = await open_viewers(c, 1)
+            assert st.events.readers == 3  # one per partition
+            for _ in range(6):  # round-robin: two in each partition
+                assert (await c.post("/v1/models/m/jobs", json={"input": "hi"})).status_code == 202
+            first = end_all(q)
+            assert {keys.partition_of(j) for j in first} == {0, 1, 2}
+            await async_wait_until(lambda: job_ids(a) == first, what="every partition's")
+            assert all(len(e["id"].split(",")) == 3 for e in a.events)  # the cursor
+            # a reconnect with the first event's cursor: the rest, once each, then live
+            late = Viewer()
+            tasks.append(asyncio.create_task(watch(c, late, a.events[0]["id"])))
+            await async_wait_until(lambda: len(late.events) == len(a.events) - 1, what="catch-up")
+            await c.post("/v1/models/m/jobs", json={"input": "hi"})
+            more = end_all(q)
+            await async_wait_until(lambda: job_ids(late) >= more, what="live after catch-up")
+            await async_wait_until(lambda: job_ids(a) >= more, what="live")
+            assert entries(late.events) == entries(a.events[1:])  # nothing lost or repeated
+            # and again from the resumed stream's own last cursor: only what came after
+            seen = len(a.events)
+            again = Viewer()
+            tasks.append(asyncio.create_task(watch(c, again, late.events[-1]["id"])))
+            await c.post("/v1/models/m/jobs", json={"input": "hi"})
+            newest = end_all(q)
+            await async_wait_until(lambda: job_ids(again) == newest, what="the second resume")
+            await async_wait_until(lambda: job_ids(a) >= newest, what="live")
+            assert entries(again.events) == entries(a.events[seen:])
+            # an id from before partitions (one stream id) still resumes: every partition
+            old = Viewer()
+            tasks.append(asyncio.create_task(watch(c, old, "0-0")))
+            every = first | more | newest
+            await async_wait_until(lambda: job_ids(old) == every, what="a plain id")
+            assert entries(old.events) == entries(a.events)
+            await close_all(tasks)
+
+
+async def test_a_partition_added_while_streaming_is_caught_up(redis_url: str) -> None:
+    with gateway(redis_url, {"queue": {"partitions": 3}}) as (base, st, q):
+        async with httpx.AsyncClient(base_url=base, timeout=HUNG_S) as c:
+            (a,), tasks = await open_viewers(c, 1)
+            st.queue.ops.parts.high_water["m"] = 4  # what a raised count's refresh reads
+            q.ops.parts.high_water["m"] = 4
+            in_new = q.submit("m", [NewJob(input="x", bucket="32", cost=1)], partition=3)
+            assert keys.partition_of(in_new[0].id) == 3
+            ended = end_all(q)  # ends it before the viewer follows partition 3
+            await c.post("/v1/models/m/jobs", json={"input": "hi"})
+            ended |= end_all(q)  # an event of a followed partition: the viewer grows
+            await async_wait_until(lambda: job_ids(a) == ended, what="the new partition's")
+            assert len(a.events[-1]["id"].split(",")) == 4 and st.events.readers == 4
             await close_all(tasks)
 
 

@@ -6,9 +6,6 @@ replicated, while the other partitions keep serving."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -24,6 +21,7 @@ from sluice.local.redis_topology import LocalCluster
 from sluice.local.redis_topology import _cluster_port as cluster_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.kit.queue_load import Load
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.system]
@@ -73,72 +71,11 @@ def test_a_hot_model_spreads_over_the_three_shards(cluster: LocalCluster) -> Non
             n.close()
 
 
-class Load:
-    """Submits with idempotency keys and a worker claiming and completing, each
-    retrying what Redis refused, as gateways and workers do."""
-
-    def __init__(self, url: str, give_up: bool = False) -> None:
-        self.url, self.give_up = url, give_up  # give_up: a refused submit moves on
-        self.accepted: dict[str, str] = {}
-        self.refused = 0
-        self.ran: Counter[str] = Counter()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._submit, self._work)]
-        for t in self.threads:
-            t.start()
-
-    def join(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(HUNG_S)
-
-    @staticmethod
-    def _retry(fn: object) -> object:
-        while True:
-            try:
-                return fn()  # type: ignore[operator]
-            except (RedisUnavailable, redis.RedisError):
-                time.sleep(0.01)
-
-    def _submit(self) -> None:
-        q = QueueClient(connect(self.url), MODELS)
-        i = 0
-        while not self.stop.is_set():
-            i += 1
-            job = NewJob(f"t{i}", "32", 2, idempotency_key=f"k{i}")
-            if self.give_up:
-                try:
-                    [s] = q.submit(MODEL, [job])
-                except (RedisUnavailable, redis.RedisError):
-                    self.refused += 1
-                    time.sleep(0.01)
-                    continue
-            else:
-                [s] = self._retry(lambda job=job: q.submit(MODEL, [job]))  # type: ignore[misc]
-            self.accepted[f"t{i}"] = s.id
-        q.redis.close()
-
-    def _work(self) -> None:
-        q = QueueClient(connect(self.url), MODELS)
-        while True:
-            batch = self._retry(lambda: q.claim(MODEL, "w1", max_batch=8))
-            if not batch.jobs:  # type: ignore[attr-defined]
-                if self.stop.is_set():
-                    break
-                time.sleep(0.005)
-                continue
-            done = [Outcome.ok(j.id, j.input) for j in batch.jobs]  # type: ignore[attr-defined]
-            self._retry(lambda done=done: q.complete(MODEL, done, "w1"))
-            for j in batch.jobs:  # type: ignore[attr-defined]
-                self.ran[j.id] += 1
-        q.redis.close()
-
-
 def test_moving_a_partition_slot_under_load_loses_and_repeats_nothing(
     cluster: LocalCluster,
 ) -> None:
     slot = _slot(1)
-    load = Load(cluster.url)
+    load = Load(cluster.url, MODELS, MODEL).start()
     try:
         wait_until(lambda: len(load.accepted) >= 300, HUNG_S, "300 accepted jobs")
         src = cluster.owner(slot)
@@ -219,7 +156,7 @@ def test_a_shard_primary_killed_under_load_fails_over_and_keeps_what_it_replicat
     with LocalCluster(3) as cluster:
         primary = cluster.owner(_slot(1))
         replica = _add_replica(cluster, primary)
-        load = Load(cluster.url, give_up=True)
+        load = Load(cluster.url, MODELS, MODEL, give_up=True).start()
         try:
             wait_until(lambda: len(load.accepted) >= 200, HUNG_S, "200 accepted jobs")
             # Every job acknowledged before this point is on the replica once its
@@ -249,7 +186,7 @@ def test_a_shard_primary_killed_under_load_fails_over_and_keeps_what_it_replicat
             for text, job_id in kept.items():
                 rec = wait_until(lambda job_id=job_id: _done(q, job_id), HUNG_S)
                 assert rec.result == text, (job_id, rec)
-            assert load.refused > 0  # the dead shard's partition refused meanwhile
+            assert load.refusals("submit") > 0  # the dead shard's partition refused meanwhile
         finally:
             q.redis.close()
 

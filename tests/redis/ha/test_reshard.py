@@ -5,15 +5,12 @@ accepted is lost or run twice."""
 
 from __future__ import annotations
 
-import threading
-import time
-from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from redis.crc import key_slot
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import ResponseError
 
 from sluice import keys
 from sluice.config import parse_config
@@ -24,6 +21,7 @@ from sluice.lua_loader import include
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.queue.scripts import Call
+from tests.kit.queue_load import Load
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.system]
@@ -93,65 +91,9 @@ def test_a_claim_mid_move_pops_nothing_and_runs_after_it(cluster: LocalCluster) 
         q.redis.close()
 
 
-class Load:
-    """A client submitting with idempotency keys and a worker claiming and
-    completing, each retrying what Redis refused, as gateways and workers do."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.accepted: dict[str, str] = {}
-        self.ran: Counter[str] = Counter()
-        self.refused: Counter[str] = Counter()
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=f, daemon=True) for f in (self._submit, self._work)]
-
-    def start(self) -> Load:
-        for t in self.threads:
-            t.start()
-        return self
-
-    def join(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(HUNG_S)
-
-    def _retry(self, what: str, fn: object) -> object:
-        while True:
-            try:
-                return fn()  # type: ignore[operator]
-            except (RedisUnavailable, RedisError) as e:
-                self.refused[f"{what}: {type(e).__name__}"] += 1
-                time.sleep(0.01)
-
-    def _submit(self) -> None:
-        q = QueueClient(connect(self.url), MODELS)
-        i = 0
-        while not self.stop.is_set():
-            i += 1
-            job = NewJob(f"t{i}", "32", 2, idempotency_key=f"k{i}")
-            [s] = self._retry("submit", lambda job=job: q.submit(MODEL, [job]))  # type: ignore[misc]
-            self.accepted[f"t{i}"] = s.id
-        q.redis.close()
-
-    def _work(self) -> None:
-        q = QueueClient(connect(self.url), MODELS)
-        while True:
-            batch = self._retry("claim", lambda: q.claim(MODEL, "w1", max_batch=8))
-            if not batch.jobs:  # type: ignore[attr-defined]
-                if self.stop.is_set():
-                    break
-                time.sleep(0.005)
-                continue
-            done = [Outcome.ok(j.id, j.input) for j in batch.jobs]  # type: ignore[attr-defined]
-            self._retry("complete", lambda done=done: q.complete(MODEL, done, "w1"))
-            for j in batch.jobs:  # type: ignore[attr-defined]
-                self.ran[j.id] += 1
-        q.redis.close()
-
-
 def test_a_reshard_under_load_loses_and_repeats_nothing(cluster: LocalCluster) -> None:
     slot = key_slot(MODEL.encode())
-    load = Load(cluster.url).start()
+    load = Load(cluster.url, MODELS, MODEL).start()
     try:
         wait_until(lambda: len(load.accepted) >= 300, HUNG_S, "300 accepted jobs")
         src = cluster.owner(slot)

@@ -77,6 +77,29 @@ def test_an_idempotency_key_replays_in_its_partition(q: QueueClient) -> None:
     assert q.stats("m").queued == 6
 
 
+@pytest.mark.parametrize(("before", "after"), [(1, 3), (3, 2), (3, 1)])
+def test_an_idempotency_key_replays_after_the_count_changed(
+    queue_factory: Any, before: int, after: int
+) -> None:
+    old, new = (queue_factory(queue={"partitions": n}) for n in (before, after))
+    old.refresh_partitions()  # what a client of the old count does every 30 s
+    owner = Owner("a")
+    keyed = [job(i, idempotency_key=f"k{i}") for i in range(12)]
+    first = [old.submit("m", [j], owner=owner)[0] for j in keyed]
+    new.refresh_partitions()  # the new count's client reads the old count's record
+    again = [new.submit("m", [j], owner=owner)[0] for j in keyed]
+    assert [s.id for s in again] == [s.id for s in first]  # the original jobs
+    assert all(s.created for s in first) and not any(s.created for s in again)
+    now_at = [new.ops.parts.for_submit("m", [j], "a", False) for j in keyed]
+    assert now_at != [keys.partition_of(s.id) for s in first]  # some keys hash elsewhere now
+    assert new.stats("m").queued == 12
+    fresh = job(0, idempotency_key="new")
+    made = new.submit("m", [fresh], owner=owner)[0]  # a new key: where the new count says
+    assert made.created and keys.partition_of(made.id) == new.ops.parts.for_submit(
+        "m", [fresh], "a", False
+    )
+
+
 def test_an_owner_limit_holds_per_partition_share(q: QueueClient) -> None:
     owner = Owner("alice", max_unfinished=6)
     for i in range(6):
