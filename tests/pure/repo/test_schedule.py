@@ -47,4 +47,3 @@ def test_long_modules_first_longest_first_then_by_count_each_module_whole() -> N
 
 def test_every_long_module_exists() -> None:
     assert all((TESTS_DIR / m).is_file() for m in LONG_MODULES)
-
