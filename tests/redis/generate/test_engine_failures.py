@@ -150,7 +150,13 @@ def test_a_worker_over_a_dead_engine_is_quarantined_and_loses_no_job(
     params = GenerateInput((1, 2), SamplingParams(50, temperature=0.0)).to_dict()
     [job] = [s.id for s in qc.submit(MODEL, [NewJob(params, "256", 52)])]
     run = gen_worker(cfg, delay_s=0.01)
-    wait_until(lambda: qc.get(job).status == JobStatus.RUNNING, what="the job runs")
+    # In the engine, not only claimed: a claim the engine refuses at its add is
+    # given back with no attempt used, which is the other case below.
+    wait_until(
+        lambda: job in getattr(run.worker.engine_handler.engine, "seqs", ()),
+        what="the job is in the engine",
+    )
+    assert qc.get(job).status == JobStatus.RUNNING
     run.engine.dead = True  # its next step raises, and every add after
     assert run.join() == EXIT_QUARANTINED
     rec = qc.get(job)
