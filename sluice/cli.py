@@ -6,7 +6,9 @@ packages gateway, workers, autoscaler, notifier and bulkworker, and the
 measurement package sluicebench) add their own through a ``register(app,
 bench_app)`` function in their ``cli`` module, imported only if that package is
 installed: the only place sluice/ imports a process package. Heavy imports
-(torch, uvicorn, rq) happen inside commands, never at start-up.
+(torch, uvicorn, rq) happen inside commands, never at start-up, and ``main``
+imports only the plugin its command needs (``OWNERS``); ``sluice.cli.app``
+has them all.
 """
 
 from __future__ import annotations
@@ -33,36 +35,30 @@ from sluice.cli_common import (
 )
 from sluice.errors import SluiceError
 
-app = typer.Typer(
+_app = typer.Typer(
     name="sluice",
     help="Queue-based load balancer and autoscaler for ML model serving.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-bench_app = typer.Typer(help="Benchmarks: print a table and write JSON.", no_args_is_help=True)
-app.add_typer(bench_app, name="bench")
+_bench_app = typer.Typer(help="Benchmarks: print a table and write JSON.", no_args_is_help=True)
+_app.add_typer(_bench_app, name="bench")
 
 
-def _add_bulk() -> None:
+def _add_bulk(app: typer.Typer, bench_app: typer.Typer) -> None:
     from sluice.bulk.cli import bulk_app
 
     app.add_typer(bulk_app, name="bulk")
 
 
-_add_bulk()
-
-
-def _add_admin() -> None:
+def _add_admin(app: typer.Typer, bench_app: typer.Typer) -> None:
     from sluice.admin.cli import admin_app
 
     app.add_typer(admin_app, name="admin")
 
 
-_add_admin()
-
-
-@app.command("redis")
+@_app.command("redis")
 def redis_cmd(
     port: Annotated[int, typer.Option(help="Port (0 = a free one).")] = 0,
     data_dir: Annotated[
@@ -125,7 +121,7 @@ def redis_cmd(
         stopper()
 
 
-@app.command("status")
+@_app.command("status")
 def status_cmd(
     job_id: Annotated[str | None, typer.Argument(help="A job id to show.")] = None,
     config: ConfigOpt = None,
@@ -148,7 +144,7 @@ def status_cmd(
         fail(str(e), EXIT_UNAVAILABLE)
 
 
-@app.command("submit")
+@_app.command("submit")
 def submit_cmd(
     model: Annotated[str, typer.Argument(help="Model name.")],
     inputs: Annotated[list[str] | None, typer.Argument(help="Input texts.")] = None,
@@ -191,7 +187,7 @@ def submit_cmd(
     raise typer.Exit(code)
 
 
-@app.command("up")
+@_app.command("up")
 def up_cmd(
     config: ConfigOpt = Path("examples/sluice.yaml"),
     redis_url_opt: RedisUrlOpt = None,
@@ -217,23 +213,68 @@ PLUGINS = (
     "bulkworker.cli",
     "sluicebench.cli",
 )
+# Which plugins a top-level command needs. A process started as ``sluice worker``
+# imports the workers' command alone, not every package's (half its start-up CPU,
+# paid by every child ``sluice up`` starts); anything else (help, a typo, a core
+# command's sibling) registers them all. tests/pure/cli checks this table against
+# what the plugins really register.
+OWNERS: dict[str, tuple[str, ...]] = {
+    "gateway": ("gateway.cli",),
+    "keys": ("gateway.cli",),
+    "worker": ("workers.cli",),
+    "autoscaler": ("autoscaler.cli",),
+    "simulate": ("autoscaler.cli",),
+    "notifier": ("notifier.cli",),
+    "bulk": ("sluice.bulk", "bulkworker.cli"),
+    "admin": ("sluice.admin",),
+    "bench": ("sluicebench.cli",),
+    "redis": (),
+    "status": (),
+    "submit": (),
+    "up": (),
+}
+_BUILTIN = {"sluice.bulk": _add_bulk, "sluice.admin": _add_admin}
+_registered: set[str] = set()
 
 
-def _register_plugins() -> None:
-    for name in PLUGINS:
-        if importlib.util.find_spec(name.split(".")[0]) is None:
+ALL = ("sluice.bulk", "sluice.admin", *PLUGINS)
+
+
+def register(names: tuple[str, ...] = ALL) -> typer.Typer:
+    """Registers the named plugins' commands on the app (each once) and returns it."""
+    for name in names:
+        if name in _registered:
             continue
-        if importlib.util.find_spec(name) is None:
-            continue
-        importlib.import_module(name).register(app, bench_app)
+        _registered.add(name)
+        if name in _BUILTIN:
+            _BUILTIN[name](_app, _bench_app)
+        elif importlib.util.find_spec(name.split(".")[0]) and importlib.util.find_spec(name):
+            importlib.import_module(name).register(_app, _bench_app)
+    return _app
 
 
-_register_plugins()
+def needed(argv: list[str]) -> tuple[str, ...] | None:
+    """The plugins the command line ``argv`` (without the program) needs; None: all."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return OWNERS.get(first) if first is not None else None
+
+
+def __getattr__(name: str) -> typer.Typer:
+    # ``from sluice.cli import app`` (tests, tools) gets every command; only
+    # ``main`` registers no more than its command line needs.
+    if name == "app":
+        return register()
+    if name == "bench_app":
+        register()
+        return _bench_app
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
+    wanted = needed(sys.argv[1:])
+    register(ALL if wanted is None else wanted)
     try:
-        app()
+        _app()
     except SluiceError as e:
         # Raised past typer's own handling: still one line, never a traceback.
         print(f"sluice: error: {e}", file=sys.stderr)

@@ -313,6 +313,14 @@ def bulk_backlog_key(model: str) -> str:
     return f"{_tag(model)}bulk:backlog"
 
 
+def busy_workers_key(model: str, partition: int = 0) -> str:
+    """Zset of worker ids holding a batch (any: interactive or bulk, or one running
+    beside a prefetch), scored by its lease expiry (ms); a worker whose claim found
+    nothing leaves it. Kept by the claim script only for ``bulk.idle_reserve``
+    (ADR 0164): bulk only while enough other serving workers are not in it."""
+    return f"{_tag(model, partition)}workers:busy"
+
+
 def bulk_holders_key(model: str, partition: int = 0) -> str:
     """Zset of worker ids running a bulk batch, scored by its lease expiry (ms): how
     many workers bulk holds, for ``bulk.reserve_workers`` (ADR 0090)."""

@@ -44,6 +44,7 @@ pytest_plugins = [
     "tests.kit.deploy",
     "tests.kit.faults",
     "tests.kit.gateway",
+    "tests.kit.schedule",
     "tests.kit.security",
     "tests.kit.webhooks",
     "tests.kit.workers",

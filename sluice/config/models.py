@@ -239,6 +239,10 @@ class ModelBulkConfig(StrictModel):
     # at least this many others hold none, so an interactive job that arrives has a
     # worker about to be free. 0: bulk may occupy every worker between interactive jobs.
     reserve_workers: int = Field(0, ge=0)
+    # Serving workers kept idle (ADR 0164): a worker claims bulk items only while at
+    # least this many *others* hold no batch at all (interactive or bulk), so an
+    # interactive job that arrives finds an idle worker. 0: off.
+    idle_reserve: int = Field(0, ge=0)
     # Bulk items per handler call inside a bulk batch (ADR 0155): between two calls
     # the worker gives the rest of the batch back (requeued, no attempt used) if an
     # interactive job waits, so that job waits out one micro-batch, not a whole bulk

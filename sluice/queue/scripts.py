@@ -200,7 +200,8 @@ class QueueOps(SpreadOps):
         bulk: bool = True,
         partition: int = 0,
     ) -> Call[Batch]:
-        """``bulk=False``: never a batch of bulk items (a worker's prefetch, ADR 0090).
+        """``bulk=False``: never a batch of bulk items (a worker's prefetch, ADR 0090),
+        and the worker counts as holding a batch (the one it runs: ADR 0164).
         One partition's queues (the clients' ``claim`` visits them in turn)."""
         p = partition
         cfg = self.model(model)
@@ -236,6 +237,10 @@ class QueueOps(SpreadOps):
                 "bulk_max_batch": bulk_batch,
                 "bulk_max_cost": bulk_cost,
                 "bulk_reserve": cfg.bulk.reserve_workers,
+                "bulk_idle_reserve": cfg.bulk.idle_reserve,
+                # bulk=False is a claim beside a batch still running (a worker's
+                # prefetch): that worker holds a batch whatever this claim finds.
+                "holding": 0 if bulk else 1,
                 "prio_wait": _ms(cfg.queue.max_priority_wait_s),
                 "nprefix": keys.notify_prefix(model, p),
                 **_backoff(cfg),
@@ -246,7 +251,7 @@ class QueueOps(SpreadOps):
         # (empty) ones, read only for bulk items, which only partition 0 holds.
         ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.workers_key(model, p)]
         ks += [keys.idle_workers_key(model, p), keys.retry_key(model, p)]
-        ks += [keys.paused_key(model, p)]
+        ks += [keys.paused_key(model, p), keys.busy_workers_key(model, p)]
         ks += [keys.queue_key(model, name, p) for name in served]
 
         def parse(reply: list[Any]) -> Batch:

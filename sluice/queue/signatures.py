@@ -73,8 +73,11 @@ CLAIM = Signature(
         ("nprefix", "str"),  # webhook deliveries and event stream prefix
         ("backoff_ms", "num"),  # retry.backoff_ms (0 = requeue at once), ADR 0153
         ("backoff_max_ms", "num"),
+        # bulk only while this many other serving workers hold no batch (ADR 0164)
+        ("bulk_idle_reserve", "num"),
+        ("holding", "num"),  # 1: the worker still runs a batch beside this claim (a prefetch)
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[10..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[11..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )

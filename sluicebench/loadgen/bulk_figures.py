@@ -22,13 +22,15 @@ SIDES = ("without", "with")
 @dataclass(frozen=True)
 class Variant:
     """A bulk setting under test: ``models.<m>.bulk.max_batch``, worker prefetch,
-    ``models.<m>.bulk.reserve_workers`` and ``models.<m>.bulk.micro_batch`` (ADR 0155:
+    ``models.<m>.bulk.reserve_workers``, ``models.<m>.bulk.idle_reserve`` (ADR 0164)
+    and ``models.<m>.bulk.micro_batch`` (ADR 0155:
     0 runs a bulk batch whole; n yields to interactive jobs every n items)."""
 
     bulk_max_batch: int
     overlap: bool = True
     reserve: int = 0
     micro: int = 0
+    idle: int = 0  # bulk.idle_reserve
 
     @property
     def model(self) -> str:
@@ -37,6 +39,7 @@ class Variant:
             f"bulk{self.bulk_max_batch}"
             + (f"r{self.reserve}" if self.reserve else "")
             + (f"m{self.micro}" if self.micro else "")
+            + (f"i{self.idle}" if self.idle else "")
         )
 
     @property
@@ -46,17 +49,18 @@ class Variant:
             + ("" if self.overlap else ", no prefetch")
             + (f", reserve {self.reserve}" if self.reserve else "")
             + (f", yields every {self.micro}" if self.micro else "")
+            + (f", idle reserve {self.idle}" if self.idle else "")
         )
 
 
 def parse_variants(spec: str) -> tuple[Variant, ...]:
     """``"8,2,8:no-overlap,8:reserve2,8:micro1"``: bulk.max_batch values, each
-    optionally with ``:no-overlap``, ``:reserveN`` (bulk.reserve_workers) and
-    ``:microN`` (bulk.micro_batch)."""
+    optionally with ``:no-overlap``, ``:reserveN`` (bulk.reserve_workers),
+    ``:microN`` (bulk.micro_batch) and ``:idleN`` (bulk.idle_reserve)."""
     out = []
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         size, *flags = part.split(":")
-        overlap, counts = True, {"reserve": 0, "micro": 0}
+        overlap, counts = True, {"reserve": 0, "micro": 0, "idle": 0}
         for flag in flags:
             name = flag.rstrip("0123456789")
             if flag == "no-overlap":
@@ -67,7 +71,8 @@ def parse_variants(spec: str) -> tuple[Variant, ...]:
                 size = ""
         if not size.isdigit() or int(size) < 1:
             raise ConfigError(
-                f"variants {spec!r}: expected N[:no-overlap][:reserveK][:microK], got {part!r}"
+                f"variants {spec!r}: expected N[:no-overlap][:reserveK][:microK][:idleK], "
+                f"got {part!r}"
             )
         out.append(Variant(int(size), overlap=overlap, **counts))
     if not out:
@@ -269,6 +274,8 @@ def bulk_config(p: BulkParams) -> dict[str, Any]:
         bulk: dict[str, Any] = {"max_batch": v.bulk_max_batch, "reserve_workers": v.reserve}
         if v.micro:
             bulk["micro_batch"] = v.micro
+        if v.idle:
+            bulk["idle_reserve"] = v.idle
         if p.bulk_max_queued is not None:
             bulk["max_queued"] = p.bulk_max_queued
         return {

@@ -1,5 +1,5 @@
-"""A discrete-event model of `sluice bench bulk` (ADR 0155), for the settings the
-benchmark cannot measure cleanly on a shared machine, or that are not built.
+"""A discrete-event model of `sluice bench bulk` (ADRs 0155, 0164), for the settings
+the benchmark cannot measure cleanly on a shared machine, or that are not built.
 
 4 workers; interactive jobs arrive Poisson at 150/s into one FIFO queue; a batch
 of n takes 5 + 15 n ms (the benchmark's synthetic model), at most 8 a batch; a
@@ -7,8 +7,22 @@ claim takes 1 ms; end-to-end latency adds 5 ms (the gateway and client). Bulk is
 an endless backlog. A free worker claims interactive jobs if any wait, else a
 bulk batch of ``bulk`` items (if the policy allows), run as calls of ``micro``
 items; between calls it gives the rest back if an interactive job waits.
-``idle_reserve``: bulk only while that many other workers are idle (not built).
 No noise, no Redis, no Python: a lower bound on what each setting costs.
+
+The policy's other knobs (ADR 0164 searched them; `bulk_policy_search`):
+``idle_reserve``: bulk only while that many *other* workers hold no batch at all
+(`bulk.idle_reserve`, built); ``busy_reserve``: the same, raised to that count
+while ``busy_window_ms`` saw ``busy_arrivals`` interactive arrivals or more (a
+reserve that follows the arrival rate); ``quiet_ms``: bulk only when no
+interactive job arrived for that long; ``join``: at a micro-batch boundary the
+waiting interactive jobs join the bulk call instead of the worker yielding
+(interactive first, topped up with bulk to ``micro`` items); ``hold_ms``: a
+worker that finds one interactive job waiting lets it wait that long for a
+second (bigger interactive batches, fewer per-call costs: the only way bulk can
+pass 0.76 of the idle capacity here); ``abort``: an
+interactive arrival that finds no idle worker stops a running bulk call at once,
+its work lost (a bound: a GPU forward pass cannot be stopped like the synthetic
+sleep).
 
     python -m sluicebench.loadgen.bulk_yield_sim
 """
@@ -18,11 +32,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+from collections import deque
 from dataclasses import dataclass
 
 WORKERS, RATE_PER_S, MAX_BATCH = 4, 150.0, 8
 BASE_MS, ITEM_MS, CLAIM_MS, OVERHEAD_MS, PROBE_MS = 5.0, 15.0, 1.0, 5.0, 0.3
-IDLE_PER_S = 250.7 * 0.4  # the benchmark's idle capacity: capacity x (1 - utilisation)
+CAPACITY_PER_S = 250.7  # the benchmark's measured capacity (`--capacity`)
+IDLE_PER_S = CAPACITY_PER_S * 0.4  # its idle capacity: capacity x (1 - utilisation)
 
 
 @dataclass(frozen=True)
@@ -30,6 +46,17 @@ class Policy:
     bulk: int = 0  # bulk.max_batch; 0: no bulk job
     micro: int = 0  # bulk.micro_batch; 0: a bulk batch is one call
     idle_reserve: int = 0
+    busy_reserve: int = 0  # the reserve while arrivals are dense (0: idle_reserve)
+    busy_window_ms: float = 0.0
+    busy_arrivals: int = 0
+    quiet_ms: float = 0.0
+    join: bool = False
+    abort: bool = False
+    hold_ms: float = 0.0  # a lone waiting interactive job waits this long for a second
+
+
+def batch_ms(n: int) -> float:
+    return BASE_MS + ITEM_MS * n
 
 
 class _Sim:
@@ -45,9 +72,12 @@ class _Sim:
             self.push(t, "arrive", -1)
         self.queue: list[float] = []
         self.state, self.left = ["idle"] * WORKERS, [0] * WORKERS
+        self.gen, self.call_end = [0] * WORKERS, [0.0] * WORKERS
+        self.recent: deque[float] = deque()
+        self.last_arrival = -1e9
         self.lat: list[float] = []
         self.batches: list[int] = []
-        self.bulk_done = 0
+        self.bulk_done, self.busy_ms = 0, 0.0
 
     def push(self, at: float, kind: str, w: int) -> None:
         heapq.heappush(self.events, (at, next(self.seq), kind, w))
@@ -56,36 +86,87 @@ class _Sim:
         self.state[w] = "claiming"
         self.push(now + CLAIM_MS, "claimed", w)
 
-    def call(self, w: int, now: float) -> None:
-        k = min(self.pol.micro or self.pol.bulk, self.left[w])
+    def call(self, w: int, now: float, interactive: list[float] | None = None) -> None:
+        jobs = interactive or []
+        room = (self.pol.micro or self.pol.bulk) - len(jobs)
+        k = min(max(room, 0), self.left[w])
         self.left[w] -= k
-        self.push(now + BASE_MS + ITEM_MS * k, "bulk", w * 1000 + k)
+        end = now + batch_ms(k + len(jobs))
+        self.lat.extend(end - a + OVERHEAD_MS for a in jobs)
+        self.busy_ms += end - now
+        self.state[w], self.call_end[w] = "bulk", end
+        self.push(end, "bulk", (w * 1000 + k) * 100 + self.gen[w] % 100)
+
+    def reserve(self, now: float) -> int:
+        p = self.pol
+        if p.busy_reserve and len(self.recent) >= p.busy_arrivals:
+            return p.busy_reserve
+        return p.idle_reserve
+
+    def bulk_allowed(self, w: int, now: float) -> bool:
+        p = self.pol
+        if not p.bulk or now - self.last_arrival < p.quiet_ms:
+            return False
+        idle = sum(1 for i in range(WORKERS) if i != w and self.state[i] == "idle")
+        return idle >= self.reserve(now)
 
     def decide(self, w: int, now: float) -> None:
-        if self.queue:
+        hold = self.pol.hold_ms
+        if len(self.queue) == 1 and now - self.queue[0] < hold:
+            self.state[w] = "idle"  # wait for a second job, or the hold to pass
+            self.push(self.queue[0] + hold, "recheck", w)
+        elif self.queue:
             n = min(MAX_BATCH, len(self.queue))
-            end = now + BASE_MS + ITEM_MS * n
+            end = now + batch_ms(n)
             self.lat.extend(end - a + OVERHEAD_MS for a in self.queue[:n])
             self.batches.append(n)
             del self.queue[:n]
+            self.busy_ms += end - now
             self.state[w] = "busy"
             self.push(end, "free", w)
-            return
-        idle = sum(1 for i in range(WORKERS) if i != w and self.state[i] == "idle")
-        if self.pol.bulk and idle >= self.pol.idle_reserve:
-            self.state[w], self.left[w] = "bulk", self.pol.bulk
+        elif self.bulk_allowed(w, now):
+            self.left[w] = self.pol.bulk
             self.call(w, now)
-            return
-        self.state[w] = "idle"
+        else:
+            self.state[w] = "idle"
 
     def bulk_call_done(self, x: int, now: float) -> None:
-        w, k = divmod(x, 1000)
+        code, gen = divmod(x, 100)
+        w, k = divmod(code, 1000)
+        if gen != self.gen[w] % 100:
+            return  # aborted: its work is lost
         self.bulk_done += k
-        if self.left[w] and not (self.pol.micro and self.queue):
-            self.call(w, now + (PROBE_MS if self.pol.micro else 0.0))
+        p = self.pol
+        if self.left[w] and self.queue and p.micro and p.join:
+            n = min(MAX_BATCH, len(self.queue))
+            jobs = self.queue[:n]
+            del self.queue[:n]
+            self.batches.append(n)
+            self.call(w, now + PROBE_MS + CLAIM_MS, jobs)
+        elif self.left[w] and not (p.micro and self.queue):
+            self.call(w, now + (PROBE_MS if p.micro else 0.0))
         else:
             self.left[w] = 0
             self.claim(w, now)
+
+    def arrive(self, now: float) -> None:
+        self.queue.append(now)
+        self.last_arrival = now
+        if self.pol.busy_reserve:
+            self.recent.append(now)
+            while self.recent and self.recent[0] < now - self.pol.busy_window_ms:
+                self.recent.popleft()
+        idle = [i for i in range(WORKERS) if self.state[i] == "idle"]
+        if idle:
+            self.claim(idle[0], now)
+        elif self.pol.abort and len(self.queue) > sum(s == "claiming" for s in self.state):
+            running = [i for i in range(WORKERS) if self.state[i] == "bulk"]
+            if running:
+                w = max(running, key=lambda i: self.call_end[i])
+                self.busy_ms -= self.call_end[w] - now
+                self.gen[w] += 1
+                self.left[w] = 0
+                self.claim(w, now)
 
     def run(self) -> None:
         while self.events:
@@ -93,14 +174,14 @@ class _Sim:
             if now > self.end_ms:
                 return
             if kind == "arrive":
-                self.queue.append(now)
-                idle = [i for i in range(WORKERS) if self.state[i] == "idle"]
-                if idle:
-                    self.claim(idle[0], now)
+                self.arrive(now)
             elif kind == "claimed":
                 self.decide(x, now)
             elif kind == "free":
                 self.claim(x, now)
+            elif kind == "recheck":
+                if self.state[x] == "idle" and self.queue:
+                    self.claim(x, now)
             else:
                 self.bulk_call_done(x, now)
 
@@ -114,6 +195,7 @@ def simulate(pol: Policy, seconds: float = 300.0, seed: int = 1) -> dict[str, fl
         "p99_ms": lat[int(0.99 * len(lat))],
         "bulk_per_s": sim.bulk_done / seconds,
         "share_of_idle": sim.bulk_done / seconds / IDLE_PER_S,
+        "busy": sim.busy_ms / (WORKERS * seconds * 1000),
         "interactive_batch": sum(sim.batches) / len(sim.batches),
     }
 

@@ -6,9 +6,10 @@ sluice bench bulk [--variants 8,2:no-overlap] [--rounds 2] [--duration-s 20]
                                [--max-queued N] [--json bench/results/bulk.json]
 
 A variant is a ``bulk.max_batch`` value, optionally ``:no-overlap`` (workers
-without prefetch), ``:reserveN`` (``bulk.reserve_workers``) and ``:microN``
-(``bulk.micro_batch``: yield to interactive jobs every N items, ADR 0155):
-``--variants 8,2,1,8:no-overlap,8:reserve1,8:micro1``. Logic in
+without prefetch), ``:reserveN`` (``bulk.reserve_workers``), ``:microN``
+(``bulk.micro_batch``: yield to interactive jobs every N items, ADR 0155) and
+``:idleN`` (``bulk.idle_reserve``: bulk only while N other workers are idle, ADR
+0164): ``--variants 8,2,1,8:no-overlap,8:reserve1,8:micro1,8:micro1:idle1``. Logic in
 sluicebench/loadgen/bulk_bench.py; about 3.5 minutes with the defaults.
 """
 

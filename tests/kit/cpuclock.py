@@ -51,8 +51,8 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
 
 
 def summarize(log_dir: Path, top: int = 40) -> str:
-    """The total CPU and wall seconds, the costliest tests and the costliest
-    folders, from the lines the hook wrote."""
+    """The total CPU and wall seconds, the costliest folders, the longest modules
+    and the costliest tests, from the lines the hook wrote."""
     rows = []
     for path in sorted(log_dir.glob("cpu-*.tsv")):
         for line in path.read_text().splitlines():
@@ -69,6 +69,13 @@ def summarize(log_dir: Path, top: int = 40) -> str:
     lines.append("folders by CPU s:")
     for folder, cpu in sorted(folders.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {cpu:7.1f}  {folder}")
+    modules: dict[str, float] = defaultdict(float)
+    for row in rows:
+        modules[row[0].split("::")[0]] += row[3]
+    lines.append("modules of 15 s of wall or more (tests/kit/schedule.py's LONG_MODULES):")
+    for module, secs in sorted(modules.items(), key=lambda kv: -kv[1]):
+        if secs >= 15:
+            lines.append(f"  {secs:7.1f}  {module}")
     lines.append(f"top {top} tests by CPU s (pytest + children, wall):")
     for nodeid, own, kids, wall in sorted(rows, key=lambda r: -(r[1] + r[2]))[:top]:
         lines.append(f"  {own + kids:6.1f} = {own:6.1f} + {kids:6.1f}  {wall:6.1f}  {nodeid}")

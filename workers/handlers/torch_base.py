@@ -11,6 +11,7 @@ import torch
 from sluice.cores import THREADS_ENV
 from sluice.errors import ConfigError
 from workers.handlers.base import Collated, Handler, HandlerContext
+from workers.handlers.micro import run_sliced
 
 DTYPES = {
     "float32": torch.float32,
@@ -29,8 +30,10 @@ class TorchHandler(Handler):
     handler holds its weights in it, so a half type halves weight memory; on CUDA
     the forward also runs under autocast to it), ``num_threads`` (torch intra-op
     threads on CPU; default: the cores the local backend gave this worker in
-    ``SLUICE_NUM_THREADS``, else torch's own). A dtype the device cannot run is refused
-    here, at start, with a ``ConfigError`` naming the setting.
+    ``SLUICE_NUM_THREADS``, else torch's own), ``micro_batch`` (rows per forward
+    pass; between two passes a batch whose jobs all ended stops: ADR 0164). A
+    dtype the device cannot run is refused here, at start, with a ``ConfigError``
+    naming the setting.
     """
 
     uses_torch = True
@@ -44,6 +47,9 @@ class TorchHandler(Handler):
         if threads > 0 and self.device.type == "cpu":
             torch.set_num_threads(threads)
         self.dtype = self._checked_dtype(self.params.get("dtype"))
+        self.micro_batch = int(self.params.get("micro_batch") or 0)
+        if self.micro_batch < 0:
+            raise ConfigError(f"models.{ctx.model}.params.micro_batch: a positive row count")
 
     def cpu_threads(self) -> int | None:
         return torch.get_num_threads() if self.device.type == "cpu" else None
@@ -118,8 +124,10 @@ class TorchHandler(Handler):
         return contextlib.nullcontext()
 
     def infer(self, batch: Collated) -> Any:
+        # params.micro_batch: forward passes of that many rows, should_stop() between
+        # them (workers/handlers/micro.py); unset, one pass.
         with torch.inference_mode(), self.autocast():
-            return self.forward(batch)
+            return run_sliced(batch, self.micro_batch, self.forward, self.should_stop, torch.cat)
 
     def forward(self, batch: Collated) -> Any:
         raise NotImplementedError

@@ -7,11 +7,13 @@
 --   pool, ADR 0128, starting, draining or quarantined)
 -- KEYS[8] retries waiting out their backoff (zset, due ms; docs/adr/0153)
 -- KEYS[9] the model's pause record (a hash; absent while it runs: ADR 0154)
--- KEYS[10..] queue keys served
+-- KEYS[10] workers holding a batch (zset, lease expiry ms; kept only while
+--   bulk_idle_reserve > 0: ADR 0164)
+-- KEYS[11..] queue keys served
 -- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
 -- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
---   the same order as KEYS[10..]). The reply is declared there too (reply, REPLY,
+--   the same order as KEYS[11..]). The reply is declared there too (reply, REPLY,
 --   reply_group).
 -- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
@@ -55,13 +57,28 @@ end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, live_workers, idle_workers = KEYS[5], KEYS[6], KEYS[7]
-local retries = KEYS[8]
-local Q1 = 10  -- KEYS index of the first queue
+local retries, busy = KEYS[8], KEYS[10]
+local Q1 = 11  -- KEYS index of the first queue
 local served = {}  -- served[k]: the group of KEYS[k]
 for k = Q1, #KEYS do served[k] = arg_group(k - Q1 + 1) end
+-- Idle reserve (ADR 0164): with bulk_idle_reserve > 0 every claim records whether
+-- its worker now holds a batch (one it took, or one still running beside this
+-- claim: `holding`, a prefetch); a worker whose claim found nothing holds none.
+-- A worker that stops claiming stays counted as holding until its lease time passes.
+local function mark_holding(holds, at)
+  if bulk_idle_reserve <= 0 then return end
+  if holds then
+    redis.call('ZADD', busy, at + lease_ms, worker)
+    redis.call('ZREMRANGEBYSCORE', busy, '-inf', at)  -- workers that died holding
+  else
+    redis.call('ZREM', busy, worker)
+  end
+end
 if redis.call('EXISTS', KEYS[9]) == 1 then
   for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
-  return reply{bucket = '', now = now_ms(), expired = 0, reclaimed = 0}
+  local t = now_ms()
+  mark_holding(holding == 1, t)
+  return reply{bucket = '', now = t, expired = 0, reclaimed = 0}
 end
 local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
@@ -184,7 +201,32 @@ local function bulk_room()
   live = live - redis.call('ZCOUNT', idle_workers, now / 1000, '+inf')
   return live - held - 1 >= reserve
 end
+-- Bulk only while at least bulk_idle_reserve other serving workers hold no batch at
+-- all (ADR 0164): an interactive job that arrives then finds an idle worker, never
+-- only workers in bulk calls. Serving: live, not parked, starting or draining. The
+-- reserve is capped at the other serving workers there are, so a fleet smaller than
+-- it still runs bulk while every other worker is idle (a lone worker: always).
+-- With no interactive job claimed in this wait window or the last (10-20 s: the
+-- histogram hashes record_waits writes) there is no traffic to keep a worker for:
+-- bulk may fill the fleet until the next interactive claim.
+-- O(live workers); reads only (as bulk_room).
+local function interactive_lately()
+  local w = math.floor(now / WAIT_WINDOW_MS) * WAIT_WINDOW_MS / 1000
+  return redis.call('EXISTS', hprefix .. int(w), hprefix .. int(w - WAIT_WINDOW_MS / 1000)) > 0
+end
+local function idle_room()
+  if bulk_idle_reserve <= 0 or not interactive_lately() then return true end
+  local t, others, idle = now / 1000, 0, 0
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', live_workers, t, '+inf')) do
+    if w ~= worker and (tonumber(redis.call('ZSCORE', idle_workers, w)) or 0) < t then
+      others = others + 1
+      if (tonumber(redis.call('ZSCORE', busy, w)) or 0) <= now then idle = idle + 1 end
+    end
+  end
+  return idle >= math.min(bulk_idle_reserve, others)
+end
 local bulk_batch = best == 0 and bulk_best > 0 and bulk_max_batch > 0 and bulk_room()
+  and idle_room()
 if bulk_batch then
   best, max_batch, max_cost = bulk_best, bulk_max_batch, bulk_max_cost
 end
@@ -194,6 +236,7 @@ if best == 0 then
   if bulk_best == 0 then
     for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
   end
+  mark_holding(holding == 1, now)
   publish_ended(channel, ended, jprefix, nprefix)
   return reply{bucket = '', now = now, expired = 0, reclaimed = n_reclaimed}
 end
@@ -314,6 +357,7 @@ if bulk_batch and taken > 0 then
   redis.call('ZADD', holders, now + lease_ms, worker)
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)  -- holders that died
 end
+mark_holding(taken > 0 or holding == 1, now)
 if dropped > 0 then drop_cost(stats, bucket, dropped) end
 if recount then recount_cost(stats, queue, bucket, jprefix) end
 if n_expired > 0 then redis.call('HINCRBY', stats, STAT.expired, n_expired) end

@@ -117,7 +117,9 @@ def test_parse_variants() -> None:
         Variant(8, reserve=1, micro=1),
     )
     assert Variant(8, micro=2).model == "bulk8m2"
-    for bad in ("", "0", "x", "8:fast", "8:reserve", "8:micro", "8:microx"):
+    assert parse_variants("8:micro1:idle1") == (Variant(8, micro=1, idle=1),)
+    assert Variant(8, micro=1, idle=1).model == "bulk8m1i1"
+    for bad in ("", "0", "x", "8:fast", "8:reserve", "8:micro", "8:microx", "8:idle"):
         with pytest.raises(ConfigError):
             parse_variants(bad)
 

@@ -193,3 +193,55 @@ def test_a_claim_that_holds_bulk_back_keeps_the_wake_tokens(r: redis.Redis) -> N
     assert len(q.claim("m", "w2")) == 2
     assert len(q.claim("m", "w2")) == 0
     assert r.llen(keys.wake_key("m", "32")) == 0  # empty now: the stale tokens go
+
+
+def test_idle_reserve_counts_workers_holding_any_batch(r: redis.Redis) -> None:
+    # bulk.idle_reserve (ADR 0164): bulk only while another serving worker holds no
+    # batch at all. A worker running interactive jobs is not idle, unlike under
+    # reserve_workers, which counts only bulk holders.
+    q = client(r, bulk={"idle_reserve": 1, "max_batch": 2})
+    register(r, "w1", "w2", "w3")
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(10)])
+    assert len(q.claim("m", "w1")) == 2  # w2, w3 idle
+    q.submit("m", [job("32", "normal")])
+    assert len(q.claim("m", "w2")) == 1  # interactive work is never held back
+    # (From this interactive claim on, for 10-20 s, the reserve applies.)
+    assert len(q.claim("m", "w3")) == 0  # w1 in bulk, w2 in an interactive batch
+    # w2's prefetch beside its batch finds nothing: it still holds the batch it runs.
+    assert len(q.claim("m", "w2", bulk=False)) == 0
+    assert len(q.claim("m", "w3")) == 0
+    # A worker counts as holding its batch until its next claim finds nothing.
+    q.complete("m", [], "w2")
+    assert len(q.claim("m", "w3")) == 0
+    assert len(q.claim("m", "w2")) == 2  # w3 is idle (its claims found nothing)
+    assert r.zrange(keys.busy_workers_key("m"), 0, -1) == ["w1", "w2"]
+
+
+def test_idle_reserve_keeps_no_books_when_off(r: redis.Redis) -> None:
+    q = client(r, bulk={"max_batch": 2})
+    register(r, "w1", "w2")
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(4)])
+    assert len(q.claim("m", "w1")) == 2 and len(q.claim("m", "w2")) == 2
+    assert not r.exists(keys.busy_workers_key("m"))
+
+
+def test_idle_reserve_never_starves_a_lone_worker(r: redis.Redis) -> None:
+    # No other serving worker to keep idle (a parked one does not count): the
+    # reserve is capped at zero, and bulk runs.
+    q = client(r, bulk={"idle_reserve": 2, "max_batch": 2})
+    register(r, "w1")
+    register(r, "p1", parked=True)
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(4)])
+    assert len(q.claim("m", "w1")) == 2
+
+
+def test_idle_reserve_lifts_without_interactive_traffic(r: redis.Redis) -> None:
+    # No interactive job claimed in this wait window or the last: nothing to keep a
+    # worker idle for, so bulk fills the fleet; the first interactive claim ends it.
+    q = client(r, bulk={"idle_reserve": 1, "max_batch": 2})
+    register(r, "w1", "w2")
+    q.submit("m", [job("32", BULK, jid=f"m.bulk1-{i}") for i in range(8)])
+    assert len(q.claim("m", "w1")) == 2 and len(q.claim("m", "w2")) == 2
+    q.submit("m", [job("32", "normal")])
+    assert len(q.claim("m", "w1")) == 1
+    assert len(q.claim("m", "w2")) == 0  # w1 holds a batch: the reserve is back
