@@ -20,10 +20,11 @@ from redis.exceptions import RedisError
 
 from sluice.config import ModelConfig
 from sluice.errors import RedisUnavailable
-from sluice.jobs import NewJob, Outcome
+from sluice.jobs import JobStatus, NewJob, Outcome, QueueStats
+from sluice.local.redis_topology import LocalCluster
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from tests.waits import HUNG_S
+from tests.waits import HUNG_S, wait_until
 
 T = TypeVar("T")
 
@@ -119,3 +120,40 @@ class Load:
                     self.ran[j.id] += 1
         finally:
             q.redis.close()
+
+
+def move_slot_under_load(
+    cluster: LocalCluster, models: dict[str, ModelConfig], model: str, slot: int
+) -> tuple[Load, int]:
+    """Moves ``slot`` to another node while a :class:`Load` runs (300 jobs accepted
+    before, 200 after); returns the joined load and how many keys moved."""
+    load = Load(cluster.url, models, model).start()
+    try:
+        wait_until(lambda: len(load.accepted) >= 300, HUNG_S, "300 accepted jobs")
+        src = cluster.owner(slot)
+        dst = next(n for n in cluster.nodes if n.port != src.port)
+        # 10 keys a MIGRATE (redis-cli's default), slowed so the load meets the split.
+        moved = cluster.migrate_slot(slot, dst, batch=10, pause_s=0.005)
+        assert cluster.owner(slot).port == dst.port
+        base = len(load.accepted)
+        wait_until(lambda: len(load.accepted) >= base + 200, HUNG_S, "submits after the move")
+    finally:
+        load.join()
+    return load, moved
+
+
+def every_job_ran_once(
+    url: str, models: dict[str, ModelConfig], model: str, load: Load
+) -> QueueStats:
+    """Asserts every accepted job succeeded with its own text and ran exactly once;
+    returns the model's stats after."""
+    q = QueueClient(connect(url), models)
+    try:
+        for text, job_id in load.accepted.items():
+            rec = q.get(job_id, model)
+            assert rec.status is JobStatus.SUCCEEDED and rec.result == text, (job_id, rec)
+        assert all(n == 1 for n in load.ran.values())
+        assert set(load.ran) == set(load.accepted.values())
+        return q.stats(model)
+    finally:
+        q.redis.close()

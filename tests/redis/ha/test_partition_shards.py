@@ -21,7 +21,7 @@ from sluice.local.redis_topology import LocalCluster
 from sluice.local.redis_topology import _cluster_port as cluster_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
-from tests.kit.queue_load import Load
+from tests.kit.queue_load import Load, every_job_ran_once, move_slot_under_load
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.system]
@@ -74,30 +74,11 @@ def test_a_hot_model_spreads_over_the_three_shards(cluster: LocalCluster) -> Non
 def test_moving_a_partition_slot_under_load_loses_and_repeats_nothing(
     cluster: LocalCluster,
 ) -> None:
-    slot = _slot(1)
-    load = Load(cluster.url, MODELS, MODEL).start()
-    try:
-        wait_until(lambda: len(load.accepted) >= 300, HUNG_S, "300 accepted jobs")
-        src = cluster.owner(slot)
-        dst = next(n for n in cluster.nodes if n.port != src.port)
-        moved = cluster.migrate_slot(slot, dst, batch=10, pause_s=0.005)
-        assert moved > 30 and cluster.owner(slot).port == dst.port
-        base = len(load.accepted)
-        wait_until(lambda: len(load.accepted) >= base + 200, HUNG_S, "submits after the move")
-    finally:
-        load.join()
-    q = QueueClient(connect(cluster.url), MODELS)
-    try:
-        for text, job_id in load.accepted.items():
-            rec = q.get(job_id, MODEL)
-            assert rec.status is JobStatus.SUCCEEDED and rec.result == text, (job_id, rec)
-        assert all(n == 1 for n in load.ran.values())
-        assert set(load.ran) == set(load.accepted.values())
-        assert {keys.partition_of(i) for i in load.ran} == {0, 1, 2}
-        stats = q.stats(MODEL)
-        assert stats.in_flight == 0 and stats.queued == 0
-    finally:
-        q.redis.close()
+    load, moved = move_slot_under_load(cluster, MODELS, MODEL, _slot(1))
+    assert moved > 30
+    stats = every_job_ran_once(cluster.url, MODELS, MODEL, load)
+    assert {keys.partition_of(i) for i in load.ran} == {0, 1, 2}
+    assert stats.in_flight == 0 and stats.queued == 0
 
 
 def _add_replica(cluster: LocalCluster, primary: RedisServer) -> RedisServer:

@@ -21,8 +21,7 @@ from sluice.lua_loader import include
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from sluice.queue.scripts import Call
-from tests.kit.queue_load import Load
-from tests.waits import HUNG_S, wait_until
+from tests.kit.queue_load import every_job_ran_once, move_slot_under_load
 
 pytestmark = [pytest.mark.system]
 MODEL = "m0"
@@ -92,27 +91,7 @@ def test_a_claim_mid_move_pops_nothing_and_runs_after_it(cluster: LocalCluster) 
 
 
 def test_a_reshard_under_load_loses_and_repeats_nothing(cluster: LocalCluster) -> None:
-    slot = key_slot(MODEL.encode())
-    load = Load(cluster.url, MODELS, MODEL).start()
-    try:
-        wait_until(lambda: len(load.accepted) >= 300, HUNG_S, "300 accepted jobs")
-        src = cluster.owner(slot)
-        dst = next(n for n in cluster.nodes if n.port != src.port)
-        # 10 keys a MIGRATE (redis-cli's default), slowed so the load meets the split.
-        moved = cluster.migrate_slot(slot, dst, batch=10, pause_s=0.005)
-        assert moved > 100 and cluster.owner(slot).port == dst.port
-        base = len(load.accepted)
-        wait_until(lambda: len(load.accepted) >= base + 200, HUNG_S, "submits after the move")
-    finally:
-        load.join()
-    q = QueueClient(connect(cluster.url), MODELS)
-    try:
-        for text, job_id in load.accepted.items():
-            rec = q.get(job_id, MODEL)
-            assert rec.status is JobStatus.SUCCEEDED and rec.result == text, (job_id, rec)
-        assert all(n == 1 for n in load.ran.values())
-        assert set(load.ran) == set(load.accepted.values())
-        stats = q.stats(MODEL)
-        assert stats.in_flight == 0 and sum(b.queued for b in stats.buckets) == 0
-    finally:
-        q.redis.close()
+    load, moved = move_slot_under_load(cluster, MODELS, MODEL, key_slot(MODEL.encode()))
+    assert moved > 100
+    stats = every_job_ran_once(cluster.url, MODELS, MODEL, load)
+    assert stats.in_flight == 0 and sum(b.queued for b in stats.buckets) == 0
