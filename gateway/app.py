@@ -58,6 +58,22 @@ Every error answers `{"error": {"type", "message"}}`; 429 and 503 carry `Retry-A
 When API keys are configured, send `Authorization: Bearer <key>` (or `X-API-Key`).
 """
 
+ROUTERS = (
+    jobs.router,
+    events.router,
+    stream.router,
+    generate.router,
+    bulk.router,
+    models.router,
+    embeddings.router,
+    webhooks.router,
+    health.router,
+    audit.router,
+    pause.router,
+    dead_letters.router,
+    dashboard.router,
+)
+
 
 def create_app(
     cfg: SluiceConfig,
@@ -94,21 +110,7 @@ def create_app(
     )
     app.state.gateway = state
     _document_model_names(app, sorted(cfg.models))
-    routers = (
-        jobs.router,
-        events.router,
-        stream.router,
-        generate.router,
-        bulk.router,
-        models.router,
-        embeddings.router,
-        webhooks.router,
-        health.router,
-        audit.router,
-        pause.router,
-        dead_letters.router,
-    )
-    for r in (*routers, dashboard.router):
+    for r in ROUTERS:
         app.include_router(r)
     errors.install(app)
     if lean:  # innermost of ours: the guards and metrics below see every request

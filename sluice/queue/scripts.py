@@ -76,6 +76,25 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
+def _submit_group(
+    job: NewJob, model: str, partition: int, owner: str, default_deadline_ms: int
+) -> dict[str, Any]:
+    """One job's repeated group of ``submit.lua``'s arguments (SUBMIT's signature)."""
+    return {
+        "id": job.id or new_job_id(model, partition),
+        "bucket": job.bucket,
+        "cost": int(job.cost),
+        "prio": priority_rank(job.priority),
+        "input": _dumps(job.input),
+        "meta": _dumps(job.metadata) if job.metadata else "",
+        "deadline": int(job.deadline_ms or default_deadline_ms),
+        "idem": _idem(owner, job.idempotency_key),
+        "whu": job.webhook.url if job.webhook else "",
+        "whe": _events(job.webhook),
+        "rqh": job.request_hash,
+    }
+
+
 class QueueOps(SpreadOps):
     """Builds the calls of the protocol from the config of each model."""
 
@@ -159,21 +178,7 @@ class QueueOps(SpreadOps):
         }
         default_dl = cfg.queue.default_deadline_ms or 0
         groups = [
-            {
-                "id": job.id or new_job_id(model, p),
-                "bucket": job.bucket,
-                "cost": int(job.cost),
-                "prio": priority_rank(job.priority),
-                "input": _dumps(job.input),
-                "meta": _dumps(job.metadata) if job.metadata else "",
-                "deadline": int(job.deadline_ms or default_dl),
-                "idem": _idem(o.name, job.idempotency_key),
-                "whu": job.webhook.url if job.webhook else "",
-                "whe": _events(job.webhook),
-                "rqh": job.request_hash,
-            }
-            for jobs in requests
-            for job in jobs
+            _submit_group(job, model, p, o.name, default_dl) for jobs in requests for job in jobs
         ]
         args = SUBMIT.pack(fixed, groups)
         ks = [
