@@ -27,7 +27,7 @@ from tests.kit.faults import (
     submit,
     wait_gateway_sees,
 )
-from tests.waits import wait_until
+from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.system]
 REDIS_TIMEOUT_S = 1.0  # gateway.redis_timeout_s in these tests (fault_config)
@@ -220,7 +220,15 @@ def test_a_worker_started_while_redis_is_down_waits_for_it(
     path = s.write_config(cfg)
     s.redis.kill9()
     w = s.spawn_worker(path, wait_ready=False)
-    time.sleep(2.5)  # several tries: it must neither exit nor log each one
+    # Its first try (a loaded machine may take seconds to start it), then a window
+    # of further tries: it must neither exit nor log each one.
+    wait_until(
+        lambda: w.count("retrying with backoff") >= 1 or not w.alive(),
+        HUNG_S,
+        "the worker's first try",
+        every_s=0.1,
+    )
+    time.sleep(2.5)
     assert w.alive(), w.text()
     assert w.count("retrying with backoff") == 1
     s.redis.start()
