@@ -10,6 +10,13 @@ the GPU by safetensors), so nothing is initialised only to be overwritten.
 Scope: ``model_type: bert`` with absolute positions and an exact-GELU feed-forward
 (all-MiniLM-L6-v2 and the other sentence-transformers BERTs). Anything else goes
 through ``transformers`` (the handler decides, :func:`supported`).
+
+A padded batch runs unpadded (docs/adr/0170): every layer's dense parts (the
+projections, the feed-forward, the LayerNorms: nearly all of a small BERT's
+work) run on the batch's real tokens packed into one ``[tokens, hidden]`` matrix,
+and only attention sees the padded ``[batch, heads, length, head]`` layout, with
+its mask. A batch of mixed lengths then costs what its tokens cost, not its row
+count times its longest row.
 """
 
 from __future__ import annotations
@@ -101,6 +108,36 @@ def weights_prefix(names: Iterable[str], expected: set[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Packing:
+    """Where a padded batch's real tokens sit: the rows of the ``[batch x length]``
+    positions that the attention mask keeps (``index``; None when every position
+    is real, and packing is the identity), and the mask in SDPA's form."""
+
+    batch: int
+    length: int
+    index: torch.Tensor | None
+    mask: torch.Tensor  # [batch, 1, 1, length], True = attend: shared by heads and queries
+
+    @classmethod
+    def of(cls, attention_mask: torch.Tensor) -> Packing:
+        b, n = attention_mask.shape
+        keep = attention_mask.bool()
+        index = None if bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
+        return cls(b, n, index, keep[:, None, None, :])
+
+    def unpad(self, t: torch.Tensor) -> torch.Tensor:
+        """``[batch x length, ...]`` -> the real tokens' rows ``[tokens, ...]``."""
+        return t if self.index is None else t.index_select(0, self.index)
+
+    def pad(self, t: torch.Tensor) -> torch.Tensor:
+        """``[tokens, ...]`` -> ``[batch x length, ...]``, zeros at padding positions."""
+        if self.index is None:
+            return t
+        out = t.new_zeros((self.batch * self.length, *t.shape[1:]))
+        return out.index_copy_(0, self.index, t)
+
+
 class _SelfAttention(nn.Module):
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
@@ -109,16 +146,17 @@ class _SelfAttention(nn.Module):
         self.key = nn.Linear(c.hidden_size, c.hidden_size)
         self.value = nn.Linear(c.hidden_size, c.hidden_size)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, n, d = x.shape
+    def forward(self, x: torch.Tensor, pack: Packing) -> torch.Tensor:
+        """``x``: the packed tokens ``[tokens, hidden]``; attention runs padded."""
+        b, n, d = pack.batch, pack.length, x.shape[-1]
 
         def split(t: torch.Tensor) -> torch.Tensor:
-            return t.view(b, n, self.heads, d // self.heads).transpose(1, 2)
+            return pack.pad(t).view(b, n, self.heads, d // self.heads).transpose(1, 2)
 
         out = F.scaled_dot_product_attention(
-            split(self.query(x)), split(self.key(x)), split(self.value(x)), attn_mask=mask
+            split(self.query(x)), split(self.key(x)), split(self.value(x)), attn_mask=pack.mask
         )
-        return out.transpose(1, 2).reshape(b, n, d)
+        return pack.unpad(out.transpose(1, 2).reshape(b * n, d))
 
 
 class _DenseNorm(nn.Module):
@@ -139,9 +177,9 @@ class _Attention(nn.Module):
         self.add_module("self", _SelfAttention(c))  # the checkpoint's name
         self.output = _DenseNorm(c, c.hidden_size)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pack: Packing) -> torch.Tensor:
         attend: nn.Module = self._modules["self"]  # type: ignore[assignment]
-        return self.output(attend(x, mask), x)
+        return self.output(attend(x, pack), x)
 
 
 class _Intermediate(nn.Module):
@@ -160,8 +198,8 @@ class _Layer(nn.Module):
         self.intermediate = _Intermediate(c)
         self.output = _DenseNorm(c, c.intermediate_size)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        a = self.attention(x, mask)
+    def forward(self, x: torch.Tensor, pack: Packing) -> torch.Tensor:
+        a = self.attention(x, pack)
         return self.output(self.intermediate(a), a)
 
 
@@ -184,9 +222,12 @@ class _Embeddings(nn.Module):
         self.token_type_embeddings = _embedding(c.type_vocab_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)  # noqa: N815
 
-    def forward(self, ids: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
-        pos = torch.arange(ids.shape[1], device=ids.device)
-        x = self.word_embeddings(ids) + self.position_embeddings(pos)[None]
+    def forward(self, ids: torch.Tensor, types: torch.Tensor, pack: Packing) -> torch.Tensor:
+        """The packed tokens' embeddings, ``[tokens, hidden]`` (absolute positions:
+        a token's column in the padded batch)."""
+        pos = torch.arange(pack.length, device=ids.device).expand(pack.batch, -1)
+        ids, types, pos = (pack.unpad(t.reshape(-1)) for t in (ids, types, pos))
+        x = self.word_embeddings(ids) + self.position_embeddings(pos)
         return self.LayerNorm(x + self.token_type_embeddings(types))
 
 
@@ -206,12 +247,12 @@ class BertEncoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
-        x = self.embeddings(input_ids, types)
-        # True = attend; one mask row per batch item, shared by heads and queries.
-        mask = attention_mask.bool()[:, None, None, :]
+        pack = Packing.of(attention_mask)
+        x = self.embeddings(input_ids, types, pack)
         for layer in self.encoder.layer:
-            x = layer(x, mask)
-        return x
+            x = layer(x, pack)
+        # Padded again for the caller (padding positions hold zeros: pooling masks them).
+        return pack.pad(x).view(pack.batch, pack.length, -1)
 
 
 def load(model_dir: Path, device: str, dtype: torch.dtype | None) -> tuple[BertEncoder, float]:
