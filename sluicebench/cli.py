@@ -30,6 +30,7 @@ SCRIPTS = {
     "dashboard": "dashboard",
     "claim-check": "claim_check",
     "strict-json": "strict_json",
+    "padding": "padding",
 }
 
 

@@ -120,10 +120,14 @@ class Packing:
     mask: torch.Tensor  # [batch, 1, 1, length], True = attend: shared by heads and queries
 
     @classmethod
-    def of(cls, attention_mask: torch.Tensor) -> Packing:
+    def of(cls, attention_mask: torch.Tensor, unpadded: bool = True) -> Packing:
+        """``unpadded=False``: the identity whatever the mask (every position computed,
+        as before ADR 0170; ``sluice bench padding`` compares the two)."""
         b, n = attention_mask.shape
         keep = attention_mask.bool()
-        index = None if bool(keep.all()) else keep.reshape(-1).nonzero().squeeze(1)
+        index = None
+        if unpadded and not bool(keep.all()):
+            index = keep.reshape(-1).nonzero().squeeze(1)
         return cls(b, n, index, keep[:, None, None, :])
 
     def unpad(self, t: torch.Tensor) -> torch.Tensor:
@@ -237,6 +241,7 @@ class BertEncoder(nn.Module):
     def __init__(self, c: BertConfig) -> None:
         super().__init__()
         self.config = c
+        self.unpadded = True  # False: compute padding positions too (a benchmark's baseline)
         self.embeddings = _Embeddings(c)
         self.encoder = _Encoder(c)
 
@@ -247,7 +252,7 @@ class BertEncoder(nn.Module):
         token_type_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         types = token_type_ids if token_type_ids is not None else torch.zeros_like(input_ids)
-        pack = Packing.of(attention_mask)
+        pack = Packing.of(attention_mask, self.unpadded)
         x = self.embeddings(input_ids, types, pack)
         for layer in self.encoder.layer:
             x = layer(x, pack)
