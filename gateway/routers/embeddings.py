@@ -15,6 +15,7 @@ import sys
 from array import array
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Request
 from starlette.types import Scope
 
@@ -106,6 +107,26 @@ def vector_of(model: str, rec: JobRecord) -> list[float]:
     return vector
 
 
+_STORED_HEAD = '{"embedding":'  # a result of only an embedding, as orjson stores it
+
+
+def embedding_of(body: EmbeddingsRequest, rec: JobRecord) -> Any:
+    """The answer's ``embedding``: checked as numbers, then for ``float`` the stored
+    array itself when the result was only that (``orjson.Fragment``: the text orjson
+    wrote, so the same bytes its encoding would give), else encoded."""
+    vector = vector_of(body.model, rec)
+    text = rec.result_json
+    if (
+        body.encoding_format == "float"
+        and text is not None
+        and text.startswith(_STORED_HEAD)
+        and text.endswith("}")
+        and len(rec.result) == 1
+    ):
+        return orjson.Fragment(text[len(_STORED_HEAD) : -1])
+    return encode(vector, body.encoding_format)
+
+
 def check_ended(recs: list[JobRecord]) -> None:
     """Raise for the first job that did not succeed, naming its input."""
     for i, rec in enumerate(recs):
@@ -185,11 +206,7 @@ async def embeddings_answer(st: GatewayState, scope: Scope, body: EmbeddingsRequ
     recs = await _wait_all(st, ids, owner.name if owner else None, idempotency_key is not None)
     check_ended(recs)
     data = [
-        {
-            "object": "embedding",
-            "index": i,
-            "embedding": encode(vector_of(body.model, rec), body.encoding_format),
-        }
+        {"object": "embedding", "index": i, "embedding": embedding_of(body, rec)}
         for i, rec in enumerate(recs)
     ]
     tokens = sum(rec.cost for rec in recs)
