@@ -14,7 +14,7 @@ def _unfragment(value: Any) -> Any:
     """A result passed through as stored (``orjson.Fragment``, gateway.service.job_view)
     parsed back, for the ``json`` module's fallbacks below."""
     if isinstance(value, orjson.Fragment):
-        return orjson.loads(value.contents)
+        return orjson.loads(orjson.dumps(value))  # its text (a Fragment shows none)
     if isinstance(value, dict):
         return {k: _unfragment(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
