@@ -1,7 +1,8 @@
 """The one way a Lua script's source is built: every script goes through here.
 
 A script is sent as: the record layouts of ``sluice/records.py``
-(:func:`~sluice.records.lua_constants`), the shared includes it names (the queue's
+(:func:`~sluice.records.lua_constants`), the globals it calls bound to locals
+(:data:`GLOBALS_AS_LOCALS`), the shared includes it names (the queue's
 ``_common.lua``, the bulk helpers ``_bulk.lua``), its call boundary generated from
 its :class:`~sluice.queue.signatures.Signature` (ARGV read into named locals, the
 reply built by name), any generated constants of its own, then its body. So no
@@ -21,6 +22,15 @@ INCLUDES: dict[str, tuple[str, str]] = {
     "common": ("sluice.queue", "_common.lua"),  # time, costs, dead letters, webhooks
     "bulk": ("sluice.bulk", "_bulk.lua"),  # end_bulk (needs "common")
 }
+
+
+# The globals the scripts call, as locals of the chunk: a script's own functions then
+# reach them as upvalues instead of a global lookup each time (Redis 7 guards its
+# globals table; measured in docs/benchmarks/cost.md, ADR 0168).
+GLOBALS_AS_LOCALS = (
+    "local redis, cjson, tonumber, tostring, type, pairs, ipairs, unpack, math, string, table"
+    " = redis, cjson, tonumber, tostring, type, pairs, ipairs, unpack, math, string, table\n"
+)
 
 
 @cache
@@ -53,6 +63,7 @@ def source(
     without comment lines, for scripts sent with EVAL on every call (ADR 0111).
     """
     parts = [lua_constants()] if constants else []
+    parts += [GLOBALS_AS_LOCALS]
     parts += [read(*INCLUDES[i]) + "\n" for i in includes]
     parts += [sig.lua_prologue() if sig else "", extra, read(package, f"{name}.lua")]
     text = "".join(parts)
