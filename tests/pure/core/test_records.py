@@ -33,7 +33,9 @@ STATS_CALL = re.compile(r"redis\.call\('H[A-Z]+', stats(?:_key)?, ([^,)]+)")
 def _bodies() -> dict[str, str]:
     """Each script as built before its table entries are written as values."""
     header = records.lua_constants()
-    scripts = {n: lua_loader.source("sluice.queue", n, SIGNATURES[n], inline=False) for n in SCRIPT_NAMES}
+    scripts = {
+        n: lua_loader.source("sluice.queue", n, SIGNATURES[n], inline=False) for n in SCRIPT_NAMES
+    }
     scripts["generate_step"] = lua_loader.source(
         "sluice.generate", "step", generate_sigs.SIGNATURES["step"], inline=False
     )
@@ -174,8 +176,9 @@ def test_a_built_script_names_no_table_entry_and_builds_no_unused_table() -> Non
         built = script_source(name)
         assert re.findall(r"\b(?:JOB|STAT|DELIVERY|RANK)(?:\.\w|\[')", built) == [], name
         assert "local JOB = " not in built and "local STAT = " not in built, name
-    assert "redis.call('HSET', jk, 'status', 'succeeded', 'result', payload" in (
-        lua_loader.inline_literals("redis.call('HSET', jk, JOB.status, 'succeeded', JOB.result, payload")
+    written = "redis.call('HSET', jk, JOB.status, 'succeeded', JOB.result, payload)"
+    assert lua_loader.inline_literals(written) == (
+        "redis.call('HSET', jk, 'status', 'succeeded', 'result', payload)"
     )
     assert lua_loader.inline_literals("if p == RANK.bulk then x = STREAM_EVENT['end'] end") == (
         "if p == 3 then x = 'end' end"
