@@ -235,11 +235,11 @@ class _Sim:
 
     def run(self) -> None:
         """The event loop. Its hot path (an arrival or a completion, some 99% of the
-        events) calls nothing it can do inline; the result is the same to the bit as
-        calling :meth:`arrive`, :meth:`complete` and :meth:`dispatch` each time."""
+        events) does inline what it can and dispatches only when a job can start."""
         times, n, f = self.trace.times_s, len(self.trace.times_s), self.fleet
         idle, busy, starting, refilling, parked = f.idle, f.busy, f.starting, f.refilling, f.parked
-        queue, parked_cost, inf = self.queue, self.parked_cost, math.inf
+        queue, parked_cost, inf, heappop = self.queue, self.parked_cost, math.inf, heapq.heappop
+        draining, serving, replica_s, pool_s = f.draining, self.serving, 0.0, 0.0
         end = self.trace.duration_s + DRAIN_AFTER_S
         # The first decision comes one period in, as in the control loop: rates need a window.
         i, t_prev, next_tick = 0, 0.0, self.p.period_s
@@ -254,13 +254,13 @@ class _Sim:
             ):
                 break
             pool = len(refilling) + parked_cost * len(parked)
-            self.replica_s += (len(idle) + len(busy) + len(starting) + pool) * (t - t_prev)
-            self.pool_s += pool * (t - t_prev)
+            replica_s += (len(idle) + len(busy) + len(starting) + pool) * (t - t_prev)
+            pool_s += pool * (t - t_prev)
             t_prev = t
             if t == t_done:
-                _, wid = heapq.heappop(busy)
-                self.completed_cost += self.serving.pop(wid)
-                if wid in f.draining:
+                _, wid = heappop(busy)
+                self.completed_cost += serving.pop(wid)
+                if wid in draining:
                     f.finished(wid)
                 else:
                     idle.append(wid)
@@ -269,7 +269,7 @@ class _Sim:
             elif t == t_ready:
                 f.ready()
             elif t == t_parked:
-                parked.append(heapq.heappop(refilling)[1])
+                parked.append(heappop(refilling)[1])
             elif t == t_arr:
                 self.arrive(i)
                 i += 1
@@ -279,6 +279,7 @@ class _Sim:
                 self.tick(t)
                 next_tick = t + self.p.period_s
             self.dispatch(t)
+        self.replica_s, self.pool_s = replica_s, pool_s
         for j in range(n):  # never served: waited until the end
             if self.waits[j] == math.inf:
                 self.waits[j] = end - times[j]
