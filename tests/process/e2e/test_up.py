@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 
 from sluice.cli import app
 from sluice.client import Client
+from tests.kit.http import HTTP
 from tests.kit.receiver import receiving
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
@@ -81,7 +82,7 @@ CONFIG = {
 
 def gateway_sees_ready(gateway: str) -> bool:
     """Every model kept warm (min_replicas >= 1) has a ready worker."""
-    models = httpx.get(f"{gateway}/v1/models", timeout=5).json()["data"]
+    models = HTTP.get(f"{gateway}/v1/models", timeout=5).json()["data"]
     warm = [m for m in models if m["id"] != "idle"]
     return all(m["workers"]["ready"] >= 1 for m in warm)
 
@@ -262,7 +263,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
         assert body["data"]["counts"]["succeeded"] == 3
 
     def hook() -> dict[str, object]:
-        return dict(httpx.get(f"{up.gateway}/v1/jobs/{job_id}", timeout=30).json()["webhook"])
+        return dict(HTTP.get(f"{up.gateway}/v1/jobs/{job_id}", timeout=30).json()["webhook"])
 
     wait_until(lambda: hook()["state"] == "delivered", 30, "the delivery recorded", every_s=0.2)
     assert hook()["last_status"] == 200 and hook()["attempts"] == 1
