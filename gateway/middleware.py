@@ -30,11 +30,23 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body is over the limit of {limit} bytes", CLOSE)
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for k, v in scope["headers"]:
-        if k == name:
-            return bytes(v)
-    return None
+def _body_headers(headers: Any) -> tuple[bytes | None, bool, bytes | None]:
+    """Content-Length, whether Transfer-Encoding is there, Content-Type (the first of
+    each, as a lookup by name finds it), in one pass over the headers. Transfer-Encoding
+    wins over Content-Length (RFC 9112 6.3): with both, the declared length says
+    nothing about what arrives, so the body is counted."""
+    length = ctype = None
+    chunked = False
+    for k, v in headers:
+        if k == b"content-length":
+            if length is None:
+                length = bytes(v)
+        elif k == b"content-type":
+            if ctype is None:
+                ctype = bytes(v)
+        elif k == b"transfer-encoding":
+            chunked = True
+    return length, chunked, ctype
 
 
 def _is_json(content_type: bytes | None) -> bool:
@@ -73,17 +85,14 @@ class BodyGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
             return await self.app(scope, receive, send)
-        bulk = _is_bulk_upload(scope["path"])
+        path = scope["path"]
+        bulk = path.endswith("/bulk") and _is_bulk_upload(path)
         limit = self.bulk_max_bytes if bulk else self.max_bytes
-        length = _header(scope, b"content-length")
+        length, chunked, ctype = _body_headers(scope["headers"])
         declared = int(length) if length and length.isdigit() else None
         if declared is not None and declared > limit:
             # The same answer as a chunked body that passes the limit (BodyTooLarge).
             return await send_error(BodyTooLarge(limit), scope, receive, send)
-        # Transfer-Encoding wins over Content-Length (RFC 9112 6.3): with both, the
-        # declared length says nothing about what arrives, so count it.
-        chunked = _header(scope, b"transfer-encoding") is not None
-        ctype = _header(scope, b"content-type")
         if (declared or chunked) and not (_is_jsonl(ctype) if bulk else _is_json(ctype)):
             want = "a JSONL file (application/x-ndjson)" if bulk else "application/json"
             err = UnsupportedMediaType(f"the request body must be {want}")

@@ -10,6 +10,18 @@ import orjson
 from fastapi.responses import JSONResponse
 
 
+def _unfragment(value: Any) -> Any:
+    """A result passed through as stored (``orjson.Fragment``, gateway.service.job_view)
+    parsed back, for the ``json`` module's fallbacks below."""
+    if isinstance(value, orjson.Fragment):
+        return orjson.loads(orjson.dumps(value))  # its text (a Fragment shows none)
+    if isinstance(value, dict):
+        return {k: _unfragment(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_unfragment(v) for v in value]
+    return value
+
+
 def _finite(value: Any) -> Any:
     """NaN and infinities (a model's output can hold them) become null: valid JSON."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -29,6 +41,7 @@ class Json(JSONResponse):
             return orjson.dumps(content)
         except orjson.JSONEncodeError:
             pass
+        content = _unfragment(content)
         try:
             return super().render(content)
         except ValueError:

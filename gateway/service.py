@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from pydantic import BaseModel
 
 from gateway import generate_service
@@ -313,4 +314,9 @@ async def cancel(st: GatewayState, job_id: str, owner: str | None = None) -> str
 
 
 def job_view(rec: JobRecord) -> dict[str, Any]:
-    return rec.view()
+    """The job's view for an answer: its result as stored when it may pass through
+    (``orjson.Fragment``: not encoded again; gateway.responses.Json writes it)."""
+    view = rec.view()
+    if rec.result_json is not None:
+        view["result"] = orjson.Fragment(rec.result_json)
+    return view

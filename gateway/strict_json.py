@@ -100,7 +100,8 @@ _NUMBER_SHAPE = bytes(
 _LONG_RUN = b"0" * 19  # -(2**63) has 19 digits: every shorter integer fits
 
 
-def _may_overflow(body: bytes) -> bool:
+def may_overflow(body: bytes) -> bool:
+    """True if a number in ``body`` may be out of range (an exponent or a long digit run)."""
     shape = body.translate(_NUMBER_SHAPE)
     return b"0e" in shape or _LONG_RUN in shape
 
@@ -111,7 +112,7 @@ def loads(body: bytes) -> Any:
         text = body.decode("utf-8-sig")  # a leading BOM was accepted before: still is
     except UnicodeDecodeError as e:
         raise json.JSONDecodeError(f"invalid UTF-8 at byte {e.start}", "", 0) from e
-    decoder = _NUMBER_DECODER if _may_overflow(body) else _DECODER
+    decoder = _NUMBER_DECODER if may_overflow(body) else _DECODER
     try:
         value = decoder.decode(text)
     except json.JSONDecodeError:

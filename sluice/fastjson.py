@@ -42,3 +42,16 @@ def loads(text: str | bytes) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+
+
+def loads_kept(text: str) -> tuple[Any, str | None]:
+    """The value of stored JSON text, and the text itself when an answer may carry it
+    as it is (``orjson.Fragment``, no parse-and-encode of a 384-float result): an
+    object or array that orjson parsed, so strict JSON with nothing to make ``null``.
+    Otherwise (value as :func:`loads` reads it, None); ``ValueError`` as ``loads``."""
+    if text[:1] in ("{", "["):
+        try:
+            return orjson.loads(text), text
+        except orjson.JSONDecodeError:
+            pass
+    return loads(text), None

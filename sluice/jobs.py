@@ -233,6 +233,8 @@ class JobRecord:
     owner: str | None = None  # the API key name that submitted it (None: open gateway)
     # Its webhook's delivery as GET /v1/jobs/{id} shows it (None: no webhook).
     webhook: dict[str, Any] | None = None
+    # ``result`` as stored, when an answer may carry it as it is (fastjson.loads_kept).
+    result_json: str | None = field(default=None, compare=False, repr=False)
 
     def view(self) -> dict[str, Any]:
         """The job as GET /v1/jobs/{id} answers it (and a webhook's body carries it)."""
@@ -266,6 +268,7 @@ class JobRecord:
         if status in (JobStatus.QUEUED, JobStatus.RUNNING, JobStatus.SUCCEEDED) and err:
             err = None  # an earlier attempt's error; the job is still going or went well
         run_ms = _float(raw, J.RUN_MS)
+        result, result_json = _json_kept(raw, J.RESULT)
         return cls(
             id=raw.get(J.ID, ""),
             model=model,
@@ -275,7 +278,7 @@ class JobRecord:
             status=status,
             attempts=_num(raw, J.ATT) or 0,
             input=_json(raw, J.INPUT),
-            result=_json(raw, J.RESULT),
+            result=result,
             error=err,
             metadata=_json(raw, J.META, dict),
             queued_at_ms=queued,
@@ -287,6 +290,7 @@ class JobRecord:
             owner=raw.get(J.OWNER) or None,
             webhook=webhook_of(raw, delivery, status.value, status.terminal),
             timings=_timings(raw, queued, started, finished, run_ms),
+            result_json=result_json,
         )
 
 
@@ -342,6 +346,17 @@ def _float(raw: dict[str, str], name: str) -> float | None:
         return float(raw[name]) if raw.get(name) else None
     except ValueError:
         return None
+
+
+def _json_kept(raw: dict[str, str], name: str) -> tuple[Any, str | None]:
+    """A JSON field and its text when it may pass through (fastjson.loads_kept)."""
+    text = raw.get(name)
+    if not text or not isinstance(text, str):
+        return _json(raw, name), None
+    try:
+        return fastjson.loads_kept(text)
+    except ValueError:
+        return None, None
 
 
 def _json(raw: dict[str, str], name: str, kind: type | None = None) -> Any:

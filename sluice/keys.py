@@ -188,9 +188,10 @@ def idle_workers_key(model: str, partition: int = 0) -> str:
     return f"{_tag(model, partition)}workers:idle"
 
 
-def workers_info_key(model: str) -> str:
-    """Hash of worker id -> last heartbeat JSON."""
-    return f"{_tag(model)}workers:info"
+def workers_info_key(model: str, partition: int = 0) -> str:
+    """Hash of worker id -> last heartbeat JSON (the claim script reads a worker's
+    buckets there: ADR 0166). Workers register in partition 0 only."""
+    return f"{_tag(model, partition)}workers:info"
 
 
 def worker_control_key(model: str, worker_id: str) -> str:

@@ -119,7 +119,13 @@ class JobField(StrEnum):
     DL = "dl"  # deadline, ms after enq
     ATT = "att"  # attempts
     WORKER = "worker"  # the lease's holder
-    LAST_WORKER = "lw"  # a dead letter: the worker that held its last attempt
+    # the worker that held the job's latest attempt that ended without a result (a
+    # retry: its claims leave the job's last attempt to another serving worker, ADR
+    # 0166; a dead letter: the worker that held its last attempt)
+    LAST_WORKER = "lw"
+    # ms: the claim of the worker in LAST_WORKER first left the job's last attempt to
+    # another worker; a lease's time later that worker takes it after all (ADR 0166)
+    LEFT_AT = "lft"
     RETRY_AT = "rat"  # ms: a backed-off retry becomes claimable (retry zset, ADR 0153)
     RESULT = "result"
     ERROR = "error"

@@ -214,12 +214,6 @@ class QueueOps(SpreadOps):
         served = list(buckets) if buckets else cfg.bucket_names
         bulk_batch, bulk_cost = _bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)
         weights = cfg.queue.priority_weights
-        groups = []
-        for name in served:
-            est = (service_ms or {}).get(name)
-            if est is None:
-                est = b.service_ms_base + b.service_ms_per_cost * int(name)
-            groups.append({"bucket": name, "service_ms": max(est, 0.001)})
         args = CLAIM.pack(
             {
                 "jprefix": keys.job_prefix(model, p),
@@ -250,14 +244,14 @@ class QueueOps(SpreadOps):
                 "nprefix": keys.notify_prefix(model, p),
                 **_backoff(cfg),
             },
-            groups,
+            _served_groups(cfg, served, service_ms),
         )
-        # The worker zsets live in partition 0: a partition p >= 1 passes its own
-        # (empty) ones, read only for bulk items, which only partition 0 holds.
+        # The worker registry lives in partition 0: a partition p >= 1 passes its own
+        # (empty) keys, so its claims see no other serving worker (ADR 0164, 0166).
         ks = [*self._ks(model, p), keys.bulk_holders_key(model, p), keys.workers_key(model, p)]
         ks += [keys.idle_workers_key(model, p), keys.retry_key(model, p)]
         ks += [keys.paused_key(model, p), keys.busy_workers_key(model, p)]
-        ks += [keys.queue_key(model, name, p) for name in served]
+        ks += [keys.workers_info_key(model, p), *(keys.queue_key(model, n, p) for n in served)]
 
         def parse(reply: list[Any]) -> Batch:
             head, claimed = CLAIM.unpack(reply)
@@ -454,6 +448,21 @@ def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None
     tokens = max_tokens or cfg.batching.max_batch_tokens
     bulk = cfg.bulk
     return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
+
+
+def _served_groups(
+    cfg: ModelConfig, served: list[str], service_ms: dict[str, float] | None
+) -> list[dict[str, Any]]:
+    """A claim's group per served queue: its bucket and expected service time (the
+    worker's measured one, else the config's estimate)."""
+    b = cfg.batching
+    groups = []
+    for name in served:
+        est = (service_ms or {}).get(name)
+        if est is None:
+            est = b.service_ms_base + b.service_ms_per_cost * int(name)
+        groups.append({"bucket": name, "service_ms": max(est, 0.001)})
+    return groups
 
 
 def _backoff(cfg: ModelConfig) -> dict[str, int]:  # the retry backoff (docs/adr/0153)

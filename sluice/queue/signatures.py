@@ -77,7 +77,7 @@ CLAIM = Signature(
         ("bulk_idle_reserve", "num"),
         ("holding", "num"),  # 1: the worker still runs a batch beside this claim (a prefetch)
     ),
-    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[11..]
+    group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[12..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
 )

@@ -82,7 +82,7 @@ local function dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
   release_owner(owners, f[1])
   redis.call('HSET', jk, JOB.status, 'failed', JOB.error, err, JOB.fin, int(now))
   if f[2] then redis.call('HSET', jk, JOB.last_worker, f[2]) end
-  redis.call('HDEL', jk, JOB.worker)
+  redis.call('HDEL', jk, JOB.worker, JOB.left_at)
   redis.call('EXPIRE', jk, dead_ttl_s)
   push_dead(dead, string.sub(jk, 1, #jk - #id), id)
   redis.call('HINCRBY', stats, STAT.failed, 1)
@@ -119,20 +119,22 @@ end
 -- A running job whose attempt ended without a result: back to its queue in its
 -- original place (the score it was first queued with) once its backoff has passed
 -- (see backoff_ms), or dead-lettered. With a wake prefix, a job requeued at once
--- also pushes a token onto its bucket's wake list.
+-- also pushes a token onto its bucket's wake list. The attempt's worker is kept as
+-- JOB.last_worker: its claims leave the job's last attempt to another serving worker
+-- (claim.lua, docs/adr/0166); the time one first left it is dropped.
 -- Returns true when the job reached a terminal state.
 local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
                              max_attempts, dead_ttl_s, wprefix, owners, rt)
   redis.call('ZREM', inflight, id)
-  local f = redis.call('HMGET', jk, JOB.att, JOB.bucket, JOB.score, JOB.cost)
+  local f = redis.call('HMGET', jk, JOB.att, JOB.bucket, JOB.score, JOB.cost, JOB.worker)
   local att = tonumber(f[1] or '0') or 0
   if att >= max_attempts then
     dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
     return true
   end
   local delay = backoff_ms(rt, att, id)
-  redis.call('HSET', jk, JOB.status, 'queued', JOB.error, err)
-  redis.call('HDEL', jk, JOB.worker, JOB.start)
+  redis.call('HSET', jk, JOB.status, 'queued', JOB.error, err, JOB.last_worker, f[5] or '')
+  redis.call('HDEL', jk, JOB.worker, JOB.start, JOB.left_at)
   add_cost(stats, f[2], tonumber(f[4]))
   redis.call('HINCRBY', stats, STAT.retried, 1)
   if delay > 0 then

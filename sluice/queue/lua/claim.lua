@@ -9,11 +9,12 @@
 -- KEYS[9] the model's pause record (a hash; absent while it runs: ADR 0154)
 -- KEYS[10] workers holding a batch (zset, lease expiry ms; kept only while
 --   bulk_idle_reserve > 0: ADR 0164)
--- KEYS[11..] queue keys served
+-- KEYS[11] live workers' heartbeat info (hash: id -> WorkerInfo JSON; its buckets)
+-- KEYS[12..] queue keys served
 -- ARGV: the fixed arguments, declared by name in sluice/queue/signatures.py
 --   (CLAIM) and read into locals of those names by its generated prologue.
 -- Then one group per served queue (arg_group(i): bucket name, expected service_ms;
---   the same order as KEYS[11..]). The reply is declared there too (reply, REPLY,
+--   the same order as KEYS[12..]). The reply is declared there too (reply, REPLY,
 --   reply_group).
 -- Derived keys: jprefix..id, qprefix..bucket, hprefix..window, wake_prefix..bucket
 --   (same hash tag).
@@ -41,6 +42,10 @@
 -- reclaimed meanwhile by the autoscaler's upkeep (reclaim.lua).
 -- A queued job whose hash lacks a field the protocol needs (or holds garbage in
 -- a number) is failed at once as 'malformed_job' instead of breaking every claim.
+-- A job's last attempt never goes to the worker whose attempt last failed it (lw)
+-- while another serving worker of its bucket is live (ADR 0166): that worker's claim
+-- leaves it in its place (see leave), and picks again without a bucket where it met
+-- nothing else.
 
 -- Which required field of a queued job is missing or not a number (false: none).
 local function malformed(f)
@@ -57,8 +62,8 @@ end
 
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, live_workers, idle_workers = KEYS[5], KEYS[6], KEYS[7]
-local retries, busy = KEYS[8], KEYS[10]
-local Q1 = 11  -- KEYS index of the first queue
+local retries, busy, infos = KEYS[8], KEYS[10], KEYS[11]
+local Q1 = 12  -- KEYS index of the first queue
 local served = {}  -- served[k]: the group of KEYS[k]
 for k = Q1, #KEYS do served[k] = arg_group(k - Q1 + 1) end
 -- Idle reserve (ADR 0164): with bulk_idle_reserve > 0 every claim records whether
@@ -158,11 +163,12 @@ end
 -- Highest response ratio next over the served queues' interactive heads, overdue
 -- heads (and buckets with an aged normal or low job) first, oldest first; and the
 -- queue whose bulk head is oldest. Returns their KEYS indexes (0: none).
+local excluded = {}  -- KEYS index -> true: every job met there was left (ADR 0166)
 local function pick_bucket()
   local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
   local bulk_best, bulk_enq = 0, now + 1
   for k = Q1, #KEYS do
-    local head = redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+    local head = excluded[k] and {} or redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
     if #head > 0 then
       local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
       local enq = tonumber(redis.call('HGET', jprefix .. head[1], JOB.enq)) or now
@@ -185,7 +191,6 @@ local function pick_bucket()
   return best, bulk_best
 end
 
-local best, bulk_best = pick_bucket()
 -- Bulk only while enough serving workers hold no bulk batch (counting this one as a
 -- holder): an interactive job that arrives then finds one about to be free. Parked
 -- (warm-pool) workers are live but claim nothing until promoted: never free.
@@ -225,12 +230,25 @@ local function idle_room()
   end
   return idle >= math.min(bulk_idle_reserve, others)
 end
-local bulk_batch = best == 0 and bulk_best > 0 and bulk_max_batch > 0 and bulk_room()
-  and idle_room()
-if bulk_batch then
-  best, max_batch, max_cost = bulk_best, bulk_max_batch, bulk_max_cost
+local batch_limit, cost_limit = max_batch, max_cost  -- as sent: each pick starts from them
+local best, bulk_best, bulk_batch, queue, bucket
+-- Pick the bucket, and the batch's limits there; false: nothing to claim. The budget
+-- counts padded tokens (inputs x the widest input's cost), floored to a whole number
+-- of the bucket's bound: exactly the largest shape a worker warms up for this bucket
+-- (workers/handlers/base.py warmup_shapes).
+local function choose()
+  best, bulk_best = pick_bucket()
+  bulk_batch = best == 0 and bulk_best > 0 and bulk_max_batch > 0 and bulk_room() and idle_room()
+  max_batch, max_cost = batch_limit, cost_limit
+  if bulk_batch then best, max_batch, max_cost = bulk_best, bulk_max_batch, bulk_max_cost end
+  if best == 0 then return false end
+  queue, bucket = KEYS[best], served[best].bucket
+  local bound = tonumber(bucket)
+  if bound and bound > 0 then max_cost = math.max(1, math.floor(max_cost / bound)) * bound end
+  return true
 end
-if best == 0 then
+
+if not choose() then
   -- Stale tokens go only when the queues are truly empty: bulk items held back (a
   -- prefetch, or no room under reserve_workers) are still work for another worker.
   if bulk_best == 0 then
@@ -241,14 +259,8 @@ if best == 0 then
   return reply{bucket = '', now = now, expired = 0, reclaimed = n_reclaimed}
 end
 
-local queue, bucket = KEYS[best], served[best].bucket
--- The budget counts padded tokens (inputs x the widest input's cost), floored to a
--- whole number of the bucket's bound: exactly the largest shape a worker warms up
--- for this bucket (workers/handlers/base.py warmup_shapes).
-local bound = tonumber(bucket)
-if bound and bound > 0 then max_cost = math.max(1, math.floor(max_cost / bound)) * bound end
 local out = reply{bucket = bucket, now = now, expired = 0, reclaimed = n_reclaimed}
-local taken, widest, n_expired, scanned = 0, 0, 0, 0
+local taken, widest, n_expired, scanned, n_left = 0, 0, 0, 0, 0
 local wait_hist = {}
 local bounds = WAIT_BOUNDS_MS
 local rem, lease, dropped, recount = {}, {}, 0, false
@@ -270,12 +282,50 @@ local function lease_job(id, jk, f, cost)
   taken, widest = taken + 1, math.max(widest, cost)
 end
 
+-- Last attempts (ADR 0166): whether a serving worker other than this one is live and
+-- serves `b`: live in KEYS[6], not in KEYS[7] (parked, starting, draining or
+-- quarantined), its heartbeat info listing the bucket (unreadable info: not one, so a
+-- job never waits for a worker that cannot take it). O(live workers), read once per
+-- bucket and claim, and only by a claim that meets a job it would leave.
+local serves = {}
+local function another_serves(b)
+  if serves[b] ~= nil then return serves[b] end
+  local t, found = now / 1000, false
+  for _, w in ipairs(redis.call('ZRANGEBYSCORE', live_workers, t, '+inf')) do
+    if w ~= worker and (tonumber(redis.call('ZSCORE', idle_workers, w)) or 0) < t then
+      local ok, info = pcall(cjson.decode, redis.call('HGET', infos, w) or '')
+      for _, name in ipairs(ok and type(info) == 'table' and type(info.buckets) == 'table'
+                            and info.buckets or {}) do
+        if name == b then found = true end
+      end
+      if found then break end
+    end
+  end
+  serves[b] = found
+  return found
+end
+
+-- Whether this claim leaves, in its place, a job whose attempt would be its last and
+-- whose previous attempt this worker held: yes while another serving worker of the
+-- bucket is live, unless it has waited a lease's time since a claim first left it
+-- (a worker that heartbeats but never claims must not strand it). The first leave
+-- records when (`since`, else absent) and pushes a wake token: an idle worker takes it.
+local function leave(jk, since)
+  since = tonumber(since)
+  if (since and now - since >= lease_ms) or not another_serves(bucket) then return false end
+  if not since then
+    redis.call('HSET', jk, JOB.left_at, int(now))
+    wake(wake_prefix .. bucket, 1)
+  end
+  return true
+end
+
 -- Leaves a job that ended in the queue (stale, malformed, past its deadline).
 -- Returns false when the job does not fit this batch: it stays in its place.
 local function consider(id)
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input,
-                       JOB.owner, JOB.bucket, JOB.score)
+                       JOB.owner, JOB.bucket, JOB.score, JOB.last_worker, JOB.left_at)
   local bad = f[1] == 'queued' and malformed(f)
   local cost, dl = tonumber(f[2]) or 0, tonumber(f[3] or '0') or 0
   if f[1] ~= 'queued' then
@@ -298,6 +348,8 @@ local function consider(id)
     redis.call('EXPIRE', jk, result_ttl)
     n_expired = n_expired + 1
     table.insert(ended, id)
+  elseif f[10] == worker and (tonumber(f[4]) or 0) + 1 >= max_attempts and leave(jk, f[11]) then
+    n_left = n_left + 1  -- stays in its place for another worker (ADR 0166)
   elseif taken > 0 and (taken + 1) * math.max(widest, cost) > max_cost then
     return false  -- over budget (padded): it stays at the front for the next batch
   elseif not bulk_batch and math.floor(tonumber(f[9]) / SCORE_SCALE) >= BULK_RANK then
@@ -315,7 +367,8 @@ local function flush_rem()
 end
 
 -- Lease from the chosen queue: jobs past max_priority_wait first, oldest first,
--- then the queue's front, until the batch or its budget is full.
+-- then the queue's front, until the batch or its budget is full. Jobs left for
+-- another worker stay at the front: each read starts past them.
 local function fill_batch()
   local full = false
   if not bulk_batch then
@@ -325,8 +378,10 @@ local function fill_batch()
     end
     flush_rem()
   end
+  local before = n_left
   while not full do
-    local ids = redis.call('ZRANGE', queue, 0, max_batch - taken + 7)
+    local skip = n_left - before
+    local ids = redis.call('ZRANGE', queue, skip, skip + max_batch - taken + 7)
     if #ids == 0 then break end
     for _, id in ipairs(ids) do
       if not consider(id) then full = true; break end
@@ -337,7 +392,24 @@ local function fill_batch()
   end
 end
 
+-- What left the chosen queue comes off its cost counters (or, after a malformed
+-- record, they are recounted).
+local function settle()
+  if dropped > 0 then drop_cost(stats, bucket, dropped); dropped = 0 end
+  if recount then recount_cost(stats, queue, bucket, jprefix); recount = false end
+end
+
 fill_batch()
+-- Every job met in the chosen queue was left for another worker: pick again without
+-- it, so this worker is not idled by them while other buckets wait (at most once per
+-- served queue).
+while taken == 0 and n_left > 0 do
+  settle()
+  excluded[best], n_left, scanned = true, 0, 0
+  if not choose() then break end
+  out[REPLY.bucket] = bucket
+  fill_batch()
+end
 
 -- The batch's queue waits go into this window's histogram (layout: sluice/records.py).
 local function record_waits()
@@ -358,8 +430,7 @@ if bulk_batch and taken > 0 then
   redis.call('ZREMRANGEBYSCORE', holders, '-inf', now)  -- holders that died
 end
 mark_holding(taken > 0 or holding == 1, now)
-if dropped > 0 then drop_cost(stats, bucket, dropped) end
-if recount then recount_cost(stats, queue, bucket, jprefix) end
+settle()
 if n_expired > 0 then redis.call('HINCRBY', stats, STAT.expired, n_expired) end
 if taken > 0 and not bulk_batch then record_waits() end
 out[REPLY.expired] = n_expired

@@ -49,7 +49,7 @@ for i = 1, N_GROUPS do
     redis.call('ZREM', inflight, id)
     redis.call('HINCRBY', jk, JOB.att, -1)
     redis.call('HSET', jk, JOB.status, 'queued')
-    redis.call('HDEL', jk, JOB.worker, JOB.start)
+    redis.call('HDEL', jk, JOB.worker, JOB.start, JOB.left_at)  -- left afresh (ADR 0166)
     redis.call('ZADD', qprefix .. f[2], g[1], id)
     add_cost(stats, f[2], tonumber(f[3]))
     wake(wprefix .. f[2], 1)

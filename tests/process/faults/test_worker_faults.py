@@ -211,12 +211,17 @@ def test_broken_model_quarantines_and_the_queue_is_not_drained_into_errors(
 def test_broken_worker_beside_a_healthy_one_costs_no_job_with_default_settings(
     stack_factory: Callable[..., Stack],
 ) -> None:
-    # Defaults: quarantine after 5 failed batches, 3 attempts a job. A broken worker
-    # used to take its own requeued jobs straight back (they return to the head of
-    # the queue) and dead-letter them on the third pass, before it quarantined.
+    # Defaults: quarantine after 5 failed batches, 3 attempts a job, a 30 s lease and a
+    # 10 s heartbeat TTL. A job's last attempt never goes to the worker that failed its
+    # previous one while another serving worker of its bucket is live (ADR 0166): the
+    # claim script leaves it to the healthy worker, whichever worker claims first. So
+    # nothing hangs on timing: not the broken worker's wait (ADR 0066), not which one
+    # a wake token reaches, not how loaded the machine is. (The lease bounds how long a
+    # left job waits for the other worker to claim: here a 20 ms batch's time.)
     s = stack_factory()
-    good_cfg = fault_config(params={"base_ms": 20})
-    bad_cfg = fault_config(BROKEN)
+    defaults = {"batching": {"lease_s": 30.0}, "worker": {"heartbeat_ttl_s": 10.0}}
+    good_cfg = fault_config(params={"base_ms": 20}, **defaults)
+    bad_cfg = fault_config(BROKEN, **defaults)
     good, bad = s.write_config(good_cfg), s.write_config(bad_cfg)
     _, url = s.spawn_gateway(good)
     s.spawn_worker(good, "--worker-id", "fault-healthy")
@@ -237,3 +242,5 @@ def test_broken_worker_beside_a_healthy_one_costs_no_job_with_default_settings(
     wait_until(lambda: ended() == len(ids), 30, "every job to end", every_s=0.1)
     assert qc.stats(MODEL).counters.get("failed", 0) == 0 and qc.dead_letters(MODEL) == []
     assert qc.stats(MODEL).counters.get("retried", 0) >= 5  # it did fail batches first
+    records = [qc.get(j) for j in ids]
+    assert all(r is not None and r.status == JobStatus.SUCCEEDED for r in records)

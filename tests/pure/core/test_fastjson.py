@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import orjson
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -72,3 +73,22 @@ def test_what_orjson_refuses_falls_back_to_json() -> None:
 def test_the_json_benchmark_runs() -> None:
     data = run(dim=8, number=5, repeat=1)
     assert [r["json_us"] > 0 and r["orjson_us"] > 0 for r in data["rows"]] == [True, True]
+
+
+@given(values)
+def test_kept_text_means_what_loads_reads_and_orjson_writes_it_back(value: object) -> None:
+    text = fastjson.dumps(value)
+    got, kept = fastjson.loads_kept(text)
+    assert _same(got, fastjson.loads(text))
+    if kept is not None:  # passed through as orjson.Fragment: valid JSON, the same bytes
+        assert isinstance(value, dict | list) and kept == text
+        assert orjson.dumps(orjson.Fragment(kept)) == orjson.dumps(got)
+
+
+@pytest.mark.parametrize(
+    "text", [' {"a":1}', '{"a":NaN}', "1.5", '"s"', "null", "[1e999]", '{"a":"\\ud800"}']
+)
+def test_text_not_strict_json_or_not_a_container_is_never_kept(text: str) -> None:
+    got, kept = fastjson.loads_kept(text)
+    assert kept is None
+    assert repr(got) == repr(fastjson.loads(text))

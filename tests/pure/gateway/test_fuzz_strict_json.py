@@ -82,3 +82,57 @@ def test_non_finite_numbers_are_refused_anywhere(literal: str) -> None:
     for raw in (literal, f"[1, {literal}]", f'{{"a": {{"b": {literal}}}}}'):
         with pytest.raises(json.JSONDecodeError):
             loads(raw.encode())
+
+
+def _outcome(parse: Any, raw: bytes) -> Any:
+    try:
+        return ("value", parse(raw))
+    except json.JSONDecodeError:
+        return ("refused", None)
+
+
+def _with_duplicate(raw: bytes, dup: bool) -> bytes:
+    """The body with its outer object's first key written twice (as a first member)."""
+    if not dup or not raw.startswith(b"{") or raw == b"{}":
+        return raw
+    first_key = json.loads(raw, object_pairs_hook=list)[0][0]
+    return b"{" + json.dumps(first_key).encode() + b":0," + raw[1:]
+
+
+@budget(2.0, derandomize=True, database=None)
+@given(
+    v=values,
+    extra=st.integers(0, 4),
+    ascii_only=st.booleans(),
+    spaced=st.booleans(),
+    dup=st.booleans(),
+)
+def test_the_lean_paths_plain_parse_agrees_with_strict_parsing(
+    v: Any, extra: int, ascii_only: bool, spaced: bool, dup: bool
+) -> None:
+    from gateway.lean import plain_loads
+
+    sep = (", ", ": ") if spaced else (",", ":")
+    raw = json.dumps(wrap(v, extra), ensure_ascii=ascii_only, separators=sep).encode()
+    raw = _with_duplicate(raw, dup)
+    assert _outcome(plain_loads, raw) == _outcome(loads, raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a":1,"a":2}',
+        b'{"a":{"b:c":1,"b:c":2}}',
+        b'{"a":"x:y","a":"z"}',
+        b'{"a":"\\u003a","a":1}',
+        b'\xef\xbb\xbf{"a":1}',
+        b'{"a":NaN}',
+        b'{"a":1e400}',
+        b'{"a":123456789012345678901234}',
+        b'{"a":"\xff"}',
+    ],
+)
+def test_the_plain_parse_refuses_and_accepts_as_strict_parsing(raw: bytes) -> None:
+    from gateway.lean import plain_loads
+
+    assert _outcome(plain_loads, raw) == _outcome(loads, raw)

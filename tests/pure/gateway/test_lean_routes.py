@@ -32,7 +32,7 @@ from gateway.lean import query_timeout
 from gateway.state import GatewayState
 from sluice.apikeys import hash_key
 from sluice.config import SluiceConfig, parse_config
-from sluice.jobs import Outcome
+from sluice.jobs import JobRecord, Outcome
 from sluice.queue import AsyncQueueClient
 from tests.conftest import budget
 from tests.kit.security import ALICE, BOB, bearer
@@ -344,3 +344,46 @@ def test_fastapis_native_telemetry_is_off() -> None:
     redis = fake_aioredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True)
     telemetry = getattr(create_app(config(), redis=redis), "_native_telemetry", None)
     assert telemetry is None or not telemetry.enabled()
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"embedding": [0.5, -1, 2**60, 1e-7]},
+        {"embedding": [0.5, 2**70]},  # written by the json fallback: not passed through
+        {"embedding": [1.0], "extra": "kept"},
+        {"embedding": []},
+        [1, 2],
+        {"text": "a\u00e9\U0001f600"},
+    ],
+)
+@pytest.mark.parametrize("encoding_format", ["float", "base64"])
+def test_a_result_passed_through_as_stored_answers_the_same_bytes(
+    result: Any, encoding_format: str
+) -> None:
+    from gateway.responses import Json
+    from gateway.routers.embeddings import embedding_of, encode, vector_of
+    from gateway.schemas import EmbeddingsRequest
+    from gateway.service import job_view
+    from sluice import fastjson
+    from sluice.records import JobField as J
+
+    text = fastjson.dumps(result)
+    rec = JobRecord.from_hash("emb", {J.ID: "j", J.STATUS: "succeeded", J.RESULT: text})
+    assert (rec.result_json is not None) == (not text.startswith(" "))
+    assert Json(job_view(rec)).body == Json(rec.view()).body
+    if isinstance(result, dict) and "embedding" in result:
+        body = EmbeddingsRequest(model="emb", input="x", encoding_format=encoding_format)
+        want = encode(vector_of("emb", rec), encoding_format)
+        assert Json([embedding_of(body, rec)]).body == Json([want]).body
+
+
+def test_a_passed_through_result_survives_the_json_modules_fallback() -> None:
+    import orjson
+
+    from gateway.responses import Json
+
+    lone = "\ud800"  # orjson refuses it: the json module writes the answer
+    got = Json({"result": orjson.Fragment('{"a":[1.5]}'), "metadata": lone}).body
+    assert got == Json({"result": {"a": [1.5]}, "metadata": lone}).body
+    assert json.loads(got)["result"] == {"a": [1.5]}

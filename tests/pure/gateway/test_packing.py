@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from redis.asyncio.connection import Connection
 from redis.exceptions import DataError
 
-from gateway.packing import _packed, pack_in_c
+from gateway.packing import PeekReader, _packed, pack_in_c
 from gateway.redis_io import connect
 
 PLAIN = Connection()
@@ -48,3 +48,30 @@ def test_the_gateways_clients_pack_in_c() -> None:
     client = connect("redis://127.0.0.1:1/0", 1.0)
     assert client.connection_pool.connection_class.__name__ == "HiredisPackedConnection"
     assert pack_in_c(object()) is not None  # a client without a pool is left alone
+
+
+def _reader() -> Any:
+    import hiredis
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA
+
+    return PeekReader(hiredis.Reader(notEnoughData=NOT_ENOUGH_DATA), NOT_ENOUGH_DATA)
+
+
+def test_a_reply_is_kept_only_once_whole_and_answered_first() -> None:
+    peek = _reader()
+    peek.feed(b"*2\r\n$1\r\na\r\n")
+    assert not peek.ready(True)  # half a reply: the read arms its timer
+    peek.feed(b"$1\r\nb\r\n:7\r\n")
+    assert peek.ready(True) and peek.ready(True)  # kept, not taken twice
+    assert peek.has_data()  # a connection holding a kept reply is not clean
+    assert peek.gets() == [b"a", b"b"]
+    assert peek.gets() == 7
+    assert not peek.ready(True) and not peek.has_data()
+
+
+def test_a_protocol_error_is_raised_by_the_read_itself() -> None:
+    peek = _reader()
+    peek.feed(b"?junk\r\n")
+    assert peek.ready(True)  # an error to raise is a whole answer too
+    with pytest.raises(Exception, match="Protocol error"):
+        peek.gets()
