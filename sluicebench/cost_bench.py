@@ -126,7 +126,8 @@ def _start_gateway(checkout: Path, url: str, tmp: Path) -> tuple[Proc, int]:
                 if client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
                     return gw, port
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)  # after a refusal or an answer not yet 200 alike: no spinning
     gw.stop()
     raise RuntimeError(f"the gateway of {checkout} did not start")
 

@@ -117,7 +117,8 @@ def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
                 if client.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200:
                     return Server(name, processes, port, path, proc, headers)
             except httpx.TransportError:
-                time.sleep(0.2)
+                pass
+            time.sleep(0.2)  # after a refusal or an answer not yet 200 alike: no spinning
     proc.terminate()
     raise RuntimeError(f"{name} did not start on port {port}")
 
