@@ -278,7 +278,10 @@ def _empty_load() -> Load:
 async def get(st: GatewayState, job_id: str, owner: str | None = None) -> JobRecord:
     """The job; with ``owner``, another API key's job is not found (the same 404 as
     an unknown id, so a caller learns nothing about other keys' jobs)."""
-    rec = await st.reads.read(st.queue.ops.get(job_id))
+    # The record alone first; a job with a webhook is read again with its delivery.
+    rec = await st.reads.read(st.queue.ops.get_plain(job_id))
+    if rec is None:
+        rec = await st.reads.read(st.queue.ops.get(job_id))
     if owner is not None and rec.owner != owner:
         raise JobNotFound(f"job {job_id!r} not found")
     return rec

@@ -1,7 +1,8 @@
 """The one way a Lua script's source is built: every script goes through here.
 
 A script is sent as: the record layouts of ``sluice/records.py``
-(:func:`~sluice.records.lua_constants`), the shared includes it names (the queue's
+(:func:`~sluice.records.lua_constants`), the globals it calls bound to locals
+(:data:`GLOBALS_AS_LOCALS`), the shared includes it names (the queue's
 ``_common.lua``, the bulk helpers ``_bulk.lua``), its call boundary generated from
 its :class:`~sluice.queue.signatures.Signature` (ARGV read into named locals, the
 reply built by name), any generated constants of its own, then its body. So no
@@ -10,10 +11,11 @@ script spells out a field, a rank or a TTL, and none indexes ARGV by hand.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from importlib import resources
 
-from sluice.records import lua_constants
+from sluice.records import lua_constants, lua_literals
 from sluice.signature import Signature
 
 # Shared helpers a script may include, in the order they are prepended.
@@ -21,6 +23,15 @@ INCLUDES: dict[str, tuple[str, str]] = {
     "common": ("sluice.queue", "_common.lua"),  # time, costs, dead letters, webhooks
     "bulk": ("sluice.bulk", "_bulk.lua"),  # end_bulk (needs "common")
 }
+
+
+# The globals the scripts call, as locals of the chunk: a script's own functions then
+# reach them as upvalues instead of a global lookup each time (Redis 7 guards its
+# globals table; measured in docs/benchmarks/cost.md, ADR 0168).
+GLOBALS_AS_LOCALS = (
+    "local redis, cjson, tonumber, tostring, type, pairs, ipairs, unpack, math, string, table"
+    " = redis, cjson, tonumber, tostring, type, pairs, ipairs, unpack, math, string, table\n"
+)
 
 
 @cache
@@ -44,6 +55,7 @@ def source(
     constants: bool = True,
     extra: str = "",
     strip_comments: bool = False,
+    inline: bool = True,
 ) -> str:
     """The source of ``<package>/lua/<name>.lua`` as sent to Redis.
 
@@ -51,11 +63,49 @@ def source(
     (:data:`INCLUDES`) in order; ``sig``: its generated prologue; ``extra``:
     generated Lua of this script's own, after the prologue. ``strip_comments``:
     without comment lines, for scripts sent with EVAL on every call (ADR 0111).
+    ``inline``: the record layouts' entries written as their values
+    (:func:`inline_literals`).
     """
     parts = [lua_constants()] if constants else []
+    parts += [GLOBALS_AS_LOCALS]
     parts += [read(*INCLUDES[i]) + "\n" for i in includes]
     parts += [sig.lua_prologue() if sig else "", extra, read(package, f"{name}.lua")]
     text = "".join(parts)
+    if constants and inline:
+        text = inline_literals(text, f"{package}/{name}")
     if strip_comments:
         return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     return text
+
+
+_ENTRY = re.compile(r"\b(\w+)(?:\.(\w+)\b|\['(\w+)'\])")
+_DEFINITION = re.compile(r"^local (\w+) = .*\n", re.M)
+
+
+def inline_literals(text: str, where: str = "script") -> str:
+    """``text`` with every entry of a generated table (``JOB.status``, ``STAT.failed``,
+    ``RANK.bulk``, ``STREAM_EVENT['end']``) replaced by its value, and the tables no
+    longer named dropped from the header: a script then builds none of them on each
+    call and looks none up per job (measured: about 15 us of Redis CPU a call on the
+    shared machine, ADR 0168). A misspelt entry now fails here, when the source is
+    built, instead of when the script runs.
+    """
+    literals = lua_literals()
+
+    def value(m: re.Match[str]) -> str:
+        table, entry = m.group(1), m.group(2) or m.group(3)
+        if table not in literals:
+            return m.group(0)
+        if entry not in literals[table]:
+            raise ValueError(f"{where}: {table} has no {entry!r} (sluice/records.py)")
+        return literals[table][entry]
+
+    text = _ENTRY.sub(value, text)
+
+    def unused(m: re.Match[str]) -> str:
+        name = m.group(1)
+        if name in literals and not re.search(rf"\b{name}\b", text.replace(m.group(0), "")):
+            return ""
+        return m.group(0)
+
+    return _DEFINITION.sub(unused, text)

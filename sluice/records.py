@@ -378,6 +378,24 @@ def lua_constants() -> str:
     )
 
 
+def lua_literals() -> dict[str, dict[str, str]]:
+    """The generated tables of :func:`lua_constants` whose entries a script's source may
+    have replaced by their value (``JOB.status`` by ``'status'``, ``RANK.bulk`` by
+    ``3``): table name -> entry -> Lua literal (``sluice.lua_loader``, ADR 0168)."""
+    tables: dict[str, type[StrEnum]] = {
+        "JOB": JobField,
+        "DELIVERY": DeliveryField,
+        "BULK": BulkField,
+        "PAUSE": PauseField,
+        "STREAM": StreamField,
+        "STREAM_EVENT": StreamEvent,
+    }
+    out = {name: {f.name.lower(): f"'{f.value}'" for f in enum} for name, enum in tables.items()}
+    out["STAT"] = {s.value: f"'{s.value}'" for s in Stat}
+    out["RANK"] = {name: str(rank) for rank, name in enumerate(RANKS)}
+    return out
+
+
 def _lua_fields(name: str, enum: type[StrEnum]) -> str:
     # keyed by the member's name in lower case (``STREAM.type`` for ``t``)
     # (bracketed: ``end`` is a Lua keyword, read as ``STREAM_EVENT['end']``)

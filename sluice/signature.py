@@ -92,8 +92,10 @@ class Signature:
             lines.append(f"local function reply(r) return {{{head}}} end")
             lines.append(f"local REPLY = {{{index}}}")
         if self.reply_group:
+            # Appended by index, not table.insert: once per job in the hot scripts.
             lines.append("local function reply_group(out, g)")
-            lines += [f"  table.insert(out, g.{name})" for name in self.reply_group]
+            lines.append("  local n = #out")
+            lines += [f"  out[n + {k}] = g.{name}" for k, name in enumerate(self.reply_group, 1)]
             lines.append("end")
         return "\n".join(lines) + "\n"
 

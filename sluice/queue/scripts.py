@@ -39,6 +39,7 @@ from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIG
 from sluice.queue.spread import SpreadOps
 from sluice.records import (
     HOOK_TTL_S,
+    JobField,
 )
 
 T = TypeVar("T")
@@ -436,6 +437,21 @@ class QueueOps(SpreadOps):
                 ("HMGET", keys.delivery_key(owner, job_id), *DELIVERY_FIELDS),
             ],
         )
+
+    def get_plain(self, job_id: str) -> Call[JobRecord | None]:
+        """The job's record alone (one command, not ``get``'s two): None when the job
+        has a webhook, whose delivery its view shows (read it with :meth:`get`). A job
+        without one reads exactly as ``get`` reads it (ADR 0168)."""
+        owner = self._model_of(job_id)
+
+        def parse(replies: list[Any]) -> JobRecord | None:
+            if not replies[0]:
+                raise JobNotFound(f"job {job_id!r} not found")
+            if replies[0].get(JobField.WHU):
+                return None
+            return JobRecord.from_hash(owner, {"id": job_id, **replies[0]}, None)
+
+        return Call(parse, commands=[("HGETALL", keys.job_key(owner, job_id))])
 
 
 _NO_OWNER = Owner("")

@@ -242,11 +242,10 @@ end
 local function publish_known(channel, ended, jprefix, nprefix)
   if #ended == 0 then return end
   local now, fields, due, ids = nil, {}, {}, {}
-  for _, e in ipairs(ended) do
+  for i, e in ipairs(ended) do
     local id, status = e[1], e[2] or 'missing'
-    table.insert(ids, id)
-    table.insert(fields, id)
-    table.insert(fields, status)
+    ids[i] = id
+    fields[2 * i - 1], fields[2 * i] = id, status
     if e[3] and wants(e[4], status) then
       now = now or now_ms()
       local ttl = tonumber(e[6]) or HOOK_TTL_S

@@ -66,6 +66,12 @@ local retries, busy, infos = KEYS[8], KEYS[10], KEYS[11]
 local Q1 = 12  -- KEYS index of the first queue
 local served = {}  -- served[k]: the group of KEYS[k]
 for k = Q1, #KEYS do served[k] = arg_group(k - Q1 + 1) end
+-- The served buckets' wake lists emptied in one DEL (a claim that finds no work).
+local function drop_wakes()
+  local wakes = {}
+  for k = Q1, #KEYS do wakes[#wakes + 1] = wake_prefix .. served[k].bucket end
+  if #wakes > 0 then redis.call('DEL', unpack(wakes)) end
+end
 -- Idle reserve (ADR 0164): with bulk_idle_reserve > 0 every claim records whether
 -- its worker now holds a batch (one it took, or one still running beside this
 -- claim: `holding`, a prefetch); a worker whose claim found nothing holds none.
@@ -80,7 +86,7 @@ local function mark_holding(holds, at)
   end
 end
 if redis.call('EXISTS', KEYS[9]) == 1 then
-  for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
+  drop_wakes()
   local t = now_ms()
   mark_holding(holding == 1, t)
   return reply{bucket = '', now = t, expired = 0, reclaimed = 0}
@@ -252,7 +258,7 @@ if not choose() then
   -- Stale tokens go only when the queues are truly empty: bulk items held back (a
   -- prefetch, or no room under reserve_workers) are still work for another worker.
   if bulk_best == 0 then
-    for k = Q1, #KEYS do redis.call('DEL', wake_prefix .. served[k].bucket) end
+    drop_wakes()
   end
   mark_holding(holding == 1, now)
   publish_ended(channel, ended, jprefix, nprefix)
@@ -263,23 +269,30 @@ local out = reply{bucket = bucket, now = now, expired = 0, reclaimed = n_reclaim
 local taken, widest, n_expired, scanned, n_left = 0, 0, 0, 0, 0
 local wait_hist = {}
 local bounds = WAIT_BOUNDS_MS
+local n_bounds = #bounds
 local rem, lease, dropped, recount = {}, {}, 0, false
+-- Named and formatted once per call, not per job.
+local now_s, lease_until = int(now), now + lease_ms
+local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.owner, JOB.bucket,
+              JOB.score, JOB.last_worker, JOB.left_at}
+local S_STATUS, S_START, S_ATT, S_WORKER = JOB.status, JOB.start, JOB.att, JOB.worker
 
 local function lease_job(id, jk, f, cost)
   local att = (tonumber(f[4]) or 0) + 1
-  table.insert(rem, id)
+  local att_s = att == 1 and '1' or int(att)
+  rem[#rem + 1] = id
   dropped = dropped + cost
-  redis.call('HSET', jk, JOB.status, 'running', JOB.start, int(now), JOB.att, int(att),
-             JOB.worker, worker)
-  table.insert(lease, now + lease_ms); table.insert(lease, id)
+  redis.call('HSET', jk, S_STATUS, 'running', S_START, now_s, S_ATT, att_s, S_WORKER, worker)
+  lease[#lease + 1] = lease_until; lease[#lease + 1] = id
   if not bulk_batch then
     local wait = now - tonumber(f[5])
-    local slot = #bounds + 1
-    for i, b in ipairs(bounds) do if wait <= b then slot = i; break end end
+    local slot = n_bounds + 1
+    for i = 1, n_bounds do if wait <= bounds[i] then slot = i; break end end
     wait_hist[slot] = (wait_hist[slot] or 0) + 1
   end
-  reply_group(out, {id = id, input = f[6], cost = f[2], attempts = int(att), enq = f[5]})
-  taken, widest = taken + 1, math.max(widest, cost)
+  reply_group(out, {id = id, input = f[6], cost = f[2], attempts = att_s, enq = f[5]})
+  taken = taken + 1
+  if cost > widest then widest = cost end
 end
 
 -- Last attempts (ADR 0166): whether a serving worker other than this one is live and
@@ -324,12 +337,11 @@ end
 -- Returns false when the job does not fit this batch: it stays in its place.
 local function consider(id)
   local jk = jprefix .. id
-  local f = redis.call('HMGET', jk, JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input,
-                       JOB.owner, JOB.bucket, JOB.score, JOB.last_worker, JOB.left_at)
+  local f = redis.call('HMGET', jk, unpack(READ))
   local bad = f[1] == 'queued' and malformed(f)
-  local cost, dl = tonumber(f[2]) or 0, tonumber(f[3] or '0') or 0
+  local cost, dl = tonumber(f[2]) or 0, f[3] and tonumber(f[3]) or 0
   if f[1] ~= 'queued' then
-    table.insert(rem, id)  -- a stale entry: the job hash is gone or moved on
+    rem[#rem + 1] = id  -- a stale entry: the job hash is gone or moved on
   elseif bad then
     -- Written by something other than submit.lua: failed here, alone, without an
     -- attempt (a requeue would need these fields, and it would fail again). What

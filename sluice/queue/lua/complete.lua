@@ -25,20 +25,26 @@ local ks = {inflight = inflight, stats = stats, dead = dead, owners = owners,
             result_ttl = result_ttl, dead_ttl = dead_ttl}
 local rt = {key = KEYS[6], base = backoff_ms, cap = backoff_max_ms}
 local now = now_ms()
+local now_s = int(now)  -- formatted once: every succeeded job stores it
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
 -- Same layout as claim.lua's queue-wait histogram (sluice/records.py).
 local bounds = WAIT_BOUNDS_MS
 local e2e_hist = {}
+-- What the loop reads of each job, named once per call (not per job). The webhook
+-- fields too (7..9): publish_known needs no second read of the record; then the
+-- limits (10, 11: deadline, claim time).
+local READ = {JOB.status, JOB.bucket, JOB.cost, JOB.worker, JOB.owner, JOB.enq, JOB.whu,
+              JOB.whe, JOB.wht, JOB.dl, JOB.start}
+local S_STATUS, S_RESULT, S_FIN, S_RUN_MS, S_WORKER, S_INPUT =
+  JOB.status, JOB.result, JOB.fin, JOB.run_ms, JOB.worker, JOB.input
+local n_bounds = #bounds
 
 for i = 1, N_GROUPS do
   local o = arg_group(i)
   local id, kind, payload, run_ms = o.id, o.kind, o.payload, o.run_ms
   local jk = jprefix .. id
-  -- The webhook fields too (7..9): publish_known needs no second read of the record;
-  -- then the limits (10, 11: deadline, claim time).
-  local f = redis.call('HMGET', jk, JOB.status, JOB.bucket, JOB.cost, JOB.worker, JOB.owner,
-                       JOB.enq, JOB.whu, JOB.whe, JOB.wht, JOB.dl, JOB.start)
+  local f = redis.call('HMGET', jk, unpack(READ))
   local status = f[1]
   local not_holder = kind ~= 'ok' and reporter ~= '' and f[4] ~= reporter
   if (not status) or TERMINAL[status] or (status == 'queued' and kind ~= 'ok') or not_holder then
@@ -67,18 +73,18 @@ for i = 1, N_GROUPS do
       local ended_as = why == 'expired' and 'expired' or 'failed'
       table.insert(ended, {id, ended_as, f[7], f[8], f[5], f[9]})
     elseif kind == 'ok' then
-      table.insert(done_ids, id)
-      release_owner(owners, f[5])
+      done_ids[#done_ids + 1] = id
+      if f[5] then release_owner(owners, f[5]) end
       -- worker and input emptied in the same HSET (no HDEL): both read as absent
       -- (sluice/jobs.py), and the input's bytes are freed all the same.
-      redis.call('HSET', jk, JOB.status, 'succeeded', JOB.result, payload, JOB.fin, int(now),
-                 JOB.run_ms, run_ms, JOB.worker, '', JOB.input, '')
+      redis.call('HSET', jk, S_STATUS, 'succeeded', S_RESULT, payload, S_FIN, now_s,
+                 S_RUN_MS, run_ms, S_WORKER, '', S_INPUT, '')
       redis.call('EXPIRE', jk, result_ttl)
       done_cost = done_cost + tonumber(f[3])
-      local e2e, slot = now - tonumber(f[6] or now), #bounds + 1
-      for k, bound in ipairs(bounds) do if e2e <= bound then slot = k; break end end
+      local e2e, slot = now - (tonumber(f[6]) or now), n_bounds + 1
+      for k = 1, n_bounds do if e2e <= bounds[k] then slot = k; break end end
       e2e_hist[slot] = (e2e_hist[slot] or 0) + 1
-      table.insert(ended, {id, 'succeeded', f[7], f[8], f[5], f[9]})
+      ended[#ended + 1] = {id, 'succeeded', f[7], f[8], f[5], f[9]}
     elseif kind == 'retry' then
       if retry_or_dead(jk, id, inflight, stats, dead, qprefix, payload, now, max_attempts, dead_ttl,
                        wprefix, owners, rt) then

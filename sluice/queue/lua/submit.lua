@@ -208,17 +208,18 @@ local base = 0
 if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count end
 local zadds, costs, k = {}, {}, 0
 local function opt(f, name, value) f[#f + 1] = name; f[#f + 1] = value end
+local now_s = int(now)  -- formatted once, stored by every job
 local function enqueue(job)
   local id, bucket, cost, prio = job.id, job.bucket, job.cost, job.prio
-  local deadline = 0
-  if job.deadline > 0 then deadline = now + job.deadline end
+  local deadline = '0'
+  if job.deadline > 0 then deadline = int(now + job.deadline) end
   -- Score: priority class first, then arrival order (a per-model sequence).
   k = k + 1
   local score = int(prio * SCORE_SCALE + base + k)
   -- One HSET per job: the optional fields join the fixed ones only when set.
   local f = {JOB.id, id, JOB.bucket, bucket, JOB.cost, int(cost),
     JOB.prio, int(prio), JOB.status, 'queued', JOB.input, job.input, JOB.meta, job.meta,
-    JOB.enq, int(now), JOB.dl, int(deadline), JOB.att, '0', JOB.score, score, JOB.idem, job.idem}
+    JOB.enq, now_s, JOB.dl, deadline, JOB.att, '0', JOB.score, score, JOB.idem, job.idem}
   if owner ~= '' then opt(f, JOB.owner, owner) end
   if job.rqh ~= '' then opt(f, JOB.rqh, job.rqh) end
   if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
@@ -227,8 +228,9 @@ local function enqueue(job)
     if hook_ttl ~= HOOK_TTL_S then opt(f, JOB.wht, hook_ttl) end
   end
   redis.call('HSET', jprefix .. id, unpack(f))
-  if not zadds[bucket] then zadds[bucket], costs[bucket] = {}, 0 end
-  table.insert(zadds[bucket], score); table.insert(zadds[bucket], id)
+  local za = zadds[bucket]
+  if not za then za = {}; zadds[bucket], costs[bucket] = za, 0 end
+  za[#za + 1] = score; za[#za + 1] = id
   costs[bucket] = costs[bucket] + cost
   if job.idem ~= '' then
     redis.call('SET', iprefix .. job.idem, id, 'EX', idem_ttl)

@@ -9,16 +9,21 @@ import re
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 import sluice
 from autoscaler.decisions import commands, entry
 from autoscaler.observation import Observation
 from autoscaler.policy import Decision
-from sluice import records
+from sluice import lua_loader, records
 from sluice.admin import ops as admin_ops
+from sluice.admin import signatures as admin_sigs
 from sluice.config import PRIORITIES
 from sluice.generate import ops as generate_ops
+from sluice.generate import signatures as generate_sigs
 from sluice.jobs import BULK, priority_rank
 from sluice.queue.scripts import SCRIPT_NAMES, script_source
+from sluice.queue.signatures import SIGNATURES
 from sluice.records import DECISION_NUMBERS, DecisionRecord, Stat
 
 # A stats-hash call in the scripts: the hash is `stats` (or `stats_key`) there.
@@ -26,9 +31,17 @@ STATS_CALL = re.compile(r"redis\.call\('H[A-Z]+', stats(?:_key)?, ([^,)]+)")
 
 
 def _bodies() -> dict[str, str]:
+    """Each script as built before its table entries are written as values."""
     header = records.lua_constants()
-    scripts = {n: script_source(n) for n in SCRIPT_NAMES} | generate_ops.scripts()
-    scripts |= admin_ops.scripts()
+    scripts = {
+        n: lua_loader.source("sluice.queue", n, SIGNATURES[n], inline=False) for n in SCRIPT_NAMES
+    }
+    scripts["generate_step"] = lua_loader.source(
+        "sluice.generate", "step", generate_sigs.SIGNATURES["step"], inline=False
+    )
+    for n, sig in admin_sigs.SIGNATURES.items():
+        scripts[f"admin_{n}"] = lua_loader.source("sluice.admin", n, sig, inline=False)
+    assert set(scripts) >= set(generate_ops.scripts()) | set(admin_ops.scripts())
     return {n: text[len(header) :] for n, text in scripts.items()}
 
 
@@ -155,3 +168,25 @@ def test_ranks_and_the_delivery_ttl_have_one_owner() -> None:
     # A bulk job's webhook is stored as a job's is (sluice.jobs.webhook_of reads both).
     for name in ("WHU", "WHE", "WHT", "OWNER"):
         assert records.BulkField[name] == records.JobField[name]
+
+
+# -- the built scripts: table entries written as their values (ADR 0168) ---------
+def test_a_built_script_names_no_table_entry_and_builds_no_unused_table() -> None:
+    for name in SCRIPT_NAMES:
+        built = script_source(name)
+        assert re.findall(r"\b(?:JOB|STAT|DELIVERY|RANK)(?:\.\w|\[')", built) == [], name
+        assert "local JOB = " not in built and "local STAT = " not in built, name
+    written = "redis.call('HSET', jk, JOB.status, 'succeeded', JOB.result, payload)"
+    assert lua_loader.inline_literals(written) == (
+        "redis.call('HSET', jk, 'status', 'succeeded', 'result', payload)"
+    )
+    assert lua_loader.inline_literals("if p == RANK.bulk then x = STREAM_EVENT['end'] end") == (
+        "if p == 3 then x = 'end' end"
+    )
+
+
+def test_a_misspelt_entry_fails_when_the_script_is_built() -> None:
+    with pytest.raises(ValueError, match="JOB has no 'stauts'"):
+        lua_loader.inline_literals("redis.call('HGET', jk, JOB.stauts)")
+    table_kept = records.lua_constants() + "for k in pairs(JOB) do end"
+    assert "local JOB = strict(" in lua_loader.inline_literals(table_kept)  # still named
