@@ -120,12 +120,14 @@ def _start_gateway(checkout: Path, url: str, tmp: Path) -> tuple[Proc, int]:
     args = ["gateway", "--config", str(cfg), "--redis-url", url, "--port", str(port)]
     gw = _spawn(checkout, args, tmp / "gateway.json")
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return gw, port
-        except httpx.TransportError:
-            time.sleep(0.2)
+    with httpx.Client(timeout=1) as client:  # one TLS context for every look
+        while time.monotonic() < deadline:
+            try:
+                if client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
+                    return gw, port
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)  # after a refusal or an answer not yet 200 alike: no spinning
     gw.stop()
     raise RuntimeError(f"the gateway of {checkout} did not start")
 

@@ -77,13 +77,14 @@ class Procs:
 
 def _wait_http(url: str, ok: Callable[[httpx.Response], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if ok(httpx.get(url, timeout=5)):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    with httpx.Client(timeout=5) as client:  # one TLS context for every look
+        while time.monotonic() < deadline:
+            try:
+                if ok(client.get(url)):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
     raise RuntimeError(f"{what} did not come up in {timeout_s:.0f} s")
 
 

@@ -111,12 +111,14 @@ def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
     env = {**os.environ, BARE_URL_ENV: redis_url, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, env=env)
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
-                return Server(name, processes, port, path, proc, headers)
-        except httpx.TransportError:
-            time.sleep(0.2)
+    with httpx.Client(timeout=1) as client:  # one TLS context for every look
+        while time.monotonic() < deadline:
+            try:
+                if client.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200:
+                    return Server(name, processes, port, path, proc, headers)
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)  # after a refusal or an answer not yet 200 alike: no spinning
     proc.terminate()
     raise RuntimeError(f"{name} did not start on port {port}")
 

@@ -122,13 +122,14 @@ def _gateway(cfg_path: Path, redis_url: str) -> tuple[subprocess.Popen[bytes], i
     port = free_port()
     proc = _spawn(["gateway", "--port", str(port)], cfg_path, redis_url)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
-                return proc, port
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
+    with httpx.Client(timeout=1) as client:  # one TLS context for every look
+        while time.monotonic() < deadline:
+            try:
+                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
+                    return proc, port
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
     proc.terminate()
     raise RuntimeError("the gateway did not start")
 

@@ -18,6 +18,7 @@ import httpx
 import redis
 
 from sluice.connection import is_cluster
+from tests.kit.http import HTTP
 
 T = TypeVar("T")
 # A predicate returns None or False until it holds, then the value waited for: the
@@ -90,7 +91,7 @@ def wait_http(
     def answers() -> bool:
         assert proc is None or proc.poll() is None, f"the server for {url} exited"
         try:
-            return httpx.get(url, timeout=1).status_code == status
+            return HTTP.get(url, timeout=1).status_code == status
         except httpx.HTTPError:  # not listening yet
             return False
 

@@ -86,15 +86,13 @@ class _Sim:
         self.parked_cost = wp.cost_fraction
         self.queue: deque[int] = deque()
         self.queued_cost = 0.0
-        self.window: deque[tuple[float, float]] = deque()  # arrivals in the metrics window
-        self.window_cost = 0.0
-        self.recent: deque[tuple[float, float]] = deque()
-        self.recent_cost = 0.0
-        self.burst: deque[tuple[float, float]] = deque()
-        self.burst_cost = 0.0
-        # The trend window's halves (predict.window_s): arrivals move from new to old.
-        self.trend_new: deque[tuple[float, float]] = deque()
-        self.trend_old: deque[tuple[float, float]] = deque()
+        # The arrivals in each rate window are trace indices [head, arrived): the metrics
+        # window, the recent and the burst rate's, and the trend window's halves
+        # (predict.window_s; arrivals move from new to old). Each keeps its cost sum.
+        self.arrived = 0
+        self.rate_heads = [0, 0, 0]  # the metrics window, the recent rate's, the burst rate's
+        self.rate_costs = [0.0, 0.0, 0.0]
+        self.trend_old_head = self.trend_new_head = 0
         self.trend_sums = [0.0, 0.0]  # old, new
         # Cumulative arrived and completed cost, sampled once per decision as the
         # observer samples the queue's counters; serving[wid]: the cost in service.
@@ -110,16 +108,20 @@ class _Sim:
 
     def dispatch(self, t: float) -> None:
         f, times, costs = self.fleet, self.trace.times_s, self.trace.costs
-        while f.idle and self.queue:
-            j = self.queue.popleft()
+        idle, busy, queue, slot = f.idle, f.busy, self.queue, waits.slot
+        h: list[int] | None = None  # the window's histogram: t is the same for every job here
+        while idle and queue:
+            j = queue.popleft()
             self.queued_cost -= costs[j]
             wait = t - times[j]
             self.waits[j] = wait
-            h = self.hists.setdefault(waits.window_start(t), [0] * len(waits.LABELS))
-            h[waits.slot(wait * 1000.0)] += 1
-            wid = f.idle.pop()
+            if h is None:
+                h = self.hists.setdefault(waits.window_start(t), [0] * len(waits.LABELS))
+            h[slot(wait * 1000.0)] += 1
+            wid = idle.pop()
             self.serving[wid] = costs[j]
-            heapq.heappush(f.busy, (t + costs[j] / self.job_rate(len(f.busy) + 1), wid))
+            rate = self.mu if self.capacity is None else self.job_rate(len(busy) + 1)
+            heapq.heappush(busy, (t + costs[j] / rate, wid))
 
     def job_rate(self, in_service: int) -> float:
         """Cost units/s a job is served at with ``in_service`` jobs running (this one
@@ -130,14 +132,10 @@ class _Sim:
 
     def observe(self, t: float) -> Observation:
         f, span = self.fleet, self.p.metrics_window_s
-        while self.window and self.window[0][0] <= t - span:
-            self.window_cost -= self.window.popleft()[1]
-        short = min(span, RECENT_RATE_S)
-        while self.recent and self.recent[0][0] <= t - short:
-            self.recent_cost -= self.recent.popleft()[1]
-        burst = min(span, BURST_RATE_S)
-        while self.burst and self.burst[0][0] <= t - burst:
-            self.burst_cost -= self.burst.popleft()[1]
+        short, burst = min(span, RECENT_RATE_S), min(span, BURST_RATE_S)
+        heads, costs = self.rate_heads, self.rate_costs
+        for k, width in enumerate((span, short, burst)):
+            heads[k], costs[k] = self._drop(heads[k], t - width, costs[k])
         slope = self._slope(t)
         done_long, done_recent = self._completion_rates(t)
         recent = [self.hists[w] for w in waits.recent_windows(t) if w in self.hists]
@@ -153,9 +151,9 @@ class _Sim:
             queued=len(self.queue),
             queued_cost=max(0.0, self.queued_cost),
             in_flight=len(f.busy),
-            arrival_rate_cost=_rate(self.window_cost, span, t),
-            arrival_rate_cost_recent=_rate(self.recent_cost, short, t),
-            arrival_rate_cost_burst=_rate(self.burst_cost, burst, t),
+            arrival_rate_cost=_rate(costs[0], span, t),
+            arrival_rate_cost_recent=_rate(costs[1], short, t),
+            arrival_rate_cost_burst=_rate(costs[2], burst, t),
             arrival_rate_slope=slope,
             completion_rate_cost=done_long,
             completion_rate_cost_recent=done_recent,
@@ -179,20 +177,34 @@ class _Sim:
             self.samples.popleft()
         return (long[1] if long else None), (recent[1] if recent else None)
 
+    def _drop(
+        self, head: int, before_s: float, total: float, end: int | None = None
+    ) -> tuple[int, float]:
+        """Leave out of a window (arrivals ``head`` to ``end``, by default the last
+        one) those at ``before_s`` or earlier: the new head, and ``total`` less
+        their costs."""
+        times, costs = self.trace.times_s, self.trace.costs
+        end = self.arrived if end is None else end
+        while head < end and times[head] <= before_s:
+            total -= costs[head]
+            head += 1
+        return head, total
+
     def _slope(self, t: float) -> float | None:
         """As the observer computes it: the newer half-window's rate minus the older
         half's, over half the window; None until the whole window is covered."""
         half = self.p.predict.window_s / 2
-        while self.trend_new and self.trend_new[0][0] <= t - half:
-            item = self.trend_new.popleft()
-            self.trend_sums[1] -= item[1]
-            self.trend_old.append(item)
-            self.trend_sums[0] += item[1]
-        while self.trend_old and self.trend_old[0][0] <= t - 2 * half:
-            self.trend_sums[0] -= self.trend_old.popleft()[1]
+        times, costs, sums = self.trace.times_s, self.trace.costs, self.trend_sums
+        new, end = self.trend_new_head, self.arrived
+        while new < end and times[new] <= t - half:
+            sums[1] -= costs[new]
+            sums[0] += costs[new]
+            new += 1
+        self.trend_new_head = new
+        self.trend_old_head, sums[0] = self._drop(self.trend_old_head, t - 2 * half, sums[0], new)
         if t < 2 * half:
             return None
-        return (self.trend_sums[1] - self.trend_sums[0]) / half / half
+        return (sums[1] - sums[0]) / half / half
 
     def tick(self, t: float) -> None:
         obs = self.observe(t)
@@ -208,61 +220,66 @@ class _Sim:
             self.events.append(-1)
         self.timeline.append((t, self.fleet.alive, obs.queued or 0, obs.p99_wait_ms or 0.0))
 
-    def complete(self, t: float) -> None:
-        _, wid = heapq.heappop(self.fleet.busy)
-        self.completed_cost += self.serving.pop(wid)
-        self.fleet.finished(wid)
-
     def arrive(self, j: int) -> None:
-        t, c = self.trace.times_s[j], self.trace.costs[j]
+        """Job ``j`` (the next in the trace) joins the queue and every rate window."""
+        c = self.trace.costs[j]
         self.queue.append(j)
+        self.arrived = j + 1
         self.queued_cost += c
         self.arrived_cost += c
-        self.window.append((t, c))
-        self.window_cost += c
-        self.recent.append((t, c))
-        self.recent_cost += c
-        self.burst.append((t, c))
-        self.burst_cost += c
-        self.trend_new.append((t, c))
+        rates = self.rate_costs
+        rates[0] += c
+        rates[1] += c
+        rates[2] += c
         self.trend_sums[1] += c
 
     def run(self) -> None:
+        """The event loop. Its hot path (an arrival or a completion, some 99% of the
+        events) does inline what it can and dispatches only when a job can start."""
         times, n, f = self.trace.times_s, len(self.trace.times_s), self.fleet
+        idle, busy, starting, refilling, parked = f.idle, f.busy, f.starting, f.refilling, f.parked
+        queue, parked_cost, inf, heappop = self.queue, self.parked_cost, math.inf, heapq.heappop
+        draining, serving, replica_s, pool_s = f.draining, self.serving, 0.0, 0.0
         end = self.trace.duration_s + DRAIN_AFTER_S
         # The first decision comes one period in, as in the control loop: rates need a window.
         i, t_prev, next_tick = 0, 0.0, self.p.period_s
         while True:
-            t_arr = times[i] if i < n else math.inf
-            t_done = f.busy[0][0] if f.busy else math.inf
-            t_ready = f.starting[0][0] if f.starting else math.inf
-            t_parked = f.refilling[0][0] if f.refilling else math.inf
+            t_arr = times[i] if i < n else inf
+            t_done = busy[0][0] if busy else inf
+            t_ready = starting[0][0] if starting else inf
+            t_parked = refilling[0][0] if refilling else inf
             t = min(t_arr, t_done, t_ready, t_parked, next_tick)
             if t > end or (
-                i >= n
-                and not self.queue
-                and not f.busy
-                and t == next_tick
-                and t > self.trace.duration_s
+                i >= n and not queue and not busy and t == next_tick and t > self.trace.duration_s
             ):
                 break
-            pool = len(f.refilling) + self.parked_cost * len(f.parked)
-            self.replica_s += (f.alive + pool) * (t - t_prev)
-            self.pool_s += pool * (t - t_prev)
+            pool = len(refilling) + parked_cost * len(parked)
+            replica_s += (len(idle) + len(busy) + len(starting) + pool) * (t - t_prev)
+            pool_s += pool * (t - t_prev)
             t_prev = t
             if t == t_done:
-                self.complete(t)
+                _, wid = heappop(busy)
+                self.completed_cost += serving.pop(wid)
+                if wid in draining:
+                    f.finished(wid)
+                else:
+                    idle.append(wid)
+                if not queue:
+                    continue
             elif t == t_ready:
                 f.ready()
             elif t == t_parked:
-                f.parked.append(heapq.heappop(f.refilling)[1])
+                parked.append(heappop(refilling)[1])
             elif t == t_arr:
                 self.arrive(i)
                 i += 1
+                if not idle:
+                    continue
             else:
                 self.tick(t)
                 next_tick = t + self.p.period_s
             self.dispatch(t)
+        self.replica_s, self.pool_s = replica_s, pool_s
         for j in range(n):  # never served: waited until the end
             if self.waits[j] == math.inf:
                 self.waits[j] = end - times[j]

@@ -155,15 +155,16 @@ def _env(threads: int) -> dict[str, str]:
 
 def wait_ready(run: Running, ok: Callable[[httpx.Response], bool], path: str) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if run.proc.poll() is not None:
-            raise RuntimeError(f"{run.name} exited with {run.proc.returncode}: see {run.log}")
-        try:
-            if ok(httpx.get(run.url + path, timeout=5)):
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
+    with httpx.Client(timeout=5) as client:  # one TLS context for every look
+        while time.monotonic() < deadline:
+            if run.proc.poll() is not None:
+                raise RuntimeError(f"{run.name} exited with {run.proc.returncode}: see {run.log}")
+            try:
+                if ok(client.get(run.url + path)):
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
     raise RuntimeError(f"{run.name} did not come up in {START_TIMEOUT_S:.0f} s: see {run.log}")
 
 

@@ -27,6 +27,7 @@ from sluice.local.children import Child, Children
 from sluice.local.redis_server import RedisServer, free_port
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+from tests.kit.http import HTTP
 from tests.waits import wait_until
 
 MODEL = "m"
@@ -267,7 +268,7 @@ def parse(cfg: dict[str, Any]) -> SluiceConfig:
 
 def ready(url: str) -> bool:
     try:
-        return httpx.get(f"{url}/readyz", timeout=2).status_code == 200
+        return HTTP.get(f"{url}/readyz", timeout=2).status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -293,13 +294,13 @@ def stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
 
 
 def submit(url: str, text: str, timeout_s: float = 5.0) -> httpx.Response:
-    return httpx.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": text}, timeout=timeout_s)
+    return HTTP.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": text}, timeout=timeout_s)
 
 
 def ready_workers(url: str) -> int:
     """Ready workers of ``m`` as the gateway's snapshot sees them (0 if it cannot say)."""
     try:
-        models = httpx.get(f"{url}/v1/models", timeout=2).json()["data"]
+        models = HTTP.get(f"{url}/v1/models", timeout=2).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError):
         return 0
     return sum(m["workers"]["ready"] for m in models if m["name"] == MODEL)
@@ -309,7 +310,7 @@ def snapshot_ready_workers(metrics_url: str) -> float:
     """Ready workers of ``m`` in the gateway's own snapshot (what submit admits by),
     as its /metrics gauge shows it (0 if it cannot say)."""
     try:
-        text = httpx.get(metrics_url, timeout=2).text
+        text = HTTP.get(metrics_url, timeout=2).text
     except httpx.HTTPError:
         return 0
     found = re.search(rf'^sluice_workers{{model="{MODEL}",state="ready"}} (\S+)$', text, re.M)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-import httpx
 import openai
 import pytest
 import yaml
@@ -17,6 +16,7 @@ import yaml
 from sluice.config import load_config
 from sluice.cores import cores_per_worker, machine_cores
 from tests.conftest import EXAMPLE_CONFIG
+from tests.kit.http import HTTP
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
@@ -50,7 +50,7 @@ def check_embeddings(client: openai.OpenAI, example: Up) -> None:
     for a, b in zip(got.data, floats.data, strict=True):
         assert a.embedding == pytest.approx(b.embedding, abs=1e-6)  # float32 of the same
     assert cosine(vectors[0], vectors[1]) > cosine(vectors[0], vectors[2]) + 0.3
-    costs = httpx.post(
+    costs = HTTP.post(
         f"{example.gateway}/v1/models/minilm/jobs/batch", json={"inputs": texts}, timeout=30
     ).json()["jobs"]
     assert got.usage.prompt_tokens == sum(j["cost"] for j in costs)  # the tokenizer's count
@@ -68,7 +68,7 @@ def test_the_example_stack_never_oversubscribes_the_cores(example: Up) -> None:
     assert any(line.startswith(f"cores: {cores} CPU cores") for line in example.printed)
     texts = [" ".join(["token"] * (8 + i % 40)) for i in range(256)]
     for _ in range(24):  # ~6,000 jobs: minutes of work for one worker, so it scales up
-        r = httpx.post(
+        r = HTTP.post(
             f"{example.gateway}/v1/models/minilm/jobs/batch", json={"inputs": texts}, timeout=30
         )
         assert r.status_code == 202, r.text

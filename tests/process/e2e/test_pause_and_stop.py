@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 
 from sluice.cli import app
 from sluice.config import REDIS_URL_ENV
+from tests.kit.http import HTTP
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
@@ -75,7 +76,7 @@ def the_worker(up: Up) -> Any:
 
 def job(up: Up, job_id: str, wait_s: float = 0) -> dict[str, Any]:
     params = {"wait": wait_s} if wait_s else {}
-    resp = httpx.get(f"{up.gateway}/v1/jobs/{job_id}", params=params, timeout=wait_s + 10)
+    resp = HTTP.get(f"{up.gateway}/v1/jobs/{job_id}", params=params, timeout=wait_s + 10)
     assert resp.status_code == 200, resp.text
     return dict(resp.json())
 

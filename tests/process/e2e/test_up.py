@@ -11,17 +11,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 from standardwebhooks.webhooks import Webhook as Verifier
+from typer.testing import CliRunner
 
+from sluice.cli import app
 from sluice.client import Client
+from tests.kit.http import HTTP
 from tests.kit.receiver import receiving
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
@@ -80,7 +82,7 @@ CONFIG = {
 
 def gateway_sees_ready(gateway: str) -> bool:
     """Every model kept warm (min_replicas >= 1) has a ready worker."""
-    models = httpx.get(f"{gateway}/v1/models", timeout=5).json()["data"]
+    models = HTTP.get(f"{gateway}/v1/models", timeout=5).json()["data"]
     warm = [m for m in models if m["id"] != "idle"]
     return all(m["workers"]["ready"] >= 1 for m in warm)
 
@@ -174,10 +176,21 @@ def test_burst_scales_up_and_survives_a_killed_worker(up: Up) -> None:
     assert stats.queued == 0 and stats.dead_lettered == 0
 
 
-def sluice(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sluice", *args], capture_output=True, text=True, timeout=120
-    )
+@dataclass
+class Ran:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def sluice(*args: str) -> Ran:
+    """``sluice ARGS``: the command line's own app in this process, as in
+    test_pause_and_stop.py (``python -m sluice`` itself runs the stack): a child per
+    command spent about 0.9 CPU s on its imports."""
+    done = CliRunner().invoke(app, list(args))
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    return Ran(done.exit_code, done.stdout, done.stderr)
 
 
 def test_submit_and_status_commands(up: Up) -> None:
@@ -250,7 +263,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
         assert body["data"]["counts"]["succeeded"] == 3
 
     def hook() -> dict[str, object]:
-        return dict(httpx.get(f"{up.gateway}/v1/jobs/{job_id}", timeout=30).json()["webhook"])
+        return dict(HTTP.get(f"{up.gateway}/v1/jobs/{job_id}", timeout=30).json()["webhook"])
 
     wait_until(lambda: hook()["state"] == "delivered", 30, "the delivery recorded", every_s=0.2)
     assert hook()["last_status"] == 200 and hook()["attempts"] == 1

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import pytest
 
 from sluice.client import Client
 from tests.kit.faults import MODEL, Proc, Stack, fault_config
+from tests.kit.http import HTTP
 from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
@@ -51,7 +51,7 @@ def upload(url: str) -> str:
 
 
 def progress(url: str, bulk_id: str) -> dict[str, Any]:
-    return dict(httpx.get(f"{url}/v1/bulk/{bulk_id}", timeout=5).json())
+    return dict(HTTP.get(f"{url}/v1/bulk/{bulk_id}", timeout=5).json())
 
 
 def horse_of(proc: Proc) -> psutil.Process | None:

@@ -18,6 +18,7 @@ import pytest
 from sluice.client import Client
 from sluice.local.redis_server import free_port
 from tests.kit.faults import MODEL, Proc, Stack, fault_config, wait_gateway_sees
+from tests.kit.http import HTTP
 from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
@@ -38,7 +39,7 @@ def _metrics_url(url: str, cfg: dict[str, Any]) -> str:
 def longpoll_waiters(metrics_url: str) -> int:
     """``sluice_gateway_longpoll_waiters`` as the gateway exports it (-1 if unreadable)."""
     try:
-        text = httpx.get(metrics_url, timeout=2).text
+        text = HTTP.get(metrics_url, timeout=2).text
     except httpx.HTTPError:
         return -1
     for line in text.splitlines():
