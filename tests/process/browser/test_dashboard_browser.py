@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from sluice.apikeys import hash_key
@@ -30,6 +29,7 @@ from sluice.jobs import NewJob, Outcome
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
 from tests.kit.chromium import CHROMIUM, FLAGS, sync_api, wait_js
+from tests.kit.http import HTTP
 from tests.kit.upstack import launch, shut_down
 from tests.waits import wait_until
 
@@ -175,7 +175,7 @@ def _redrive_from_the_page(page: Any, stack: dict[str, Any], dead_id: str) -> No
     finally:
         q.redis.close()
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    audit = httpx.get(f"{stack['url']}/v1/admin/audit", headers=admin, timeout=10).json()
+    audit = HTTP.get(f"{stack['url']}/v1/admin/audit", headers=admin, timeout=10).json()
     audit = audit["entries"]
     assert (audit[0]["actor"], audit[0]["action"], audit[0]["count"]) == (
         "ops",
@@ -190,7 +190,7 @@ def _pause_and_resume_from_the_page(page: Any, stack: dict[str, Any]) -> None:
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
 
     def paused() -> bool:
-        models = httpx.get(f"{stack['url']}/v1/models", headers=admin, timeout=10).json()
+        models = HTTP.get(f"{stack['url']}/v1/models", headers=admin, timeout=10).json()
         return bool(models["data"][0]["paused"])
 
     asked: list[str] = []

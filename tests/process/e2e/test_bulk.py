@@ -16,13 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sluice import keys
 from sluice.client import Client
+from tests.kit.http import HTTP
 from tests.kit.receiver import receiving
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
@@ -193,7 +193,7 @@ def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """A /metrics page as {(sample name, labels): value}."""
-    text = httpx.get(url, timeout=10).text
+    text = HTTP.get(url, timeout=10).text
     return {
         (smp.name, tuple(sorted(smp.labels.items()))): smp.value
         for fam in text_string_to_metric_families(text)
@@ -208,7 +208,7 @@ def test_the_notifier_and_the_bulk_worker_serve_metrics_named_in_the_banner(up: 
     assert set(named) >= {"notifier", "bulk-worker-0"}, up.printed
     with receiving() as rx, Client(up.gateway) as c:
         lines = "\n".join(json.dumps({"input": f"line {i}"}) for i in range(3)).encode()
-        r = httpx.post(
+        r = HTTP.post(
             f"{up.gateway}/v1/models/{MODEL}/bulk",
             params={"webhook_url": rx.url, "webhook_events": "completed"},
             content=lines,

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from sluice.apikeys import hash_key
 from sluice.cli import app
+from tests.kit.http import HTTP
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
@@ -68,9 +69,7 @@ def long_poll(http: httpx.Client, job: str) -> str:
 def sse_end(up: Up, job: str) -> str:
     """The status of the job's last SSE ``status`` event, once the stream ends."""
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    with httpx.stream(
-        "GET", f"{up.gateway}/v1/jobs/{job}/events", headers=headers, timeout=40
-    ) as r:
+    with HTTP.stream("GET", f"{up.gateway}/v1/jobs/{job}/events", headers=headers, timeout=40) as r:
         text = r.read().decode()
     statuses = [json.loads(ln[5:])["status"] for ln in text.splitlines() if ln.startswith("data:")]
     return statuses[-1]

@@ -15,7 +15,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -82,7 +81,7 @@ def job(up: Up, job_id: str, wait_s: float = 0) -> dict[str, Any]:
 
 
 def submit(up: Up, text: str) -> str:
-    resp = httpx.post(f"{up.gateway}/v1/models/{MODEL}/jobs", json={"input": text}, timeout=10)
+    resp = HTTP.post(f"{up.gateway}/v1/models/{MODEL}/jobs", json={"input": text}, timeout=10)
     assert resp.status_code == 202, resp.text
     return str(resp.json()["id"])
 
@@ -101,7 +100,7 @@ def claims_pass(up: Up, worker_id: str, seconds: float) -> None:
 
 def test_a_paused_model_keeps_its_jobs_through_a_worker_restart_until_resumed(up: Up) -> None:
     assert "paused" in sluice(up, "admin", "pause", MODEL)
-    listed = httpx.get(f"{up.gateway}/v1/models", timeout=10).json()["data"][0]
+    listed = HTTP.get(f"{up.gateway}/v1/models", timeout=10).json()["data"][0]
     assert listed["paused"] is True and listed["pause"]["refuse_submits"] is False
     job_id = submit(up, "a b")  # accepted, and held
     first = wait_until(lambda: the_worker(up), what="the ready worker")
@@ -131,7 +130,7 @@ def not_busy(up: Up) -> Any:
 def test_a_cancelled_running_job_is_stopped_and_its_worker_stays_healthy(up: Up) -> None:
     job_id = submit(up, SLOW_INPUT)
     wait_until(lambda: job(up, job_id)["status"] == "running", what="the job to run")
-    resp = httpx.delete(f"{up.gateway}/v1/jobs/{job_id}", timeout=10)
+    resp = HTTP.delete(f"{up.gateway}/v1/jobs/{job_id}", timeout=10)
     assert resp.status_code == 200 and resp.json()["previous_status"] == "running"
     # 80 s of compute left: only the stop frees the worker this soon (20 s: hung).
     w = wait_until(lambda: not_busy(up), what="the worker to stop the cancelled job")

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 import pytest
 from standardwebhooks.webhooks import Webhook as Verifier
@@ -98,7 +97,7 @@ def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
 
 
 def test_banner_gives_a_curl_that_works(up: Up) -> None:
-    r = httpx.post(
+    r = HTTP.post(
         f"{up.gateway}/v1/models/minilm/predict", json={"input": "Sluice is up"}, timeout=60
     )
     assert r.status_code == 200
@@ -236,7 +235,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
     verifier = Verifier(secret_file.read_text().strip())
     with receiving() as rx:
         hook = {"url": rx.url, "events": ["succeeded"]}
-        r = httpx.post(
+        r = HTTP.post(
             f"{up.gateway}/v1/models/synthetic/jobs",
             json={"input": "call me back", "webhook": hook},
             timeout=30,
@@ -248,7 +247,7 @@ def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:
         assert body["type"] == "job.succeeded" and body["data"]["id"] == job_id
         assert body["data"]["result"] == {"tokens": 3}
         lines = "\n".join(json.dumps({"input": f"line {i}"}) for i in range(3))
-        r = httpx.post(
+        r = HTTP.post(
             f"{up.gateway}/v1/models/synthetic/bulk",
             params={"webhook_url": rx.url, "webhook_events": "completed"},
             content=lines,

@@ -122,14 +122,14 @@ def test_sigterm_answers_every_open_long_poll_503_with_retry_after(
     cfg["models"][MODEL]["autoscaling"] = {"min_replicas": 0}  # accepted with no worker
     gw, url = s.spawn_gateway(s.write_config(cfg))
     ids = [
-        httpx.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": f"job {i}"}).json()["id"]
+        HTTP.post(f"{url}/v1/models/{MODEL}/jobs", json={"input": f"job {i}"}).json()["id"]
         for i in range(4)
     ]
     answers: list[httpx.Response | str] = []
 
     def poll(job_id: str) -> None:
         try:
-            answers.append(httpx.get(f"{url}/v1/jobs/{job_id}", params={"wait": 60}, timeout=30))
+            answers.append(HTTP.get(f"{url}/v1/jobs/{job_id}", params={"wait": 60}, timeout=30))
         except httpx.HTTPError as e:
             answers.append(f"{type(e).__name__}: {e}")
 

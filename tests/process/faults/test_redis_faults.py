@@ -27,6 +27,7 @@ from tests.kit.faults import (
     submit,
     wait_gateway_sees,
 )
+from tests.kit.http import HTTP
 from tests.waits import HUNG_S, wait_until
 
 pytestmark = [pytest.mark.system]
@@ -191,7 +192,7 @@ def test_redis_slow_or_unreachable_gives_fast_503_and_recovers_without_restart(
             assert resp.status_code == 503 and took < OUTAGE_ANSWER_S, (resp.text, took)
             assert resp.json()["error"]["type"] == "redis_unavailable"
             t0 = time.monotonic()
-            assert httpx.get(f"{url}/readyz", timeout=OUTAGE_CLIENT_TIMEOUT_S).status_code == 503
+            assert HTTP.get(f"{url}/readyz", timeout=OUTAGE_CLIENT_TIMEOUT_S).status_code == 503
             assert time.monotonic() - t0 < OUTAGE_ANSWER_S
             time.sleep(1.0)  # pacing: the tries spread over a few seconds of outage
     finally:
@@ -204,7 +205,7 @@ def test_redis_slow_or_unreachable_gives_fast_503_and_recovers_without_restart(
     resp = submit(url, " ".join(["word"] * 200))
     assert resp.status_code == 202, resp.text
     t0 = time.monotonic()
-    job = httpx.get(
+    job = HTTP.get(
         f"{url}/v1/jobs/{resp.json()['id']}", params={"wait": LONG_POLL_S}, timeout=LONG_POLL_S + 30
     ).json()
     # Woken by the (resubscribed) completion channel, not by the 60 s wait running out.

@@ -11,7 +11,6 @@ import signal
 import time
 from collections.abc import Callable
 
-import httpx
 import pytest
 
 from sluice.jobs import JobStatus
@@ -25,6 +24,7 @@ from tests.kit.faults import (
     submit,
     wait_gateway_sees,
 )
+from tests.kit.http import HTTP
 from tests.kit.results import Watcher
 from tests.waits import wait_until
 
@@ -43,7 +43,7 @@ def _submit_all(url: str, n: int) -> list[str]:
 def _submit_batch(url: str, n: int) -> list[str]:
     """All at once (one round trip): a worker cannot quarantine half-way through."""
     body = {"inputs": [f"job {i} " + "w " * (i % 20) for i in range(n)]}
-    resp = httpx.post(f"{url}/v1/models/{MODEL}/jobs/batch", json=body, timeout=10)
+    resp = HTTP.post(f"{url}/v1/models/{MODEL}/jobs/batch", json=body, timeout=10)
     assert resp.status_code == 202, resp.text
     return [j["id"] for j in resp.json()["jobs"]]
 

@@ -7,7 +7,6 @@ import os
 import socket
 from collections.abc import Iterator
 
-import httpx
 import pytest
 import schemathesis
 import yaml
@@ -18,6 +17,7 @@ from schemathesis import GenerationMode
 from sluice.local.children import Children
 from sluice.local.redis_server import RedisServer
 from tests.kit.gateway import error_keys, waited_out
+from tests.kit.http import HTTP
 
 CONFIG = {
     "models": {
@@ -59,11 +59,11 @@ def gateway_url(
 
 
 def test_cli_gateway_serves_with_the_tokenizer_cost(gateway_url: str) -> None:
-    resp = httpx.post(f"{gateway_url}/v1/models/t/jobs", json={"input": "Hello, world!"})
+    resp = HTTP.post(f"{gateway_url}/v1/models/t/jobs", json={"input": "Hello, world!"})
     assert resp.status_code == 202
     # MiniLM's tokenizer: [CLS] hello , world ! [SEP] = 6 tokens (4 words would say 2).
     assert resp.json()["cost"] == 6 and resp.json()["bucket"] == "32"
-    job = httpx.get(f"{gateway_url}{resp.headers['location']}").json()
+    job = HTTP.get(f"{gateway_url}{resp.headers['location']}").json()
     assert job["status"] == "queued" and job["model"] == "t"
 
 

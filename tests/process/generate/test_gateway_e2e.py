@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import openai
 import pytest
 
 from gateway.app import create_app
 from sluice.config import SluiceConfig
+from tests.kit.http import HTTP
 from tests.kit.served import served
 
 pytestmark = [pytest.mark.system]
@@ -47,7 +47,7 @@ def client(base: str) -> openai.OpenAI:
 
 def job_result(base: str, reply_id: str) -> dict[str, Any]:
     job_id = reply_id.split("-", 1)[1]
-    return dict(httpx.get(f"{base}/v1/jobs/{job_id}").json()["result"])
+    return dict(HTTP.get(f"{base}/v1/jobs/{job_id}").json()["result"])
 
 
 def test_completions_streams_and_sse_against_a_real_worker(stack: tuple[str, Any, Any]) -> None:
@@ -71,10 +71,10 @@ def test_completions_streams_and_sse_against_a_real_worker(stack: tuple[str, Any
     text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
     assert text == job_result(base, chunks[0].id)["text"]
     assert chunks[-1].usage is not None
-    job = httpx.post(
+    job = HTTP.post(
         f"{base}/v1/models/{MODEL}/jobs",
         json={"input": {"prompt": "a stream", "max_tokens": 8, "temperature": 0}},
     ).json()["id"]
-    with httpx.stream("GET", f"{base}/v1/jobs/{job}/stream", timeout=READY_S) as resp:
+    with HTTP.stream("GET", f"{base}/v1/jobs/{job}/stream", timeout=READY_S) as resp:
         kinds = [line[7:] for line in resp.iter_lines() if line.startswith("event: ")]
     assert kinds[0] == "start" and kinds[-1] == "end" and "tokens" in kinds

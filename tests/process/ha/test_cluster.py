@@ -14,7 +14,6 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from redis.crc import key_slot
 
@@ -22,6 +21,7 @@ from sluice import keys
 from sluice.client import Client
 from sluice.local.redis_server import RedisServer, start_redis
 from sluice.local.redis_topology import LocalCluster
+from tests.kit.http import HTTP
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
@@ -118,15 +118,15 @@ def test_a_partitioned_model_is_served_from_every_shard(up: Up, cluster: LocalCl
 def test_reads_that_span_every_model_answer_on_a_cluster(up: Up, cluster: LocalCluster) -> None:
     models = cluster.models_on_every_shard()
     for path in ("/v1/models", "/dashboard/api/state", "/dashboard/api/history", "/metrics"):
-        resp = httpx.get(f"{up.gateway}{path}", timeout=30)
+        resp = HTTP.get(f"{up.gateway}{path}", timeout=30)
         assert resp.status_code == 200, (path, resp.text[:500])
         assert all(m in resp.text for m in models), path
     for m in models:
-        dead = httpx.get(f"{up.gateway}/v1/admin/webhooks", params={"model": m}, timeout=30)
+        dead = HTTP.get(f"{up.gateway}/v1/admin/webhooks", params={"model": m}, timeout=30)
         assert dead.status_code == 200 and dead.json()["dead"] == [], dead.text
     with Client(up.gateway) as c:
         job = c.predict(models[2], "one more")
-    with httpx.stream("GET", f"{up.gateway}/v1/jobs/{job['id']}/events", timeout=30) as resp:
+    with HTTP.stream("GET", f"{up.gateway}/v1/jobs/{job['id']}/events", timeout=30) as resp:
         assert resp.status_code == 200 and "event: result" in resp.read().decode()
 
 

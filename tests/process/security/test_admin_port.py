@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import yaml
 
 from sluice.local.children import Children
 from sluice.local.redis_server import free_port
+from tests.kit.http import HTTP
 from tests.waits import wait_http
 
 
@@ -35,13 +35,13 @@ def test_admin_routes_move_to_the_admin_port_and_sigterm_stops_both(
         wait_http(f"http://127.0.0.1:{port}/healthz", proc, 30)
         wait_http(f"http://127.0.0.1:{admin}/healthz", proc, 30)
         api, adm = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{admin}"
-        assert httpx.get(f"{api}/metrics").status_code == 404
-        assert httpx.get(f"{api}/dashboard/api/state").status_code == 404
-        submitted = httpx.post(f"{api}/v1/models/m/jobs", json={"input": "x"})
+        assert HTTP.get(f"{api}/metrics").status_code == 404
+        assert HTTP.get(f"{api}/dashboard/api/state").status_code == 404
+        submitted = HTTP.post(f"{api}/v1/models/m/jobs", json={"input": "x"})
         assert submitted.status_code == 202
-        metrics = httpx.get(f"{adm}/metrics")
+        metrics = HTTP.get(f"{adm}/metrics")
         assert metrics.status_code == 200 and "sluice_jobs_submitted_total" in metrics.text
-        assert httpx.get(f"{adm}/v1/models").status_code == 404
+        assert HTTP.get(f"{adm}/v1/models").status_code == 404
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(15) == -signal.SIGTERM  # re-raised, as uvicorn does with one listener
     finally:

@@ -7,7 +7,6 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-import httpx
 import pytest
 import redis
 import yaml
@@ -16,6 +15,7 @@ from sluice import registry
 from sluice.config import SluiceConfig
 from sluice.jobs import JobStatus
 from sluice.queue import QueueClient
+from tests.kit.http import HTTP
 from tests.kit.workers import MODEL, SLUICE, Running, submit, worker_config
 from tests.waits import wait_until
 
@@ -80,7 +80,7 @@ def test_metrics_endpoint_counts_jobs(
     wait_until(lambda: qc.stats(MODEL).counters.get("succeeded") == 6)
     live = wait_until(lambda: qc.run(registry.list_workers_call(MODEL))[0])
     port = live[0].metrics_port
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    text = HTTP.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     assert 'sluice_worker_jobs_total{model="m",status="succeeded"} 6.0' in text
     assert 'sluice_worker_state{model="m",state="ready"} 1.0' in text
     assert 'sluice_worker_padding_efficiency{model="m"} 1.0' in text

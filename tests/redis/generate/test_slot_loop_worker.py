@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
 import redis
 
@@ -17,6 +16,7 @@ from sluice.generate.params import GenerateInput, SamplingParams
 from sluice.jobs import JobStatus, NewJob
 from sluice.queue import QueueClient
 from sluice.records import StreamEvent, StreamField
+from tests.kit.http import HTTP
 from tests.waits import blocked_clients, wait_blocked, wait_until
 
 MODEL = "gen"
@@ -128,7 +128,7 @@ def test_the_metrics_port_serves_the_generate_metrics(
     job = submit(qc, (1,), 6)
     wait_until(lambda: status(qc, job) == JobStatus.SUCCEEDED)
     port = wait_until(lambda: run.worker.status.snapshot().metrics_port)
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+    text = HTTP.get(f"http://127.0.0.1:{port}/metrics").text
     for name in (
         'sluice_generate_tokens_total{model="gen"} 6.0',
         'sluice_generate_slots{model="gen"} 4.0',
