@@ -176,7 +176,8 @@ def _ready_workers(resp: httpx.Response) -> bool:
 
 
 def sluice_config(model_dir: Path, admission: str, slots: int, threads: int) -> str:
-    """examples/generate.yaml's model on one worker, the benchmark's model and slots."""
+    """examples/generate.yaml's model on one worker, the benchmark's model and slots;
+    no RQ bulk worker (nothing here submits a bulk job)."""
     return f"""# written by sluice bench generate
 models:
   {MODEL}:
@@ -194,6 +195,7 @@ models:
       default_max_tokens: 256
     autoscaling: {{min_replicas: 1, max_replicas: 1}}
 gateway: {{host: 127.0.0.1, port: 8000}}
+bulk: {{rq_workers: 0}}  # no bulk jobs: no RQ worker started
 """
 
 

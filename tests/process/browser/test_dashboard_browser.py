@@ -56,6 +56,7 @@ CONFIG = {
         },
     },
     "worker": {"heartbeat_s": 0.3, "heartbeat_ttl_s": 3},
+    "bulk": {"rq_workers": 0},  # no bulk job here: one process fewer to start
     "autoscaler": {"drain_timeout_s": 10},
     "auth": {
         "keys": [

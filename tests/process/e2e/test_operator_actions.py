@@ -43,6 +43,7 @@ def config(flags: Path) -> dict[str, Any]:
             }
         },
         "worker": {"heartbeat_s": 0.3, "overlap": False},
+        "bulk": {"rq_workers": 0},  # no bulk job here: one process fewer to start
         "auth": {"keys": [{"name": "ops", "hash": hash_key(ADMIN_KEY), "admin": True}]},
     }
 

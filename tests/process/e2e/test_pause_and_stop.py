@@ -46,6 +46,7 @@ CONFIG = {
         },
     },
     "worker": {"heartbeat_s": 0.2, "heartbeat_ttl_s": 3},
+    "bulk": {"rq_workers": 0},  # no bulk job here: one process fewer to start
     "autoscaler": {"drain_timeout_s": 5, "restart_backoff_s": 0.2},
 }
 

@@ -33,6 +33,7 @@ def _config() -> dict[str, Any]:
     model["params"]["model"] = "tiny:2x64"  # the example's model, smaller: a test's budget
     model["batching"]["lease_s"] = 2  # a killed worker's job runs again soon
     raw.pop("gateway", None)  # launch picks the port
+    raw["bulk"] = {"rq_workers": 0}  # no bulk job here: one process fewer to start
     return raw
 
 
