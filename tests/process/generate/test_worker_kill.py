@@ -26,6 +26,9 @@ MODEL = "tiny-gpt"
 PROMPT = "the worker kept the stream going while the other one"
 MAX_TOKENS = 160
 READY_S = 120.0  # a cold worker imports torch and transformers on a loaded machine
+# A look every 50 ms, not 10: the waits span a cold worker's start (~10 s), and a
+# 160-token run still has well over 8 tokens to go when the first 8 are seen.
+POLL_S = 0.05
 
 
 class Reader:
@@ -66,20 +69,20 @@ def test_a_worker_killed_mid_generation_loses_nothing_and_no_token_shows_twice(
     job = submit(qc, cfg, ids)
     first = w.spawn("w1", path)
     reader = Reader(r, job)
-    wait_until(lambda: reader.poll() >= 8, READY_S, "the first worker's tokens")
+    wait_until(lambda: reader.poll() >= 8, READY_S, "the first worker's tokens", POLL_S)
     first.proc.kill()  # SIGKILL mid-generation: no drain, no hand-back
     first.proc.wait(10)
     before = reader.poll()
     assert not done(qc, job) and before < MAX_TOKENS
     second = w.spawn("w2", path)
-    wait_until(lambda: done(qc, job), READY_S, "the job run again by the second worker")
+    wait_until(lambda: done(qc, job), READY_S, "the job run again by the second worker", POLL_S)
     reader.poll()
     rec = qc.get(job)
     assert rec.attempts == 2 and rec.result["attempt"] == 2
     assert StreamEvent.RESTART in reader.types and reader.follower.restarts >= 1
     # The same prompt again, uninterrupted, on the second worker: the reference.
     ref = submit(qc, cfg, ids)
-    wait_until(lambda: done(qc, ref), READY_S, "the uninterrupted run")
+    wait_until(lambda: done(qc, ref), READY_S, "the uninterrupted run", POLL_S)
     ref_result = qc.get(ref).result
     assert reader.follower.done
     assert reader.follower.text == ref_result["text"] == rec.result["text"]
@@ -97,7 +100,7 @@ def test_sigterm_finishes_the_sequences_in_slots_and_exits_0(
     jobs = [submit(qc, cfg, ids) for _ in range(2)]
     worker = w.spawn("w1", path)
     readers = [Reader(r, j) for j in jobs]
-    wait_until(lambda: all(x.poll() >= 4 for x in readers), READY_S, "both streaming")
+    wait_until(lambda: all(x.poll() >= 4 for x in readers), READY_S, "both streaming", POLL_S)
     queued = submit(qc, cfg, ids)
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.proc.wait(60) == 0, w.log(worker)
