@@ -69,6 +69,11 @@ def sluice(up: Up, *args: str) -> str:
     return done.stdout
 
 
+# Looks at the workers every 50 ms: one reads the registry on a new connection
+# (~5 ms of CPU), and these waits span worker restarts and heartbeats.
+LOOK_S = 0.05
+
+
 def the_worker(up: Up) -> Any:
     workers = [w for w in up.workers(MODEL) if w.state == "ready"]
     return workers[0] if len(workers) == 1 else None
@@ -96,6 +101,7 @@ def claims_pass(up: Up, worker_id: str, seconds: float) -> None:
             w.id == worker_id and w.heartbeat_at > since + seconds for w in up.workers(MODEL)
         ),
         what=f"worker {worker_id} to go on for {seconds} s",
+        every_s=LOOK_S,
     )
 
 
@@ -104,7 +110,7 @@ def test_a_paused_model_keeps_its_jobs_through_a_worker_restart_until_resumed(up
     listed = HTTP.get(f"{up.gateway}/v1/models", timeout=10).json()["data"][0]
     assert listed["paused"] is True and listed["pause"]["refuse_submits"] is False
     job_id = submit(up, "a b")  # accepted, and held
-    first = wait_until(lambda: the_worker(up), what="the ready worker")
+    first = wait_until(lambda: the_worker(up), what="the ready worker", every_s=LOOK_S)
     claims_pass(up, first.id, 1.0)
     assert job(up, job_id)["status"] == "queued"
 
@@ -112,6 +118,7 @@ def test_a_paused_model_keeps_its_jobs_through_a_worker_restart_until_resumed(up
     second = wait_until(
         lambda: (w := the_worker(up)) is not None and w.id != first.id and w,
         what="a restarted worker",
+        every_s=LOOK_S,
     )
     claims_pass(up, second.id, 1.0)
     assert job(up, job_id)["status"] == "queued"  # the pause is Redis', not a process's
@@ -134,7 +141,9 @@ def test_a_cancelled_running_job_is_stopped_and_its_worker_stays_healthy(up: Up)
     resp = HTTP.delete(f"{up.gateway}/v1/jobs/{job_id}", timeout=10)
     assert resp.status_code == 200 and resp.json()["previous_status"] == "running"
     # 80 s of compute left: only the stop frees the worker this soon (20 s: hung).
-    w = wait_until(lambda: not_busy(up), what="the worker to stop the cancelled job")
+    w = wait_until(
+        lambda: not_busy(up), what="the worker to stop the cancelled job", every_s=LOOK_S
+    )
     assert w.failures == 0 and w.state == "ready"
     rec = job(up, job_id)
     assert rec["status"] == "cancelled" and rec.get("result") is None
