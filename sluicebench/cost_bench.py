@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psutil
 import redis
 import yaml
@@ -46,6 +45,7 @@ import yaml
 from sluice.local.redis_server import free_port, start_redis
 from sluicebench.cost_procs import MODEL, STATS_ENV
 from sluicebench.loadgen.http import EngineError, LeanEngine
+from sluicebench.ready import wait_ready
 
 PROCS = Path(__file__).resolve().with_name("cost_procs.py")
 ROUTES = ("submit_poll", "predict", "embeddings", "batch")
@@ -121,15 +121,8 @@ def _start_gateway(
     port = free_port()
     args = ["gateway", "--config", str(cfg), "--redis-url", url, "--port", str(port)]
     gw = _spawn(checkout, args, tmp / "gateway.json")
-    deadline = time.monotonic() + 60
-    with httpx.Client(timeout=1) as client:  # one TLS context for every look
-        while time.monotonic() < deadline:
-            try:
-                if client.get(f"http://127.0.0.1:{port}/healthz").status_code == 200:
-                    return gw, port
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)  # after a refusal or an answer not yet 200 alike: no spinning
+    if wait_ready(f"http://127.0.0.1:{port}/healthz", 60):
+        return gw, port
     gw.stop()
     raise RuntimeError(f"the gateway of {checkout} did not start")
 

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ import psutil
 
 from sluice.cores import THREADS_ENV
 from sluice.local.redis_server import free_port
+from sluicebench.ready import wait_ready
 
 MODEL = "minilm"
 
@@ -76,16 +76,8 @@ class Procs:
 
 
 def _wait_http(url: str, ok: Callable[[httpx.Response], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(timeout=5) as client:  # one TLS context for every look
-        while time.monotonic() < deadline:
-            try:
-                if ok(client.get(url)):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-    raise RuntimeError(f"{what} did not come up in {timeout_s:.0f} s")
+    if not wait_ready(url, timeout_s, ok, every_s=0.5):
+        raise RuntimeError(f"{what} did not come up in {timeout_s:.0f} s")
 
 
 def _workers(resp: httpx.Response) -> dict[str, int]:

@@ -33,6 +33,7 @@ from sluice.queue import AsyncQueueClient
 from sluice.queue.client import connect_async
 from sluicebench.gateway_bare import BARE_URL_ENV
 from sluicebench.gateway_loops import RunResult, closed_loop, engine, open_loop
+from sluicebench.ready import wait_ready
 
 MODEL = "bench"
 BODY = b'{"input": "the quick brown fox jumps over the lazy dog"}'
@@ -110,15 +111,8 @@ def _start(name: str, processes: int, cfg_path: Path, redis_url: str) -> Server:
     cmd += ["--port", str(port), "--workers", str(processes)]
     env = {**os.environ, BARE_URL_ENV: redis_url, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen(cmd, env=env)
-    deadline = time.monotonic() + 30
-    with httpx.Client(timeout=1) as client:  # one TLS context for every look
-        while time.monotonic() < deadline:
-            try:
-                if client.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200:
-                    return Server(name, processes, port, path, proc, headers)
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)  # after a refusal or an answer not yet 200 alike: no spinning
+    if wait_ready(f"http://127.0.0.1:{port}/openapi.json", 30):
+        return Server(name, processes, port, path, proc, headers)
     proc.terminate()
     raise RuntimeError(f"{name} did not start on port {port}")
 

@@ -28,7 +28,6 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from sluice.cli_common import write_json
@@ -38,6 +37,7 @@ from sluice.local.redis_server import free_port, start_redis
 from sluice.queue import AsyncQueueClient, QueueClient
 from sluice.queue.client import connect, connect_async
 from sluicebench.gateway_loops import RunResult, closed_loop, engine
+from sluicebench.ready import wait_ready
 
 MODEL = "bench"
 SECRET_ENV = "SLUICE_WEBHOOK_SECRET"
@@ -121,15 +121,8 @@ def _spawn(args: list[str], cfg_path: Path, redis_url: str) -> subprocess.Popen[
 def _gateway(cfg_path: Path, redis_url: str) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     proc = _spawn(["gateway", "--port", str(port)], cfg_path, redis_url)
-    deadline = time.monotonic() + 60
-    with httpx.Client(timeout=1) as client:  # one TLS context for every look
-        while time.monotonic() < deadline:
-            try:
-                if client.get(f"http://127.0.0.1:{port}/readyz").status_code == 200:
-                    return proc, port
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
+    if wait_ready(f"http://127.0.0.1:{port}/readyz", 60):
+        return proc, port
     proc.terminate()
     raise RuntimeError("the gateway did not start")
 

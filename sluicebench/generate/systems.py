@@ -27,6 +27,7 @@ import psutil
 
 from sluice.cores import THREADS_ENV
 from sluice.local.redis_server import free_port
+from sluicebench.ready import wait_ready as wait_http
 
 REPO = Path(__file__).resolve().parents[2]
 RAY_VENV = Path(os.environ.get("SLUICE_BENCH_RAY_VENV", "/work/venvs/ray"))
@@ -154,18 +155,13 @@ def _env(threads: int) -> dict[str, str]:
 
 
 def wait_ready(run: Running, ok: Callable[[httpx.Response], bool], path: str) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    with httpx.Client(timeout=5) as client:  # one TLS context for every look
-        while time.monotonic() < deadline:
-            if run.proc.poll() is not None:
-                raise RuntimeError(f"{run.name} exited with {run.proc.returncode}: see {run.log}")
-            try:
-                if ok(client.get(run.url + path)):
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-    raise RuntimeError(f"{run.name} did not come up in {START_TIMEOUT_S:.0f} s: see {run.log}")
+    def exited() -> str | None:
+        if run.proc.poll() is None:
+            return None
+        return f"{run.name} exited with {run.proc.returncode}: see {run.log}"
+
+    if not wait_http(run.url + path, START_TIMEOUT_S, ok, every_s=0.5, exited=exited):
+        raise RuntimeError(f"{run.name} did not come up in {START_TIMEOUT_S:.0f} s: see {run.log}")
 
 
 def _ready_workers(resp: httpx.Response) -> bool:
