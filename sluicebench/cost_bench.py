@@ -113,9 +113,11 @@ def _spawn(checkout: Path, args: list[str], stats: Path) -> Proc:
     return Proc(subprocess.Popen([sys.executable, str(PROCS), *args], env=env, cwd=checkout), stats)
 
 
-def _start_gateway(checkout: Path, url: str, tmp: Path) -> tuple[Proc, int]:
+def _start_gateway(
+    checkout: Path, url: str, tmp: Path, config: dict[str, Any] | None = None
+) -> tuple[Proc, int]:
     cfg = tmp / "sluice.yaml"
-    cfg.write_text(yaml.safe_dump(CONFIG))
+    cfg.write_text(yaml.safe_dump(CONFIG if config is None else config))
     port = free_port()
     args = ["gateway", "--config", str(cfg), "--redis-url", url, "--port", str(port)]
     gw = _spawn(checkout, args, tmp / "gateway.json")
