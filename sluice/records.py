@@ -346,6 +346,17 @@ def score_range(rank: int) -> tuple[str, str]:
     return f"{rank * SCORE_SCALE}", f"({(rank + 1) * SCORE_SCALE}"
 
 
+# The field layouts every script gets as a table (``JOB.status``), by table name.
+_LUA_FIELD_TABLES: dict[str, type[StrEnum]] = {
+    "JOB": JobField,
+    "DELIVERY": DeliveryField,
+    "BULK": BulkField,
+    "PAUSE": PauseField,
+    "STREAM": StreamField,
+    "STREAM_EVENT": StreamEvent,
+}
+
+
 def lua_constants() -> str:
     """The layouts above as Lua locals, for the start of every script."""
     bounds = ", ".join(str(b) for b in WAIT_BOUNDS_MS)
@@ -357,12 +368,7 @@ def lua_constants() -> str:
             "local function strict(what, t)",
             "  return setmetatable(t, {__index = function(_, k) error(what .. ': no ' .. k) end})",
             "end",
-            _lua_fields("JOB", JobField),
-            _lua_fields("DELIVERY", DeliveryField),
-            _lua_fields("BULK", BulkField),
-            _lua_fields("PAUSE", PauseField),
-            _lua_fields("STREAM", StreamField),
-            _lua_fields("STREAM_EVENT", StreamEvent),
+            *(_lua_fields(name, enum) for name, enum in _LUA_FIELD_TABLES.items()),
             f"local RANK = strict('RANK', {{{ranks}}})",
             f"local HOOK_TTL_S = {HOOK_TTL_S}",
             f"local SCORE_SCALE = {SCORE_SCALE}",
@@ -382,15 +388,10 @@ def lua_literals() -> dict[str, dict[str, str]]:
     """The generated tables of :func:`lua_constants` whose entries a script's source may
     have replaced by their value (``JOB.status`` by ``'status'``, ``RANK.bulk`` by
     ``3``): table name -> entry -> Lua literal (``sluice.lua_loader``, ADR 0168)."""
-    tables: dict[str, type[StrEnum]] = {
-        "JOB": JobField,
-        "DELIVERY": DeliveryField,
-        "BULK": BulkField,
-        "PAUSE": PauseField,
-        "STREAM": StreamField,
-        "STREAM_EVENT": StreamEvent,
+    out = {
+        name: {f.name.lower(): f"'{f.value}'" for f in enum}
+        for name, enum in _LUA_FIELD_TABLES.items()
     }
-    out = {name: {f.name.lower(): f"'{f.value}'" for f in enum} for name, enum in tables.items()}
     out["STAT"] = {s.value: f"'{s.value}'" for s in Stat}
     out["RANK"] = {name: str(rank) for rank, name in enumerate(RANKS)}
     return out

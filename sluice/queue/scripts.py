@@ -33,6 +33,7 @@ from sluice.jobs import (
     priority_rank,
 )
 from sluice.queue.call import Call
+from sluice.queue.claim_args import RECLAIM_LIMIT, backoff_args, claim_fixed, ms, served_groups
 from sluice.queue.partitions import Partitions, owned_idem
 from sluice.queue.replies import claimed_job, parse_submit, parse_submits
 from sluice.queue.signatures import CANCEL, CLAIM, COMPLETE, RECLAIM, RENEW, SIGNATURES, SUBMIT
@@ -44,7 +45,6 @@ from sluice.records import (
 
 T = TypeVar("T")
 SCRIPT_NAMES = ("submit", "claim", "complete", "renew", "cancel", "reclaim")
-RECLAIM_LIMIT = 256
 
 
 def script_source(name: str) -> str:
@@ -71,10 +71,6 @@ def with_durability(call: Call[T], models: Mapping[str, ModelConfig]) -> Call[T]
     """``call`` with the durability of the model it names in ``durability_of``."""
     cfg = models.get(call.durability_of) if call.durability_of and not call.replicas else None
     return _durable(call, cfg) if cfg is not None else call
-
-
-def _ms(seconds: float) -> int:
-    return max(1, int(seconds * 1000))
 
 
 def _submit_group(
@@ -211,41 +207,10 @@ class QueueOps(SpreadOps):
         One partition's queues (the clients' ``claim`` visits them in turn)."""
         p = partition
         cfg = self.model(model)
-        b = cfg.batching
         served = list(buckets) if buckets else cfg.bucket_names
-        bulk_batch, bulk_cost = _bulk_limits(cfg, max_batch, max_batch_tokens) if bulk else (0, 0)
-        weights = cfg.queue.priority_weights
         args = CLAIM.pack(
-            {
-                "jprefix": keys.job_prefix(model, p),
-                "qprefix": keys.queue_prefix(model, p),
-                "hprefix": keys.wait_hist_prefix(model, p),
-                "channel": keys.done_channel(model),
-                "worker": worker_id,
-                "max_batch": max_batch or b.max_batch,
-                "max_cost": max_batch_tokens or b.max_batch_tokens,
-                "lease_ms": _ms(b.lease_s),
-                "max_attempts": b.max_attempts,
-                "reclaim_limit": RECLAIM_LIMIT,
-                "result_ttl": cfg.queue.result_ttl_s,
-                "dead_ttl": cfg.queue.dead_letter_ttl_s,
-                "weight_high": weights["high"],
-                "weight_normal": weights["normal"],
-                "weight_low": weights["low"],
-                "overdue_factor": b.overdue_factor,
-                "wake_prefix": keys.wake_prefix(model, p),
-                "bulk_max_batch": bulk_batch,
-                "bulk_max_cost": bulk_cost,
-                "bulk_reserve": cfg.bulk.reserve_workers,
-                "bulk_idle_reserve": cfg.bulk.idle_reserve,
-                # bulk=False is a claim beside a batch still running (a worker's
-                # prefetch): that worker holds a batch whatever this claim finds.
-                "holding": 0 if bulk else 1,
-                "prio_wait": _ms(cfg.queue.max_priority_wait_s),
-                "nprefix": keys.notify_prefix(model, p),
-                **_backoff(cfg),
-            },
-            _served_groups(cfg, served, service_ms),
+            claim_fixed(cfg, model, worker_id, p, max_batch, max_batch_tokens, bulk),
+            served_groups(cfg, served, service_ms),
         )
         # The worker registry lives in partition 0: a partition p >= 1 passes its own
         # (empty) keys, so its claims see no other serving worker (ADR 0164, 0166).
@@ -297,7 +262,7 @@ class QueueOps(SpreadOps):
             "eprefix": keys.e2e_hist_prefix(model, p),
             "nprefix": keys.notify_prefix(model, p),
             "max_run_ms": cfg.limits.max_run_ms or 0,
-            **_backoff(cfg),
+            **backoff_args(cfg),
         }
         groups = [
             {
@@ -330,7 +295,7 @@ class QueueOps(SpreadOps):
         fixed = {
             "jprefix": keys.job_prefix(model, p),
             "worker": worker_id,
-            "lease_ms": _ms(cfg.batching.lease_s),
+            "lease_ms": ms(cfg.batching.lease_s),
             "channel": keys.done_channel(model),
             "nprefix": keys.notify_prefix(model, p),
             "result_ttl": cfg.queue.result_ttl_s,
@@ -355,7 +320,7 @@ class QueueOps(SpreadOps):
                 "dead_ttl": cfg.queue.dead_letter_ttl_s,
                 "wprefix": keys.wake_prefix(model, p),
                 "nprefix": keys.notify_prefix(model, p),
-                **_backoff(cfg),
+                **backoff_args(cfg),
             }
         )
         ks = [*self._ks(model, p), keys.retry_key(model, p)]
@@ -455,34 +420,6 @@ class QueueOps(SpreadOps):
 
 
 _NO_OWNER = Owner("")
-
-
-def _bulk_limits(cfg: ModelConfig, max_batch: int | None, max_tokens: int | None) -> list[int]:
-    """An all-bulk batch's limits: the bulk block's, never above this claim's own
-    (a worker that lowered its token budget after an out-of-memory keeps it)."""
-    batch = max_batch or cfg.batching.max_batch
-    tokens = max_tokens or cfg.batching.max_batch_tokens
-    bulk = cfg.bulk
-    return [min(batch, bulk.max_batch or batch), min(tokens, bulk.max_batch_tokens or tokens)]
-
-
-def _served_groups(
-    cfg: ModelConfig, served: list[str], service_ms: dict[str, float] | None
-) -> list[dict[str, Any]]:
-    """A claim's group per served queue: its bucket and expected service time (the
-    worker's measured one, else the config's estimate)."""
-    b = cfg.batching
-    groups = []
-    for name in served:
-        est = (service_ms or {}).get(name)
-        if est is None:
-            est = b.service_ms_base + b.service_ms_per_cost * int(name)
-        groups.append({"bucket": name, "service_ms": max(est, 0.001)})
-    return groups
-
-
-def _backoff(cfg: ModelConfig) -> dict[str, int]:  # the retry backoff (docs/adr/0153)
-    return {"backoff_ms": cfg.retry.backoff_ms, "backoff_max_ms": cfg.retry.backoff_max_ms}
 
 
 def _events(hook: Webhook | None) -> str:
