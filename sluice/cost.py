@@ -73,10 +73,19 @@ class CostEstimator:
         self.cfg: CostConfig = model_cfg.cost
         self.buckets = list(model_cfg.buckets)
         self._tokenizer: Any = None
+        self._encode: Any = None  # the tokenizer's batch call (below)
         if self.cfg.method == "tokenizer":
             path = default_tokenizer_path(model_cfg)
             if path is not None and path.is_file():
                 self._tokenizer = _load_tokenizer(str(path))
+                # The batch call, for every text: it releases the GIL (encode holds it
+                # for the whole run, ~0.5 s per MB), so a caller that estimates in a
+                # worker thread leaves its event loop free; and encode_batch_fast
+                # (tokenizers >= 0.20) skips the character offsets, ~20% of a count
+                # (0.12 -> 0.10 ms CPU for an e2e bench text, docs/benchmarks/e2e.md).
+                # Same ids as encode.
+                tok = self._tokenizer
+                self._encode = getattr(tok, "encode_batch_fast", tok.encode_batch)
         # The fallback (no tokenizer available) is the chars-per-token estimate.
 
     @property
@@ -99,14 +108,8 @@ class CostEstimator:
         return max(1, math.ceil(len(text) / self.cfg.chars_per_token))
 
     def _token_count(self, text: str) -> int:
-        # The batch call, for every text: it releases the GIL (encode holds it for the
-        # whole run, ~0.5 s per MB), so a caller that estimates in a worker thread
-        # leaves its event loop free; and encode_batch_fast (tokenizers >= 0.20) skips
-        # the character offsets, ~20% of a count (0.12 -> 0.10 ms CPU for an e2e
-        # bench text, docs/benchmarks/e2e.md). Same ids as encode.
-        encode = getattr(self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch)
         try:
-            return len(encode([text])[0].ids)
+            return len(self._encode([text])[0].ids)
         except TypeError as e:  # the only way a str fails: a lone surrogate
             raise InvalidInput("input text is not valid Unicode (a lone surrogate)") from e
 
