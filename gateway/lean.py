@@ -212,16 +212,25 @@ class LeanRoutes:
                 return lean, name
         return None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        found = None
-        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
-            found = self.match(scope["path"])
+    def take(self, scope: Scope) -> tuple[Lean, str, float | None] | None:
+        """The route, model name and ``?timeout=`` of a request this path may answer
+        (a JSON POST to a hot route, its query plain), before its body is read."""
+        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+            return None
+        found = self.match(scope["path"])
         if found is None:
-            return await self.app(scope, receive, send)
+            return None
         lean, name = found
         ok, timeout = query_timeout(scope["query_string"]) if lean.timeout else (True, None)
         if not ok or not _is_json(scope):
+            return None
+        return lean, name, timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        taken = self.take(scope)
+        if taken is None:
             return await self.app(scope, receive, send)
+        lean, name, timeout = taken
         scope["route"] = lean.route  # as FastAPI's router would: the metrics' label
         seen: list[Message] = []
         try:
@@ -247,8 +256,12 @@ class LeanRoutes:
     async def _answer_error(
         self, exc: Exception, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        """What Starlette's exception middleware does with ``exc``: the app's handler
-        for it answers; with none, it goes on up (to ServerErrorMiddleware's 500)."""
+        response = await self.error_response(exc, scope, receive)
+        await response(scope, receive, send)
+
+    async def error_response(self, exc: Exception, scope: Scope, receive: Receive) -> Response:
+        """What Starlette's exception middleware answers for ``exc``: the app's handler
+        for it; with none, ``exc`` goes on up (to ServerErrorMiddleware's 500)."""
         handler = None
         if isinstance(exc, HTTPException):
             handler = self.status_handlers.get(exc.status_code)
@@ -259,5 +272,4 @@ class LeanRoutes:
                     break
         if handler is None:
             raise exc
-        response = await handler(Request(scope, receive), exc)
-        await response(scope, receive, send)
+        return await handler(Request(scope, receive), exc)

@@ -30,7 +30,7 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"request body is over the limit of {limit} bytes", CLOSE)
 
 
-def _body_headers(headers: Any) -> tuple[bytes | None, bool, bytes | None]:
+def body_headers(headers: Any) -> tuple[bytes | None, bool, bytes | None]:
     """Content-Length, whether Transfer-Encoding is there, Content-Type (the first of
     each, as a lookup by name finds it), in one pass over the headers. Transfer-Encoding
     wins over Content-Length (RFC 9112 6.3): with both, the declared length says
@@ -88,7 +88,7 @@ class BodyGuard:
         path = scope["path"]
         bulk = path.endswith("/bulk") and _is_bulk_upload(path)
         limit = self.bulk_max_bytes if bulk else self.max_bytes
-        length, chunked, ctype = _body_headers(scope["headers"])
+        length, chunked, ctype = body_headers(scope["headers"])
         declared = int(length) if length and length.isdigit() else None
         if declared is not None and declared > limit:
             # The same answer as a chunked body that passes the limit (BodyTooLarge).
@@ -139,15 +139,19 @@ class Metrics:
         try:
             await self.app(scope, receive, send_status)
         finally:
-            route: Any = scope.get("route")
-            name = getattr(route, "path", None) or "unmatched"
-            method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
-            self._count(name, method, status)
-            key = (name, method)
-            hist = self._histograms.get(key)
-            if hist is None:
-                hist = self._histograms[key] = self.metrics.latency.labels(name, method)
-            hist.observe(time.perf_counter() - start)
+            self.record(scope, status, start)
+
+    def record(self, scope: Scope, status: int, start: float) -> None:
+        """Count one answered request and observe its latency since ``start``."""
+        route: Any = scope.get("route")
+        name = getattr(route, "path", None) or "unmatched"
+        method = scope["method"] if scope["method"] in KNOWN_METHODS else "other"
+        self._count(name, method, status)
+        key = (name, method)
+        hist = self._histograms.get(key)
+        if hist is None:
+            hist = self._histograms[key] = self.metrics.latency.labels(name, method)
+        hist.observe(time.perf_counter() - start)
 
     def _count(self, route: str, method: str, status: int) -> None:
         key = (route, method, status)
