@@ -109,14 +109,15 @@ class HotFront:
 async def server_error(errors: ServerErrorMiddleware, scope: Scope, exc: Exception) -> Response:
     """The response ``errors`` (the app's outermost middleware) gives for ``exc``."""
     request = Request(scope)
+    handler: Any = errors.handler  # an HTTP handler here (typed for WebSockets too)
     if errors.debug:
         response: Any = await run_in_threadpool(errors.debug_response, request, exc)
-    elif errors.handler is None:
+    elif handler is None:
         response = errors.error_response(request, exc)
-    elif is_async_callable(errors.handler):
-        response = await errors.handler(request, exc)
+    elif is_async_callable(handler):
+        response = await handler(request, exc)
     else:
-        response = await run_in_threadpool(errors.handler, request, exc)
+        response = await run_in_threadpool(handler, request, exc)
     return response  # type: ignore[no-any-return]
 
 
