@@ -207,7 +207,7 @@ async def submit(
     _admit(st, model, cfg, spec, total)
     jobs = _build_jobs(inputs, estimates, spec, batch)
     subs = await _enqueue(st, model, cfg, spec, jobs, total)
-    replayed = await _read_replays(st, subs, spec.owner)
+    replayed = {} if all(s.created for s in subs) else await _read_replays(st, subs, spec.owner)
     if None in replayed.values():
         # A replayed job expired between the submit and the read: its key is free
         # now, so the same submit again makes a new job (the others replay).
@@ -296,8 +296,10 @@ async def wait(st: GatewayState, job_id: str, wait_s: float, owner: str | None =
     loop = asyncio.get_running_loop()
     deadline = loop.time() + min(wait_s, st.gw.max_wait_s)
     woke_at: float | None = None
+    waiters = st.waiters
     while True:
-        with st.waiters.waiter(job_id) as fut:
+        fut = waiters.add(job_id)
+        try:
             rec = await get(st, job_id, owner)
             left = deadline - loop.time()
             if rec.status.terminal or left <= 0:
@@ -308,6 +310,8 @@ async def wait(st: GatewayState, job_id: str, wait_s: float, owner: str | None =
                 woke_at = await asyncio.wait_for(fut, left)
             except TimeoutError:
                 pass
+        finally:
+            waiters.drop(job_id, fut)
 
 
 async def cancel(st: GatewayState, job_id: str, owner: str | None = None) -> str:

@@ -93,10 +93,17 @@ class Snapshots:
         self.last_ok_s = 0.0
         self.retry = Reconnect(log, "gateway snapshots")
         self._parts_due = 0.0  # monotonic: when to read the partition high-water again
+        self._loads: dict[str, tuple[ModelSnapshot, Load]] = {}  # load() of each snapshot
 
     def load(self, model: str) -> Load | None:
+        """The model's Load from the current snapshot (made once per snapshot)."""
         snap = self.current.get(model)
-        return snap.load() if snap else None
+        if not snap:
+            return None
+        kept = self._loads.get(model)
+        if kept is None or kept[0] is not snap:
+            kept = self._loads[model] = (snap, snap.load())
+        return kept[1]
 
     async def refresh(self, now_s: float | None = None) -> dict[str, ModelSnapshot]:
         now = time.time() if now_s is None else now_s

@@ -122,21 +122,30 @@ class JobWaiters:
         Its result is the ``perf_counter`` time the notification arrived, or None
         when the re-check after a resubscribe found the job ended.
         """
+        fut = self.add(job_id)
+        try:
+            yield fut
+        finally:
+            self.drop(job_id, fut)
+
+    def add(self, job_id: str) -> asyncio.Future[float | None]:
+        """:meth:`waiter`'s future, registered; give it back with :meth:`drop`."""
         fut: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         if self.closing:
             fut.set_exception(ShuttingDown("this gateway is shutting down; retry"))
         else:
             self._waiters.setdefault(job_id, set()).add(fut)
-        try:
-            yield fut
-        finally:
-            if fut.done() and not fut.cancelled():
-                fut.exception()  # retrieved: no "exception never retrieved" at GC
-            group = self._waiters.get(job_id)
-            if group is not None:
-                group.discard(fut)
-                if not group:
-                    del self._waiters[job_id]
+        return fut
+
+    def drop(self, job_id: str, fut: asyncio.Future[float | None]) -> None:
+        """Unregister a future of :meth:`add` (done or not)."""
+        if fut.done() and not fut.cancelled():
+            fut.exception()  # retrieved: no "exception never retrieved" at GC
+        group = self._waiters.get(job_id)
+        if group is not None:
+            group.discard(fut)
+            if not group:
+                del self._waiters[job_id]
 
     def dispatch(self, data: str) -> int:
         """Wake the waiters of comma-joined ended job ids; returns how many woke."""

@@ -378,12 +378,15 @@ def _priority(prio: str | None) -> str:
         return "normal"
 
 
+_STATUSES: dict[Any, JobStatus] = {s.value: s for s in JobStatus}  # JobStatus(v), by lookup
+
+
 def _status(raw: dict[str, str]) -> tuple[JobStatus, dict[str, Any] | None]:
     """The status and error; a status nobody wrote reads as failed, saying why."""
-    err = _json(raw, J.ERROR, dict)
+    err = _json(raw, J.ERROR, dict) if raw.get(J.ERROR) else None
     try:
-        return JobStatus(raw.get(J.STATUS, "")), err
-    except ValueError:
+        return _STATUSES[raw.get(J.STATUS, "")], err
+    except (KeyError, TypeError):
         what = repr(raw[J.STATUS])[:60] if J.STATUS in raw else "no status"
         message = f"job record unusable: {what} is not a job status"
         return JobStatus.FAILED, {"type": "malformed_job", "message": message}

@@ -114,7 +114,9 @@ async def predict_answer(
     key = caller(scope)
     idempotency_key = header(scope, b"idempotency-key")
     owner = key.owner if key else None
-    hook = await st.webhooks.for_spec(body.webhook, key)  # for a job that outlasts the wait
+    hook = None  # for a job that outlasts the wait: the body's webhook, else the key's
+    if body.webhook is not None or (key is not None and key.webhook_url):
+        hook = await st.webhooks.for_spec(body.webhook, key)
     digest = service.request_hash(body) if idempotency_key is not None else ""
     spec = service.Spec(
         body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook, digest

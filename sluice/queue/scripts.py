@@ -412,9 +412,11 @@ class QueueOps(SpreadOps):
         def parse(replies: list[Any]) -> JobRecord | None:
             if not replies[0]:
                 raise JobNotFound(f"job {job_id!r} not found")
-            if replies[0].get(JobField.WHU):
+            raw = replies[0]
+            if raw.get(JobField.WHU):
                 return None
-            return JobRecord.from_hash(owner, {"id": job_id, **replies[0]}, None)
+            raw.setdefault(JobField.ID, job_id)  # as {"id": job_id, **raw}, without the copy
+            return JobRecord.from_hash(owner, raw, None)
 
         return Call(parse, commands=[("HGETALL", keys.job_key(owner, job_id))])
 
