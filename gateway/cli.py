@@ -45,7 +45,6 @@ def gateway_cmd(
     """
     import uvicorn
 
-    from gateway.wire import JoinedHttpToolsProtocol
     from sluice.apikeys import load_keyring
 
     cfg = load_required(config)
@@ -69,7 +68,7 @@ def gateway_cmd(
         port=port or cfg.gateway.port,
         workers=workers,
         loop="uvloop",
-        http=JoinedHttpToolsProtocol,  # httptools, a response's writes joined (ADR 0174)
+        http="httptools",
         log_level=log_level,
         access_log=False,
         timeout_graceful_shutdown=5,

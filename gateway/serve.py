@@ -20,11 +20,10 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from gateway.auth import Listener
-from gateway.wire import JoinedHttpToolsProtocol
 
 COMMON: dict[str, Any] = {
     "loop": "uvloop",
-    "http": JoinedHttpToolsProtocol,  # httptools, a response's writes joined (ADR 0174)
+    "http": "httptools",
     "access_log": False,
     "timeout_graceful_shutdown": 5,
 }
