@@ -49,6 +49,8 @@ def texts_of(value: Any, limit: int) -> list[str]:
     if len(items) > limit:
         raise InvalidInput(f"input: {len(items)} items, the limit is {limit}")
     for i, text in enumerate(items):
+        if text and type(text) is str:
+            continue  # the usual item; what follows names the first wrong one
         where = f"input[{i}]" if len(items) > 1 or not isinstance(value, str) else "input"
         if isinstance(text, int) or (isinstance(text, list) and text):
             raise InvalidInput(f"{where}: token arrays are not supported; send the text")
@@ -130,9 +132,9 @@ def embedding_of(body: EmbeddingsRequest, rec: JobRecord) -> Any:
 def check_ended(recs: list[JobRecord]) -> None:
     """Raise for the first job that did not succeed, naming its input."""
     for i, rec in enumerate(recs):
-        where = f"input[{i}]" if len(recs) > 1 else "input"
         if rec.status is JobStatus.SUCCEEDED:
             continue
+        where = f"input[{i}]" if len(recs) > 1 else "input"
         error = rec.error or {}
         message = str(error.get("message") or rec.status.value)
         if rec.status is JobStatus.FAILED and error.get("type") == InvalidInput.type:
@@ -209,6 +211,6 @@ async def embeddings_answer(st: GatewayState, scope: Scope, body: EmbeddingsRequ
         {"object": "embedding", "index": i, "embedding": embedding_of(body, rec)}
         for i, rec in enumerate(recs)
     ]
-    tokens = sum(rec.cost for rec in recs)
+    tokens = recs[0].cost if len(recs) == 1 else sum(rec.cost for rec in recs)
     usage = {"prompt_tokens": tokens, "total_tokens": tokens}
     return Json({"object": "list", "data": data, "model": body.model, "usage": usage})
