@@ -15,7 +15,9 @@ Any other request on those paths (a body that fails to parse or validate, an
 unusual query, no body, another media type, a mounted root path, a client gone
 mid-body) falls through to FastAPI with the messages already read replayed, so
 every refusal is FastAPI's own answer. The routes stay declared in FastAPI: the
-OpenAPI schema and the fall-through path are unchanged.
+OpenAPI schema and the fall-through path are unchanged. Most plain requests
+are answered earlier still, ahead of the whole middleware stack, by
+:class:`gateway.front.HotFront` (ADR 0174) with this class's checks and parts.
 """
 
 from __future__ import annotations
