@@ -50,8 +50,8 @@ class Workers:
         self.children = Children(tmp / "logs")
         self.tmp, self.redis_url = tmp, redis_url
 
-    def config(self, raw: dict[str, Any]) -> tuple[Path, SluiceConfig]:
-        path = self.tmp / "sluice.yaml"
+    def config(self, raw: dict[str, Any], name: str = "sluice.yaml") -> tuple[Path, SluiceConfig]:
+        path = self.tmp / name
         path.write_text(yaml.safe_dump(raw))
         return path, parse_config(raw)
 

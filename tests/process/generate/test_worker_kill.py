@@ -1,7 +1,9 @@
 """Real ``sluice worker`` processes on the tiny GPT (ADR 0147): a worker killed
 mid-generation loses nothing (another runs the job again after the lease, the
 stream says restart, a follower ends with the text of an uninterrupted greedy run
-and no token twice); SIGTERM finishes the sequences in slots and exits 0."""
+and no token twice); SIGTERM finishes the sequences in slots and exits 0. One
+test, two worker starts: the worker that takes the killed one's job over is the
+one SIGTERM drains (a start is ~8 CPU s of torch and transformers imports)."""
 
 from __future__ import annotations
 
@@ -59,22 +61,34 @@ def done(qc: QueueClient, job: str) -> bool:
     return qc.get(job).status == JobStatus.SUCCEEDED
 
 
-def test_a_worker_killed_mid_generation_loses_nothing_and_no_token_shows_twice(
+def test_a_killed_workers_job_runs_again_and_sigterm_then_drains_its_successor(
     r: redis.Redis, workers: Callable[[], Any], tiny_config: Callable[..., Any]
 ) -> None:
+    """Two worker starts, not three: the worker that took the killed one's job over
+    is the one SIGTERM then drains (its own config: 2 slots, 5 s leases)."""
     w = workers()
     path, cfg = w.config(tiny_config(lease_s=1.5))
     qc = QueueClient(r, dict(cfg.models))
     ids = PromptCodec.load(resolve_tokenizer_dir("tiny:4x256")).encode(PROMPT)
+    second_path, _ = w.config(tiny_config(lease_s=5, slots=2), "second.yaml")
+    second = killed_mid_generation(r, w, qc, cfg, ids, (path, second_path))
+    sigterm_finishes_the_sequences_in_slots_and_exits_0(r, w, qc, cfg, ids, second)
+
+
+def killed_mid_generation(
+    r: redis.Redis, w: Any, qc: QueueClient, cfg: Any, ids: list[int], paths: tuple[Any, Any]
+) -> Any:
+    """A worker killed mid-generation loses nothing and no token shows twice: the
+    second worker (returned) runs the job again after the lease."""
     job = submit(qc, cfg, ids)
-    first = w.spawn("w1", path)
+    first = w.spawn("w1", paths[0])
     reader = Reader(r, job)
     wait_until(lambda: reader.poll() >= 8, READY_S, "the first worker's tokens", POLL_S)
     first.proc.kill()  # SIGKILL mid-generation: no drain, no hand-back
     first.proc.wait(10)
     before = reader.poll()
     assert not done(qc, job) and before < MAX_TOKENS
-    second = w.spawn("w2", path)
+    second = w.spawn("w2", paths[1])
     wait_until(lambda: done(qc, job), READY_S, "the job run again by the second worker", POLL_S)
     reader.poll()
     rec = qc.get(job)
@@ -88,17 +102,15 @@ def test_a_worker_killed_mid_generation_loses_nothing_and_no_token_shows_twice(
     assert reader.follower.text == ref_result["text"] == rec.result["text"]
     assert reader.shown == list(ref_result["token_ids"])  # every token once, in order
     assert second.alive(), w.log(second)
+    return second
 
 
-def test_sigterm_finishes_the_sequences_in_slots_and_exits_0(
-    r: redis.Redis, workers: Callable[[], Any], tiny_config: Callable[..., Any]
+def sigterm_finishes_the_sequences_in_slots_and_exits_0(
+    r: redis.Redis, w: Any, qc: QueueClient, cfg: Any, ids: list[int], worker: Any
 ) -> None:
-    w = workers()
-    path, cfg = w.config(tiny_config(lease_s=5, slots=2))
-    qc = QueueClient(r, dict(cfg.models))
-    ids = PromptCodec.load(resolve_tokenizer_dir("tiny:4x256")).encode(PROMPT)
+    """SIGTERM finishes the sequences in the worker's two slots and exits 0; a job
+    queued meanwhile is claimed by no one."""
     jobs = [submit(qc, cfg, ids) for _ in range(2)]
-    worker = w.spawn("w1", path)
     readers = [Reader(r, j) for j in jobs]
     wait_until(lambda: all(x.poll() >= 4 for x in readers), READY_S, "both streaming", POLL_S)
     queued = submit(qc, cfg, ids)
