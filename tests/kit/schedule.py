@@ -38,7 +38,7 @@ LONG_MODULES: dict[str, float] = {
     "process/e2e/test_up.py": 32,
     "redis/gateway/test_fuzz_schema.py": 32,
     "process/faults/test_worker_faults.py": 31,
-    "process/e2e/test_pause_and_stop.py": 29,
+    "process/e2e/test_operator_actions.py": 29,  # with test_pause_and_stop.py's tests
     "process/browser/test_dashboard_browser.py": 29,
     "process/e2e/test_bulk.py": 28,
     "process/generate/test_up_chat.py": 27,
