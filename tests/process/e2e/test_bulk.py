@@ -16,9 +16,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from click.testing import Result
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from sluice import keys
 from sluice.cli import app

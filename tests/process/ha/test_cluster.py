@@ -13,9 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from click.testing import Result
 from redis.crc import key_slot
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from sluice import keys
 from sluice.cli import app
