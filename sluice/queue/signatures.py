@@ -28,8 +28,8 @@ SUBMIT = Signature(
     group=(
         ("id", "str"),
         ("bucket", "str"),
-        ("cost", "num"),
-        ("prio", "num"),  # priority rank (3 = bulk item)
+        ("cost", "str"),  # an integer; kept as sent: the job's hash stores the text
+        ("prio", "str"),  # priority rank (3 = bulk item), an integer, stored as sent
         ("input", "str"),  # JSON
         ("meta", "str"),  # JSON or ''
         ("deadline", "num"),  # ms after enqueue (0 = none)

@@ -174,6 +174,7 @@ end
 local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
                                max_attempts, dead_ttl_s, ended, wprefix, owners, rt)
   local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
+  if #ids == 0 then return 0 end  -- the usual case: no table, no encoding
   local err = cjson.encode({type = 'lease_expired',
                             message = 'the worker holding this job stopped renewing its lease'})
   for _, id in ipairs(ids) do

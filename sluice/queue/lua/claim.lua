@@ -137,10 +137,15 @@ local function prio_overdue_ids(queue, limit)
   local found = {}
   if prio_wait <= 0 then return found end
   for rank = 1, LOW do
-    for place, id in ipairs(class_range(queue, rank, limit)) do
-      local enq = enq_of(id)
-      if now - enq <= prio_wait then break end
-      table.insert(found, {enq, rank, place, id})
+    -- The class's oldest alone first: when it has not waited past max_priority_wait
+    -- (the usual case) none behind it has, and the rest are never read.
+    local first = class_range(queue, rank, 1)
+    if #first > 0 and now - enq_of(first[1]) > prio_wait then
+      for place, id in ipairs(class_range(queue, rank, limit)) do
+        local enq = enq_of(id)
+        if now - enq <= prio_wait then break end
+        table.insert(found, {enq, rank, place, id})
+      end
     end
   end
   table.sort(found, function(a, b)
@@ -272,7 +277,8 @@ local bounds = WAIT_BOUNDS_MS
 local n_bounds = #bounds
 local rem, lease, dropped, recount = {}, {}, 0, false
 -- Named and formatted once per call, not per job.
-local now_s, lease_until = int(now), now + lease_ms
+-- The lease's end as the string ZADD stores (a Lua number would be formatted per job).
+local now_s, lease_until = int(now), int(now + lease_ms)
 local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.owner, JOB.bucket,
               JOB.score, JOB.last_worker, JOB.left_at}
 local S_STATUS, S_START, S_ATT, S_WORKER = JOB.status, JOB.start, JOB.att, JOB.worker
