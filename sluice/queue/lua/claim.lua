@@ -48,15 +48,16 @@
 -- nothing else.
 
 -- Which required field of a queued job is missing or not a number (false: none).
-local function malformed(f)
+-- The numbers come parsed (nil: absent or not a number), once per job by consider.
+local function malformed(f, cost, dl, att, enq, score)
   if not f[6] then return "no 'input' field" end
   if not f[8] or f[8] == '' then return "no 'bucket' field" end
   -- Plain comparisons, no table per job: this runs for every job claimed.
-  if not tonumber(f[2]) then return "'cost' is not a number" end
-  if not tonumber(f[5]) then return "'enq' is not a number" end
-  if not tonumber(f[9]) then return "'score' is not a number" end
-  if f[3] and not tonumber(f[3]) then return "'dl' is not a number" end
-  if f[4] and not tonumber(f[4]) then return "'att' is not a number" end
+  if not cost then return "'cost' is not a number" end
+  if not enq then return "'enq' is not a number" end
+  if not score then return "'score' is not a number" end
+  if f[3] and not dl then return "'dl' is not a number" end
+  if f[4] and not att then return "'att' is not a number" end
   return false
 end
 
@@ -103,6 +104,7 @@ promote_due(retries, jprefix, qprefix, now, reclaim_limit, wake_prefix)
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK_RANK, LOW = RANK.bulk, RANK.low
+local BULK_SCORE = BULK_RANK * SCORE_SCALE  -- the lowest score a bulk item has
 
 -- A class's jobs in arrival order: scores [rank * SCORE_SCALE, (rank + 1) * SCORE_SCALE).
 local function class_range(queue, rank, limit)
@@ -283,15 +285,15 @@ local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.own
               JOB.score, JOB.last_worker, JOB.left_at}
 local S_STATUS, S_START, S_ATT, S_WORKER = JOB.status, JOB.start, JOB.att, JOB.worker
 
-local function lease_job(id, jk, f, cost)
-  local att = (tonumber(f[4]) or 0) + 1
+local function lease_job(id, jk, f, cost, att, enq)
+  att = (att or 0) + 1
   local att_s = att == 1 and '1' or int(att)
   rem[#rem + 1] = id
   dropped = dropped + cost
   redis.call('HSET', jk, S_STATUS, 'running', S_START, now_s, S_ATT, att_s, S_WORKER, worker)
   lease[#lease + 1] = lease_until; lease[#lease + 1] = id
   if not bulk_batch then
-    local wait = now - tonumber(f[5])
+    local wait = now - enq
     local slot = n_bounds + 1
     for i = 1, n_bounds do if wait <= bounds[i] then slot = i; break end end
     wait_hist[slot] = (wait_hist[slot] or 0) + 1
@@ -344,8 +346,11 @@ end
 local function consider(id)
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, unpack(READ))
-  local bad = f[1] == 'queued' and malformed(f)
-  local cost, dl = tonumber(f[2]) or 0, f[3] and tonumber(f[3]) or 0
+  -- Each number read once (nil: absent or garbage, which malformed reports).
+  local cost, dl, att = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+  local enq, score = tonumber(f[5]), tonumber(f[9])
+  local bad = f[1] == 'queued' and malformed(f, cost, dl, att, enq, score)
+  cost, dl = cost or 0, dl or 0
   if f[1] ~= 'queued' then
     rem[#rem + 1] = id  -- a stale entry: the job hash is gone or moved on
   elseif bad then
@@ -366,14 +371,14 @@ local function consider(id)
     redis.call('EXPIRE', jk, result_ttl)
     n_expired = n_expired + 1
     table.insert(ended, id)
-  elseif f[10] == worker and (tonumber(f[4]) or 0) + 1 >= max_attempts and leave(jk, f[11]) then
+  elseif f[10] == worker and (att or 0) + 1 >= max_attempts and leave(jk, f[11]) then
     n_left = n_left + 1  -- stays in its place for another worker (ADR 0166)
-  elseif taken > 0 and (taken + 1) * math.max(widest, cost) > max_cost then
+  elseif taken > 0 and (taken + 1) * (cost > widest and cost or widest) > max_cost then
     return false  -- over budget (padded): it stays at the front for the next batch
-  elseif not bulk_batch and math.floor(tonumber(f[9]) / SCORE_SCALE) >= BULK_RANK then
+  elseif not bulk_batch and score >= BULK_SCORE then  -- rank (score / SCORE_SCALE) bulk
     return false  -- bulk items follow every interactive one: none joins this batch
   else
-    lease_job(id, jk, f, cost)
+    lease_job(id, jk, f, cost, att, enq)
     return taken < max_batch
   end
   return true
