@@ -32,7 +32,7 @@ SUBMIT = Signature(
         ("prio", "str"),  # priority rank (3 = bulk item), an integer, stored as sent
         ("input", "str"),  # JSON
         ("meta", "str"),  # JSON or ''
-        ("deadline", "num"),  # ms after enqueue (0 = none)
+        ("deadline", "str"),  # ms after enqueue, an integer (0 = none)
         ("idem", "str"),  # owner-scoped idempotency key or ''
         ("whu", "str"),  # webhook url ('' = none)
         ("whe", "str"),  # the webhook's events, comma-separated

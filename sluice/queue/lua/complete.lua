@@ -26,6 +26,8 @@ local ks = {inflight = inflight, stats = stats, dead = dead, owners = owners,
 local rt = {key = KEYS[6], base = backoff_ms, cap = backoff_max_ms}
 local now = now_ms()
 local now_s = int(now)  -- formatted once: every succeeded job stores it
+-- The TTL as text, once: a Lua number passed to redis.call is formatted (%.17g) per call.
+local result_ttl_s = int(result_ttl)
 local ended, accepted, stale = {}, 0, 0
 local done_cost, done_ids = 0, {}
 -- Same layout as claim.lua's queue-wait histogram (sluice/records.py).
@@ -79,7 +81,7 @@ for i = 1, N_GROUPS do
       -- (sluice/jobs.py), and the input's bytes are freed all the same.
       redis.call('HSET', jk, S_STATUS, 'succeeded', S_RESULT, payload, S_FIN, now_s,
                  S_RUN_MS, run_ms, S_WORKER, '', S_INPUT, '')
-      redis.call('EXPIRE', jk, result_ttl)
+      redis.call('EXPIRE', jk, result_ttl_s)
       done_cost = done_cost + tonumber(f[3])
       local e2e, slot = now - (tonumber(f[6]) or now), n_bounds + 1
       for k = 1, n_bounds do if e2e <= bounds[k] then slot = k; break end end

@@ -62,7 +62,14 @@ if fence_token ~= '' and redis.call('HGET', KEYS[5], BULK.token) ~= fence_token 
 end
 local n = N_GROUPS
 local jobs = {}
-for i = 1, n do jobs[i] = arg_group(i) end
+-- Each job's cost parsed once (cost, prio and deadline arrive as text: the hash stores
+-- cost and prio as sent, and Lua parses a number with strtod).
+local costs_n = {}
+for i = 1, n do
+  jobs[i] = arg_group(i)
+  costs_n[i] = tonumber(jobs[i].cost)
+end
+local BULK_PRIO = int(RANK.bulk)
 local now = now_ms()
 
 -- The same call run again (redis-py retries a script whose reply timed out or
@@ -163,7 +170,7 @@ local function decide(lo, hi)
     if found > 0 and not existing[i] and redis.call('EXISTS', jprefix .. jobs[i].id) == 1 then
       existing[i] = jobs[i].id
     end
-    if not existing[i] then new_count, new_cost = new_count + 1, new_cost + tonumber(jobs[i].cost) end
+    if not existing[i] then new_count, new_cost = new_count + 1, new_cost + costs_n[i] end
   end
   if new_count == 0 then return nil end
   local no = refusal(new_count, new_cost)
@@ -189,9 +196,9 @@ do
       for i = lo, hi do
         local job = jobs[i]
         if not existing[i] then
-          local cost = tonumber(job.cost)
+          local cost = costs_n[i]
           new_count, new_cost = new_count + 1, new_cost + cost
-          if tonumber(job.prio) == RANK.bulk then bulk_cost = bulk_cost + cost end
+          if job.prio == BULK_PRIO then bulk_cost = bulk_cost + cost end
           if job.idem ~= '' then made[job.idem] = {id = job.id, rqh = job.rqh} end
         end
       end
@@ -210,10 +217,11 @@ if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count en
 local zadds, costs, k = {}, {}, 0
 local function opt(f, name, value) f[#f + 1] = name; f[#f + 1] = value end
 local now_s = int(now)  -- formatted once, stored by every job
-local function enqueue(job)
-  local id, bucket, cost, prio = job.id, job.bucket, tonumber(job.cost), tonumber(job.prio)
+local function enqueue(job, cost)
+  local id, bucket, prio = job.id, job.bucket, tonumber(job.prio)
   local deadline = '0'
-  if job.deadline > 0 then deadline = int(now + job.deadline) end
+  local after = job.deadline ~= '0' and tonumber(job.deadline) or 0  -- most jobs: '0'
+  if after > 0 then deadline = int(now + after) end
   -- Score: priority class first, then arrival order (a per-model sequence).
   k = k + 1
   local score = int(prio * SCORE_SCALE + base + k)
@@ -254,7 +262,7 @@ for r = 1, #sizes do
       if existing[i] then
         ids[#ids + 1] = existing[i]; ids[#ids + 1] = 0
       else
-        enqueue(jobs[i])
+        enqueue(jobs[i], costs_n[i])
         ids[#ids + 1] = jobs[i].id; ids[#ids + 1] = 1
       end
     end
