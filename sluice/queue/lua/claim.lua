@@ -51,7 +51,7 @@
 -- The numbers come parsed (nil: absent or not a number), once per job by consider.
 local function malformed(f, cost, dl, att, enq, score)
   if not f[6] then return "no 'input' field" end
-  if not f[8] or f[8] == '' then return "no 'bucket' field" end
+  if not f[7] or f[7] == '' then return "no 'bucket' field" end
   -- Plain comparisons, no table per job: this runs for every job claimed.
   if not cost then return "'cost' is not a number" end
   if not enq then return "'enq' is not a number" end
@@ -281,8 +281,10 @@ local rem, lease, dropped, recount = {}, {}, 0, false
 -- Named and formatted once per call, not per job.
 -- The lease's end as the string ZADD stores (a Lua number would be formatted per job).
 local now_s, lease_until = int(now), int(now + lease_ms)
-local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.owner, JOB.bucket,
-              JOB.score, JOB.last_worker, JOB.left_at}
+-- Read for every job met (the owner, and when it was first left, only on the rare
+-- paths that need them: fewer fields looked up and built into Lua per job).
+local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.bucket, JOB.score,
+              JOB.last_worker}
 local S_STATUS, S_START, S_ATT, S_WORKER = JOB.status, JOB.start, JOB.att, JOB.worker
 
 local function lease_job(id, jk, f, cost, att, enq)
@@ -348,7 +350,7 @@ local function consider(id)
   local f = redis.call('HMGET', jk, unpack(READ))
   -- Each number read once (nil: absent or garbage, which malformed reports).
   local cost, dl, att = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  local enq, score = tonumber(f[5]), tonumber(f[9])
+  local enq, score = tonumber(f[5]), tonumber(f[8])
   local bad = f[1] == 'queued' and malformed(f, cost, dl, att, enq, score)
   cost, dl = cost or 0, dl or 0
   if f[1] ~= 'queued' then
@@ -366,12 +368,13 @@ local function consider(id)
   elseif dl > 0 and dl < now then
     table.insert(rem, id)
     dropped = dropped + cost
-    release_owner(owners, f[7])
+    release_owner(owners, redis.call('HGET', jk, JOB.owner))
     redis.call('HSET', jk, JOB.status, 'expired', JOB.fin, int(now))
     redis.call('EXPIRE', jk, result_ttl)
     n_expired = n_expired + 1
     table.insert(ended, id)
-  elseif f[10] == worker and (att or 0) + 1 >= max_attempts and leave(jk, f[11]) then
+  elseif f[9] == worker and (att or 0) + 1 >= max_attempts
+         and leave(jk, redis.call('HGET', jk, JOB.left_at)) then
     n_left = n_left + 1  -- stays in its place for another worker (ADR 0166)
   elseif taken > 0 and (taken + 1) * (cost > widest and cost or widest) > max_cost then
     return false  -- over budget (padded): it stays at the front for the next batch
