@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -17,8 +17,11 @@ from sluice.cli_common import (
     load_required,
     redis_url,
 )
-from sluice.config import CONFIG_ENV, REDIS_URL_ENV, GatewayConfig
+from sluice.envnames import CONFIG_ENV, REDIS_URL_ENV
 from sluice.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sluice.config import GatewayConfig
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -7,7 +7,8 @@ parsing, queueing a coordinator slice on RQ, the client's ``sluice bulk``
 commands), the webhook protocol (``webhooks``: deliveries and their scripts, the
 SSRF guard, the signing secret), the worker registry (``registry``), job records
 (``jobs``), API keys (``apikeys``), queue-wait histograms (``waits``).
-Shared plumbing: the config schema (``config``), the error table (``errors``),
+Shared plumbing: the config schema (``config``; the environment variables that
+name the file and Redis in ``envnames``), the error table (``errors``),
 Redis clients from one URL (``connection``), reconnect backoff (``backoff``),
 cost estimation (``cost``), how CPU workers divide the cores (``cores``), JSON
 (``fastjson``), redaction of secrets (``redact``), trace files (``tracefile``),

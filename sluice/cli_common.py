@@ -1,4 +1,9 @@
-"""Options and helpers every ``sluice`` command shares."""
+"""Options and helpers every ``sluice`` command shares.
+
+Importing this module costs typer alone: the config schema (pydantic) and the
+Redis client are imported by the helpers that use them, so a process that only
+prints its help, or a command that needs neither, never pays for them.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,16 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
-from sluice.config import CONFIG_ENV, REDIS_URL_ENV, SluiceConfig, load_config, resolve_redis_url
+from sluice.envnames import CONFIG_ENV, REDIS_URL_ENV
 from sluice.errors import ConfigError, RedisUnavailable
 from sluice.redact import redact, redact_url
+
+if TYPE_CHECKING:
+    from sluice.config import SluiceConfig
 
 ConfigOpt = Annotated[
     Path | None,
@@ -51,6 +59,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def load(config: Path | None, required: bool = True) -> SluiceConfig | None:
+    from sluice.config import load_config
+
     if config is None:
         if required:
             fail(f"no config file: pass --config or set {CONFIG_ENV}", EXIT_CONFIG)
@@ -68,6 +78,8 @@ def load_required(config: Path | None) -> SluiceConfig:
 
 
 def redis_url(cli_value: str | None, cfg: SluiceConfig | None) -> str:
+    from sluice.config import resolve_redis_url
+
     return resolve_redis_url(cli_value, cfg)
 
 

@@ -12,6 +12,7 @@ script spells out a field, a rank or a TTL, and none indexes ARGV by hand.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from functools import cache
 from importlib import resources
 
@@ -80,6 +81,7 @@ def source(
 
 _ENTRY = re.compile(r"\b(\w+)(?:\.(\w+)\b|\['(\w+)'\])")
 _DEFINITION = re.compile(r"^local (\w+) = .*\n", re.M)
+_WORD = re.compile(r"\w+")
 
 
 def inline_literals(text: str, where: str = "script") -> str:
@@ -101,11 +103,16 @@ def inline_literals(text: str, where: str = "script") -> str:
         return literals[table][entry]
 
     text = _ENTRY.sub(value, text)
+    # A table is still named if its name occurs as a word outside its own definition
+    # line(s): counted once over the text (a search of the whole text per definition,
+    # as before, was most of a process's time building its scripts).
+    words = Counter(_WORD.findall(text))
 
     def unused(m: re.Match[str]) -> str:
-        name = m.group(1)
-        if name in literals and not re.search(rf"\b{name}\b", text.replace(m.group(0), "")):
-            return ""
-        return m.group(0)
+        name, line = m.group(1), m.group(0)
+        if name not in literals:
+            return line
+        own = text.count(line) * _WORD.findall(line).count(name)
+        return "" if words[name] == own else line
 
     return _DEFINITION.sub(unused, text)

@@ -33,6 +33,10 @@ TEXT = "the quick brown fox jumps over the lazy dog and keeps running far away"
 RESULT = {"embedding": [round(0.001 * (i % 997) - 0.4, 6) for i in range(384)]}
 
 
+# The last loop's commandstats breakdown of each step (see _breakdown).
+DETAIL: dict[str, dict[str, Any]] = {}
+
+
 def _cpu(r: redis.Redis) -> float:
     c = r.info("cpu")
     return float(c["used_cpu_sys"]) + float(c["used_cpu_user"])
@@ -83,6 +87,32 @@ def _steps(r: redis.Redis, q: QueueClient, k: int) -> dict[str, tuple[Callable[[
     }
 
 
+def _commands(r: redis.Redis) -> dict[str, tuple[int, int]]:
+    """INFO commandstats: command -> (calls, usec). A script's own line (evalsha)
+    counts its whole run, the commands it runs included; theirs count apart too."""
+    return {
+        k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"]))
+        for k, v in r.info("commandstats").items()
+    }
+
+
+def _breakdown(r: redis.Redis, n_jobs: int) -> dict[str, Any]:
+    """Per job since the last CONFIG RESETSTAT: each command's calls and usec, the
+    scripts' usec less that of the commands they ran (their Lua), all commands."""
+    got = {c: v for c, v in _commands(r).items() if c not in ("info", "config|resetstat")}
+    scripts = sum(u for c, (_, u) in got.items() if c in ("evalsha", "eval"))
+    inner = sum(u for c, (_, u) in got.items() if c not in ("evalsha", "eval", "ping"))
+    return {
+        "commands": round(sum(n for n, _ in got.values()) / n_jobs, 2),
+        "command_us": round(inner / n_jobs, 1),
+        "script_us": round(scripts / n_jobs, 1),
+        "lua_us": round((scripts - inner) / n_jobs, 1) if scripts else 0.0,
+        "by_command": {
+            c: [round(n / n_jobs, 2), round(u / n_jobs, 2)] for c, (n, u) in sorted(got.items())
+        },
+    }
+
+
 def measure(calls: int, k: int, repeats: int) -> dict[str, float]:
     """Median Redis CPU (us) per job of each step."""
     server = start_redis()
@@ -95,10 +125,12 @@ def measure(calls: int, k: int, repeats: int) -> dict[str, float]:
             for name, (step, jobs) in _steps(r, q, k).items():
                 n = calls if jobs == 1 else max(calls // k, 1)
                 step()  # scripts loaded, connection warm
+                r.config_resetstat()
                 a = _cpu(r)
                 for _ in range(n):
                     step()
                 out.setdefault(name, []).append((_cpu(r) - a) * 1e6 / (n * jobs))
+                DETAIL[name] = _breakdown(r, n * jobs)
             r.flushall()
     finally:
         r.close()
@@ -112,13 +144,22 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=13, help="K: requests a call, jobs a batch")
     ap.add_argument("--repeats", type=int, default=3, help="loops per step (median)")
     ap.add_argument("--json", default="", help="also write the figures here")
+    ap.add_argument("-v", "--verbose", action="store_true", help="each step's commands")
     a = ap.parse_args()
     got = measure(a.calls, a.batch, a.repeats)
+    print(f"{'step (per job)':45s} {'CPU us':>8s} {'cmds':>6s} {'in scripts':>10s} {'Lua':>6s}")
     for name, us in got.items():
-        print(f"{name:45s} {us:8.1f} us per job")
+        d = DETAIL[name]
+        print(
+            f"{name:45s} {us:8.1f} {d['commands']:6.2f} {d['script_us']:10.1f} {d['lua_us']:6.1f}"
+        )
+    if a.verbose:
+        for name, d in DETAIL.items():
+            print(name, json.dumps(d["by_command"]))
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"calls": a.calls, "batch": a.batch, "us_per_job": got}, f, indent=1)
+            out = {"calls": a.calls, "batch": a.batch, "us_per_job": got, "detail": DETAIL}
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -16,7 +16,9 @@ from sluice.cli_common import (
     fail,
     load_required,
 )
-from sluice.config import SluiceConfig
+
+if TYPE_CHECKING:
+    from sluice.config import SluiceConfig
 
 bulk_app = typer.Typer(help="Bulk jobs: a JSONL file run in the headroom.", no_args_is_help=True)
 UrlOpt = Annotated[str | None, typer.Option(help="Gateway URL (default: the config's gateway).")]

@@ -11,9 +11,9 @@ worker's package, which runs it (``bulkworker.jobs``, ``sluice bulk worker``).
 from __future__ import annotations
 
 import secrets
+from typing import TYPE_CHECKING
 
 import redis
-from rq import Queue, Retry
 
 from sluice.bulk.ops import BulkOps, scripts
 from sluice.config import SluiceConfig
@@ -21,6 +21,9 @@ from sluice.connection import ClientOptions, parse_url, sync_client
 from sluice.errors import ConfigError
 from sluice.queue import QueueClient
 from sluice.queue.client import connect
+
+if TYPE_CHECKING:
+    from rq import Queue
 
 SLICE_RETRIES = 2  # RQ retries a slice that raised (a Redis blip), then the reaper resumes
 # The RQ job function a slice runs, by name: RQ imports it in the bulk worker.
@@ -49,12 +52,16 @@ def rq_connection(cfg: SluiceConfig, url: str, read_timeout_s: float | None) -> 
 
 
 def rq_queue(cfg: SluiceConfig, conn: redis.Redis) -> Queue:
+    from rq import Queue  # here: a gateway imports RQ with its first bulk job, not at start
+
     return Queue(cfg.bulk.rq_queue, connection=conn)
 
 
 def enqueue_slice(cfg: SluiceConfig, client: QueueClient, conn: redis.Redis, bulk_id: str) -> str:
     """Queue the bulk job's next slice; the bulk job names it first, so only this
     slice may take the lease (an older queued one finds itself superseded)."""
+    from rq import Retry
+
     ops = BulkOps(list(cfg.models), cfg.bulk.ttl_s)
     job_id = f"sluice-bulk-{secrets.token_hex(8)}"
     client.run(ops.set_fields(bulk_id, rq_job=job_id))

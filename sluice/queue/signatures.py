@@ -28,11 +28,11 @@ SUBMIT = Signature(
     group=(
         ("id", "str"),
         ("bucket", "str"),
-        ("cost", "num"),
-        ("prio", "num"),  # priority rank (3 = bulk item)
+        ("cost", "str"),  # an integer; kept as sent: the job's hash stores the text
+        ("prio", "str"),  # priority rank (3 = bulk item), an integer, stored as sent
         ("input", "str"),  # JSON
         ("meta", "str"),  # JSON or ''
-        ("deadline", "num"),  # ms after enqueue (0 = none)
+        ("deadline", "str"),  # ms after enqueue, an integer (0 = none)
         ("idem", "str"),  # owner-scoped idempotency key or ''
         ("whu", "str"),  # webhook url ('' = none)
         ("whe", "str"),  # the webhook's events, comma-separated

@@ -20,8 +20,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-import httpx
-
 from sluice.config import WebhooksConfig
 from sluice.errors import WebhookHostUnresolved, WebhookRefused
 
@@ -65,6 +63,8 @@ def parse_url(url: str, allow_http: bool) -> Target:
         raise WebhookRefused("webhook.url has no host")
     if port == 0:
         raise WebhookRefused("webhook.url: port 0 is not a port")
+    import httpx  # here, not at start: a gateway pays for it with its first webhook
+
     try:  # what the notifier's client will parse: refused here, not at every attempt
         httpx.URL(url)
     except (httpx.InvalidURL, ValueError) as e:

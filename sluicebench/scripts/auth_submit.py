@@ -22,19 +22,12 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-import sluice.jobs
-from sluice.config import parse_config
-from sluice.jobs import NewJob
-from sluice.local.redis_server import start_redis
-from sluice.queue import QueueClient
-from sluice.queue.client import connect
-
-# None in a tree from before access control: only the open case runs there.
-OWNER: Any = getattr(sluice.jobs, "Owner", None)
+if TYPE_CHECKING:  # the rest inside main: `sluice --help` registers `cli` without them
+    from sluice.queue import QueueClient
 
 MODEL = "bench"
 CONFIG = {
@@ -49,6 +42,8 @@ CONFIG = {
 
 
 def _case(q: QueueClient, jobs: int, owner: Any) -> dict[str, float]:
+    from sluice.jobs import NewJob
+
     q.redis.flushall()
     q.redis.config_resetstat()
     kw = {"owner": owner} if owner is not None else {}
@@ -66,11 +61,19 @@ def _case(q: QueueClient, jobs: int, owner: Any) -> dict[str, float]:
 
 
 def main(jobs: int, rounds: int, json_path: Path | None) -> dict[str, Any]:
+    import sluice.jobs
+    from sluice.config import parse_config
+    from sluice.local.redis_server import start_redis
+    from sluice.queue import QueueClient
+    from sluice.queue.client import connect
+
+    # None in a tree from before access control: only the open case runs there.
+    owner_type: Any = getattr(sluice.jobs, "Owner", None)
     server = start_redis()
     q = QueueClient(connect(server.url), dict(parse_config(CONFIG).models))
     cases: dict[str, Any] = {"open": None}
-    if OWNER is not None:
-        cases["keyed"] = OWNER("bench", max_unfinished=10**9, rate_per_s=1e9, burst=10**9)
+    if owner_type is not None:
+        cases["keyed"] = owner_type("bench", max_unfinished=10**9, rate_per_s=1e9, burst=10**9)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
     try:
         _case(q, min(jobs, 500), None)  # warm-up: scripts loaded, connection open

@@ -13,6 +13,7 @@ import re
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -172,6 +173,7 @@ class Stack:
     procs: list[Proc] = field(default_factory=list)
     configs: int = 0
     clients: list[QueueClient] = field(default_factory=list)  # closed at teardown
+    owns_redis: bool = True  # False: a SharedGateway's, stopped with it, not here
     children: Children = field(init=False)
 
     def __post_init__(self) -> None:
@@ -259,7 +261,99 @@ class Stack:
             except subprocess.TimeoutExpired:
                 pass
             p.child.log.close()
-        self.redis.stop()
+        if self.owns_redis:
+            self.redis.stop()
+
+
+@dataclass
+class LogSince:
+    """What a process logged from a point on (a shared gateway's, during one test)."""
+
+    proc: Proc
+    offset: int
+
+    def alive(self) -> bool:
+        return self.proc.alive()
+
+    def text(self) -> str:
+        return self.proc.log.read_bytes()[self.offset :].decode(errors="replace")
+
+    def count(self, needle: str) -> int:
+        return sum(1 for line in self.text().splitlines() if needle in line)
+
+
+@dataclass
+class SharedGateway:
+    """A redis-server and a ``sluice gateway`` on it that a module's tests share
+    (starting a gateway costs about 2 CPU s): each test gets a Stack on that Redis,
+    flushed first, whose own processes (workers) end with the test."""
+
+    stack: Stack
+    gateway: Proc
+    url: str
+    config: Path
+
+    def fresh(self, tmp: Path, aof: str | None | bool = False) -> Stack:
+        """A Stack on the shared Redis with nothing in it: no job, counter or worker
+        of an earlier test (FLUSHALL; the gateway's subscriptions are not keys).
+
+        ``aof``: False, the Redis as it is; None, no append-only file (a restart
+        comes back empty); "always" or "everysec", the append-only file fsynced so.
+        Set at run time (CONFIG SET) where it can be; turning the file on takes a
+        restart, of the gateway too (so a test sees only its own outages)."""
+        assert self.gateway.alive(), self.gateway.text()
+        redis_ = self.stack.redis
+        if aof and redis_.data_dir is None:
+            self.gateway.popen.kill()
+            self.gateway.popen.wait(10)
+            redis_.kill9()
+            redis_.data_dir, redis_.appendfsync = self.stack.tmp / "redis-data", str(aof)
+            redis_.start()
+            self.gateway, self.url = self.stack.spawn_gateway(self.config)
+        r = redis_.client()
+        try:
+            if aof:
+                r.config_set("appendfsync", str(aof))
+                redis_.appendfsync = str(aof)
+            elif aof is None and redis_.data_dir is not None:
+                r.config_set("appendonly", "no")
+                redis_.data_dir = None  # a restart starts it without one
+            r.flushall()
+        finally:
+            r.close()
+        tmp.mkdir(parents=True, exist_ok=True)
+        return Stack(tmp, redis_, owns_redis=False)
+
+    def log_from_now(self) -> LogSince:
+        """The gateway's log from here on, once Redis answers it and it has said so
+        for every outage it logged (an earlier test's)."""
+        gw = self.gateway
+        wait_until(
+            lambda: (
+                ready(self.url)
+                and gw.count("Redis answers again")
+                == gw.count("retrying with backoff") + gw.count("Redis still unavailable")
+            ),
+            30,
+            "the shared gateway to be past earlier outages",
+            every_s=0.1,
+        )
+        return LogSince(gw, gw.log.stat().st_size)
+
+
+@contextmanager
+def shared_gateway(
+    tmp: Path, cfg: dict[str, Any], aof: str | None = None
+) -> Iterator[SharedGateway]:
+    """A redis-server (``aof``: its append-only file's fsync, None for none) and a
+    gateway serving ``cfg``'s models, stopped on leaving."""
+    stack = make_stack(tmp, aof=aof)
+    try:
+        path = stack.write_config(cfg)
+        gateway, url = stack.spawn_gateway(path)
+        yield SharedGateway(stack, gateway, url, path)
+    finally:
+        stack.teardown()
 
 
 def parse(cfg: dict[str, Any]) -> SluiceConfig:

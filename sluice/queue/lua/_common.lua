@@ -174,6 +174,7 @@ end
 local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
                                max_attempts, dead_ttl_s, ended, wprefix, owners, rt)
   local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
+  if #ids == 0 then return 0 end  -- the usual case: no table, no encoding
   local err = cjson.encode({type = 'lease_expired',
                             message = 'the worker holding this job stopped renewing its lease'})
   for _, id in ipairs(ids) do
@@ -279,11 +280,14 @@ end
 -- A running job's limits (ADR 0154): past its deadline (dl, absolute ms; 0 none) it
 -- ends 'expired'; running longer than max_run_ms since its claim (start) it fails
 -- for good as RUN_TIME_EXCEEDED. Returns which, or nil while within both.
+-- A field is parsed only when it can matter (no deadline stored: none; no run limit:
+-- start unread): Lua parses a number with strtod, thousands of instructions each.
 local function over_limit(dl, start, now, max_run_ms)
-  dl = tonumber(dl) or 0
+  dl = dl and dl ~= '0' and tonumber(dl) or 0
   if dl > 0 and dl < now then return 'expired' end
+  if max_run_ms <= 0 then return nil end
   start = tonumber(start)
-  if max_run_ms > 0 and start and now - start > max_run_ms then return RUN_TIME_EXCEEDED end
+  if start and now - start > max_run_ms then return RUN_TIME_EXCEEDED end
   return nil
 end
 

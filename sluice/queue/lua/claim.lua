@@ -48,15 +48,16 @@
 -- nothing else.
 
 -- Which required field of a queued job is missing or not a number (false: none).
-local function malformed(f)
+-- The numbers come parsed (nil: absent or not a number), once per job by consider.
+local function malformed(f, cost, dl, att, enq, score)
   if not f[6] then return "no 'input' field" end
-  if not f[8] or f[8] == '' then return "no 'bucket' field" end
+  if not f[7] or f[7] == '' then return "no 'bucket' field" end
   -- Plain comparisons, no table per job: this runs for every job claimed.
-  if not tonumber(f[2]) then return "'cost' is not a number" end
-  if not tonumber(f[5]) then return "'enq' is not a number" end
-  if not tonumber(f[9]) then return "'score' is not a number" end
-  if f[3] and not tonumber(f[3]) then return "'dl' is not a number" end
-  if f[4] and not tonumber(f[4]) then return "'att' is not a number" end
+  if not cost then return "'cost' is not a number" end
+  if not enq then return "'enq' is not a number" end
+  if not score then return "'score' is not a number" end
+  if f[3] and not dl then return "'dl' is not a number" end
+  if f[4] and not att then return "'att' is not a number" end
   return false
 end
 
@@ -103,6 +104,7 @@ promote_due(retries, jprefix, qprefix, now, reclaim_limit, wake_prefix)
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK_RANK, LOW = RANK.bulk, RANK.low
+local BULK_SCORE = BULK_RANK * SCORE_SCALE  -- the lowest score a bulk item has
 
 -- A class's jobs in arrival order: scores [rank * SCORE_SCALE, (rank + 1) * SCORE_SCALE).
 local function class_range(queue, rank, limit)
@@ -137,10 +139,15 @@ local function prio_overdue_ids(queue, limit)
   local found = {}
   if prio_wait <= 0 then return found end
   for rank = 1, LOW do
-    for place, id in ipairs(class_range(queue, rank, limit)) do
-      local enq = enq_of(id)
-      if now - enq <= prio_wait then break end
-      table.insert(found, {enq, rank, place, id})
+    -- The class's oldest alone first: when it has not waited past max_priority_wait
+    -- (the usual case) none behind it has, and the rest are never read.
+    local first = class_range(queue, rank, 1)
+    if #first > 0 and now - enq_of(first[1]) > prio_wait then
+      for place, id in ipairs(class_range(queue, rank, limit)) do
+        local enq = enq_of(id)
+        if now - enq <= prio_wait then break end
+        table.insert(found, {enq, rank, place, id})
+      end
     end
   end
   table.sort(found, function(a, b)
@@ -272,20 +279,23 @@ local bounds = WAIT_BOUNDS_MS
 local n_bounds = #bounds
 local rem, lease, dropped, recount = {}, {}, 0, false
 -- Named and formatted once per call, not per job.
-local now_s, lease_until = int(now), now + lease_ms
-local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.owner, JOB.bucket,
-              JOB.score, JOB.last_worker, JOB.left_at}
+-- The lease's end as the string ZADD stores (a Lua number would be formatted per job).
+local now_s, lease_until = int(now), int(now + lease_ms)
+-- Read for every job met (the owner, and when it was first left, only on the rare
+-- paths that need them: fewer fields looked up and built into Lua per job).
+local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.bucket, JOB.score,
+              JOB.last_worker}
 local S_STATUS, S_START, S_ATT, S_WORKER = JOB.status, JOB.start, JOB.att, JOB.worker
 
-local function lease_job(id, jk, f, cost)
-  local att = (tonumber(f[4]) or 0) + 1
+local function lease_job(id, jk, f, cost, att, enq)
+  att = (att or 0) + 1
   local att_s = att == 1 and '1' or int(att)
   rem[#rem + 1] = id
   dropped = dropped + cost
   redis.call('HSET', jk, S_STATUS, 'running', S_START, now_s, S_ATT, att_s, S_WORKER, worker)
   lease[#lease + 1] = lease_until; lease[#lease + 1] = id
   if not bulk_batch then
-    local wait = now - tonumber(f[5])
+    local wait = now - enq
     local slot = n_bounds + 1
     for i = 1, n_bounds do if wait <= bounds[i] then slot = i; break end end
     wait_hist[slot] = (wait_hist[slot] or 0) + 1
@@ -338,8 +348,11 @@ end
 local function consider(id)
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, unpack(READ))
-  local bad = f[1] == 'queued' and malformed(f)
-  local cost, dl = tonumber(f[2]) or 0, f[3] and tonumber(f[3]) or 0
+  -- Each number read once (nil: absent or garbage, which malformed reports).
+  local cost, dl, att = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+  local enq, score = tonumber(f[5]), tonumber(f[8])
+  local bad = f[1] == 'queued' and malformed(f, cost, dl, att, enq, score)
+  cost, dl = cost or 0, dl or 0
   if f[1] ~= 'queued' then
     rem[#rem + 1] = id  -- a stale entry: the job hash is gone or moved on
   elseif bad then
@@ -355,19 +368,20 @@ local function consider(id)
   elseif dl > 0 and dl < now then
     table.insert(rem, id)
     dropped = dropped + cost
-    release_owner(owners, f[7])
+    release_owner(owners, redis.call('HGET', jk, JOB.owner))
     redis.call('HSET', jk, JOB.status, 'expired', JOB.fin, int(now))
     redis.call('EXPIRE', jk, result_ttl)
     n_expired = n_expired + 1
     table.insert(ended, id)
-  elseif f[10] == worker and (tonumber(f[4]) or 0) + 1 >= max_attempts and leave(jk, f[11]) then
+  elseif f[9] == worker and (att or 0) + 1 >= max_attempts
+         and leave(jk, redis.call('HGET', jk, JOB.left_at)) then
     n_left = n_left + 1  -- stays in its place for another worker (ADR 0166)
-  elseif taken > 0 and (taken + 1) * math.max(widest, cost) > max_cost then
+  elseif taken > 0 and (taken + 1) * (cost > widest and cost or widest) > max_cost then
     return false  -- over budget (padded): it stays at the front for the next batch
-  elseif not bulk_batch and math.floor(tonumber(f[9]) / SCORE_SCALE) >= BULK_RANK then
+  elseif not bulk_batch and score >= BULK_SCORE then  -- rank (score / SCORE_SCALE) bulk
     return false  -- bulk items follow every interactive one: none joins this batch
   else
-    lease_job(id, jk, f, cost)
+    lease_job(id, jk, f, cost, att, enq)
     return taken < max_batch
   end
   return true

@@ -62,7 +62,14 @@ if fence_token ~= '' and redis.call('HGET', KEYS[5], BULK.token) ~= fence_token 
 end
 local n = N_GROUPS
 local jobs = {}
-for i = 1, n do jobs[i] = arg_group(i) end
+-- Each job's cost parsed once (cost, prio and deadline arrive as text: the hash stores
+-- cost and prio as sent, and Lua parses a number with strtod).
+local costs_n = {}
+for i = 1, n do
+  jobs[i] = arg_group(i)
+  costs_n[i] = tonumber(jobs[i].cost)
+end
+local BULK_PRIO = int(RANK.bulk)
 local now = now_ms()
 
 -- The same call run again (redis-py retries a script whose reply timed out or
@@ -163,7 +170,7 @@ local function decide(lo, hi)
     if found > 0 and not existing[i] and redis.call('EXISTS', jprefix .. jobs[i].id) == 1 then
       existing[i] = jobs[i].id
     end
-    if not existing[i] then new_count, new_cost = new_count + 1, new_cost + jobs[i].cost end
+    if not existing[i] then new_count, new_cost = new_count + 1, new_cost + costs_n[i] end
   end
   if new_count == 0 then return nil end
   local no = refusal(new_count, new_cost)
@@ -189,8 +196,9 @@ do
       for i = lo, hi do
         local job = jobs[i]
         if not existing[i] then
-          new_count, new_cost = new_count + 1, new_cost + job.cost
-          if job.prio == RANK.bulk then bulk_cost = bulk_cost + job.cost end
+          local cost = costs_n[i]
+          new_count, new_cost = new_count + 1, new_cost + cost
+          if job.prio == BULK_PRIO then bulk_cost = bulk_cost + cost end
           if job.idem ~= '' then made[job.idem] = {id = job.id, rqh = job.rqh} end
         end
       end
@@ -209,17 +217,23 @@ if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count en
 local zadds, costs, k = {}, {}, 0
 local function opt(f, name, value) f[#f + 1] = name; f[#f + 1] = value end
 local now_s = int(now)  -- formatted once, stored by every job
-local function enqueue(job)
-  local id, bucket, cost, prio = job.id, job.bucket, job.cost, job.prio
+local function enqueue(job, cost)
+  local id, bucket, prio = job.id, job.bucket, tonumber(job.prio)
   local deadline = '0'
-  if job.deadline > 0 then deadline = int(now + job.deadline) end
+  local after = job.deadline ~= '0' and tonumber(job.deadline) or 0  -- most jobs: '0'
+  if after > 0 then deadline = int(now + after) end
   -- Score: priority class first, then arrival order (a per-model sequence).
   k = k + 1
   local score = int(prio * SCORE_SCALE + base + k)
-  -- One HSET per job: the optional fields join the fixed ones only when set.
-  local f = {JOB.id, id, JOB.bucket, bucket, JOB.cost, int(cost),
-    JOB.prio, int(prio), JOB.status, 'queued', JOB.input, job.input, JOB.meta, job.meta,
-    JOB.enq, now_s, JOB.dl, deadline, JOB.att, '0', JOB.score, score, JOB.idem, job.idem}
+  -- One HSET per job: the optional fields join the fixed ones only when set. An
+  -- absent meta, idem or att reads as none (sluice/jobs.py), an absent dl as no
+  -- deadline (over_limit, claim.lua): fewer fields to write, hold and read back.
+  -- cost and prio are stored as sent (ARGV strings), not formatted again.
+  local f = {JOB.id, id, JOB.bucket, bucket, JOB.cost, job.cost, JOB.prio, job.prio,
+    JOB.status, 'queued', JOB.input, job.input, JOB.enq, now_s, JOB.score, score}
+  if deadline ~= '0' then opt(f, JOB.dl, deadline) end
+  if job.meta ~= '' then opt(f, JOB.meta, job.meta) end
+  if job.idem ~= '' then opt(f, JOB.idem, job.idem) end
   if owner ~= '' then opt(f, JOB.owner, owner) end
   if job.rqh ~= '' then opt(f, JOB.rqh, job.rqh) end
   if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
@@ -248,7 +262,7 @@ for r = 1, #sizes do
       if existing[i] then
         ids[#ids + 1] = existing[i]; ids[#ids + 1] = 0
       else
-        enqueue(jobs[i])
+        enqueue(jobs[i], costs_n[i])
         ids[#ids + 1] = jobs[i].id; ids[#ids + 1] = 1
       end
     end

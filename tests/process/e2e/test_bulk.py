@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,8 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from typer.testing import CliRunner, Result
 
 from sluice import keys
+from sluice.cli import app
 from sluice.client import Client
 from tests.kit.http import HTTP
 from tests.kit.receiver import receiving
@@ -47,6 +47,7 @@ CONFIG = {
     # the receiver of the metrics test listens on loopback
     "webhooks": {"allow_networks": ["127.0.0.1/32"], "allow_http": True},
 }
+CANCELLED_LINES = 10_000
 BAD = {
     13: "{not json",
     250: '{"custom_id": "no-input"}',
@@ -79,10 +80,13 @@ def bulk_file(path: Path, n: int) -> list[str | None]:
     return ids
 
 
-def sluice(*args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sluice", *args], capture_output=True, text=True, timeout=timeout_s
-    )
+def sluice(*args: str) -> Result:
+    """``sluice ARGS``: the command line's own app in this process (as in
+    test_up.py): a child per command spent about 1 CPU s on its imports."""
+    done = CliRunner().invoke(app, list(args))
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    return done
 
 
 def check_output(lines: list[dict[str, object]], ids: list[str | None]) -> None:
@@ -121,7 +125,7 @@ def test_thousands_of_lines_every_line_in_order(up: Up, tmp_path: Path) -> None:
         "-o",
         str(out),
     )
-    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.exit_code == 0, run.stderr[-2000:]
     final = json.loads(run.stdout.strip().splitlines()[-1])
     assert final["state"] == "completed"
     assert final["counts"] == {
@@ -163,7 +167,9 @@ def test_killing_the_coordinator_loses_and_duplicates_nothing(up: Up, tmp_path: 
 
 
 def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
-    bulk_file(tmp_path / "in.jsonl", 30000)
+    # 10,000 lines: some 10 s of work, cancelled 200 lines in (bulk.max_queued, 128
+    # here, is all that is fed ahead of the done count).
+    bulk_file(tmp_path / "in.jsonl", CANCELLED_LINES)
     with Client(up.gateway) as c:
         view = c.bulk_submit(MODEL, (tmp_path / "in.jsonl").read_bytes())
         wait_until(
@@ -173,19 +179,19 @@ def test_cancel_stops_feeding(up: Up, tmp_path: Path) -> None:
             every_s=0.2,
         )
         cancel = sluice("bulk", "cancel", view["id"], "--url", up.gateway)
-        assert cancel.returncode == 0, cancel.stderr
+        assert cancel.exit_code == 0, cancel.stderr
         assert json.loads(cancel.stdout)["previous_state"] == "running"
         final = c.bulk_wait(view["id"], timeout_s=30, poll_s=0.2)
         assert final["state"] == "cancelled"
         time.sleep(1.0)
         later = c.bulk_get(view["id"])
         lines = list(c.bulk_output(view["id"]))
-    assert later["counts"]["fed"] == final["counts"]["fed"] < 30000  # feeding stopped
+    assert later["counts"]["fed"] == final["counts"]["fed"] < CANCELLED_LINES  # feeding stopped
     with up.queue() as q:
         queues = [keys.queue_key(MODEL, b) for b in ("16", "64")]
         bulk_queued = sum(q.redis.zcount(k, 3e12, "+inf") for k in queues)
     assert bulk_queued == 0  # its queued items were cancelled, not left to run
-    assert len(lines) == 30000
+    assert len(lines) == CANCELLED_LINES
     statuses = {o["status"] for o in lines}
     assert statuses <= {"succeeded", "failed", "cancelled"} and "cancelled" in statuses
     assert sum(o["status"] == "succeeded" for o in lines) == later["counts"]["succeeded"]

@@ -1,18 +1,27 @@
 """``sluice up`` with examples/sluice.yaml, untouched, as a new user gets it (one
-stack for the module): the ``openai`` client embeds through ``/v1/embeddings``
-with MiniLM; and under a backlog that scales MiniLM to its most workers, the
+stack for the module, and the suite's one stack with MiniLM: test_up.py runs the
+synthetic models only): the banner's curl works, MiniLM's results land in every
+bucket by its tokenizer's count, a bulk file runs on it through ``sluice bulk
+submit``, the ``openai`` client embeds through ``/v1/embeddings``; and last (it
+leaves a backlog behind), under a backlog that scales MiniLM to its most workers, the
 workers' CPU threads never add up to more than the machine's cores (two workers
 of torch's default two threads on two cores served less than one worker,
 docs/adr/0125), and ``sluice up`` says how it divided the machine."""
 
 from __future__ import annotations
 
+import json
+import shlex
 from collections.abc import Iterator
+from pathlib import Path
 
 import openai
 import pytest
 import yaml
+from typer.testing import CliRunner
 
+from sluice.cli import app
+from sluice.client import Client
 from sluice.config import load_config
 from sluice.cores import cores_per_worker, machine_cores
 from tests.conftest import EXAMPLE_CONFIG
@@ -28,6 +37,43 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     stack = launch(yaml.safe_load(EXAMPLE_CONFIG.read_text()), tmp_path_factory.mktemp("up"))
     yield stack
     shut_down(stack)
+
+
+def test_banner_gives_a_curl_that_works(example: Up) -> None:
+    (line,) = [ln for ln in example.printed if ln.strip().startswith("curl ")]
+    words = shlex.split(line)
+    assert f"{example.gateway}/v1/models/minilm/predict" in words
+    body = json.loads(words[words.index("-d") + 1])
+    r = HTTP.post(f"{example.gateway}/v1/models/minilm/predict", json=body, timeout=60)
+    assert r.status_code == 200
+    assert len(r.json()["result"]["embedding"]) == 384
+
+
+@pytest.mark.parametrize(("words", "bucket"), [(4, "32"), (60, "128"), (250, "512")])
+def test_result_in_every_bucket(example: Up, words: int, bucket: str) -> None:
+    with Client(example.gateway) as c:
+        job = c.predict("minilm", " ".join(["word"] * words))
+    assert job["status"] == "succeeded" and job["bucket"] == bucket
+    vec = job["result"]["embedding"]
+    assert len(vec) == 384 and abs(sum(v * v for v in vec) - 1.0) < 1e-3
+
+
+def test_bulk_file_on_the_bundled_model(example: Up, tmp_path: Path) -> None:
+    """``sluice bulk submit`` (the command line's own app, in this process)."""
+    texts = [f"sentence number {i} about queues" for i in range(40)]
+    src = tmp_path / "in.jsonl"
+    src.write_text(
+        "".join(json.dumps({"input": t, "custom_id": str(i)}) + "\n" for i, t in enumerate(texts))
+    )
+    out = tmp_path / "out.jsonl"
+    args = ["bulk", "submit", str(src), "--model", "minilm", "--url", example.gateway]
+    run = CliRunner().invoke(app, [*args, "-o", str(out)])
+    if run.exception is not None and not isinstance(run.exception, SystemExit):
+        raise run.exception
+    assert run.exit_code == 0, run.stderr[-2000:]
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [o["custom_id"] for o in lines] == [str(i) for i in range(40)]
+    assert all(len(o["result"]["embedding"]) == 384 for o in lines)
 
 
 def cosine(a: list[float], b: list[float]) -> float:

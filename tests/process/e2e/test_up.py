@@ -1,9 +1,12 @@
 """End to end through the CLI: ``sluice up`` with real processes.
 
-One stack for the module: results in every bucket (the real MiniLM model and
-the synthetic one), a burst that scales the synthetic model up while a worker is
-killed with SIGKILL (every job still finishes, once), a model at zero woken by
-its first job (from its warm pool), then Ctrl-C leaves no process behind.
+One stack for the module: results in every bucket of the synthetic model, a
+burst that scales it up while a worker is killed with SIGKILL (every job still
+finishes, once), a model at zero woken by its first job (from its warm pool),
+the CLI's submit and status, signed webhooks, then Ctrl-C leaves no process
+behind. No MiniLM here: the bundled model's checks (the banner's curl, its
+buckets, a bulk file) run on test_example_stack.py's stack, so the suite loads
+torch and the model in one stack instead of two.
 """
 
 from __future__ import annotations
@@ -31,13 +34,6 @@ pytestmark = [pytest.mark.system]
 
 CONFIG = {
     "models": {
-        "minilm": {
-            "handler": "embedding",
-            "buckets": [32, 128, 512],
-            "cost": {"method": "tokenizer"},
-            "batching": {"max_batch": 16, "max_batch_tokens": 4096, "lease_s": 30},
-            "autoscaling": {"min_replicas": 1, "max_replicas": 1, "cold_start_s": 20},
-        },
         "synthetic": {
             "handler": "synthetic",
             "params": {"base_ms": 2, "per_token_ms": 0.5},
@@ -90,41 +86,19 @@ def gateway_sees_ready(gateway: str) -> bool:
 def up(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     stack = launch(CONFIG, tmp_path_factory.mktemp("up"))
     # `sluice up` prints its banner only once the warm models have a ready worker.
-    assert stack.ready("minilm") and stack.ready("synthetic")
+    assert stack.ready("synthetic")
     assert gateway_sees_ready(stack.gateway)
     yield stack
     shut_down(stack)
 
 
-def test_banner_gives_a_curl_that_works(up: Up) -> None:
-    r = HTTP.post(
-        f"{up.gateway}/v1/models/minilm/predict", json={"input": "Sluice is up"}, timeout=60
-    )
-    assert r.status_code == 200
-    assert len(r.json()["result"]["embedding"]) == 384
-
-
-@pytest.mark.parametrize(
-    ("model", "words", "bucket"),
-    [
-        ("minilm", 4, "32"),
-        ("minilm", 60, "128"),
-        ("minilm", 250, "512"),
-        ("synthetic", 5, "32"),
-        ("synthetic", 100, "128"),
-        ("synthetic", 400, "512"),
-    ],
-)
-def test_result_in_every_bucket(up: Up, model: str, words: int, bucket: str) -> None:
+@pytest.mark.parametrize(("words", "bucket"), [(5, "32"), (100, "128"), (400, "512")])
+def test_result_in_every_bucket(up: Up, words: int, bucket: str) -> None:
     text = " ".join(["word"] * words)
     with Client(up.gateway) as c:
-        job = c.predict(model, text)
+        job = c.predict("synthetic", text)
     assert job["status"] == "succeeded" and job["bucket"] == bucket
-    if model == "minilm":
-        vec = job["result"]["embedding"]
-        assert len(vec) == 384 and abs(sum(v * v for v in vec) - 1.0) < 1e-3
-    else:
-        assert job["result"] == {"tokens": words}
+    assert job["result"] == {"tokens": words}
 
 
 def test_a_model_at_zero_scales_a_worker_up_for_its_first_job(up: Up) -> None:
@@ -184,7 +158,7 @@ class Ran:
 
 def sluice(*args: str) -> Ran:
     """``sluice ARGS``: the command line's own app in this process, as in
-    test_pause_and_stop.py (``python -m sluice`` itself runs the stack): a child per
+    test_operator_actions.py (``python -m sluice`` itself runs the stack): a child per
     command spent about 0.9 CPU s on its imports."""
     done = CliRunner().invoke(app, list(args))
     if done.exception is not None and not isinstance(done.exception, SystemExit):
@@ -208,22 +182,6 @@ def test_submit_and_status_commands(up: Up) -> None:
         "status", jobs[0]["id"], "--config", str(up.config_path), "--redis-url", up.redis_url
     )
     assert one.returncode == 0 and "succeeded" in one.stdout
-
-
-def test_bulk_file_on_the_bundled_model(up: Up, tmp_path: Path) -> None:
-    texts = [f"sentence number {i} about queues" for i in range(40)]
-    src = tmp_path / "in.jsonl"
-    src.write_text(
-        "".join(json.dumps({"input": t, "custom_id": str(i)}) + "\n" for i, t in enumerate(texts))
-    )
-    out = tmp_path / "out.jsonl"
-    run = sluice(
-        "bulk", "submit", str(src), "--model", "minilm", "--url", up.gateway, "-o", str(out)
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    lines = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [o["custom_id"] for o in lines] == [str(i) for i in range(40)]
-    assert all(len(o["result"]["embedding"]) == 384 for o in lines)
 
 
 def test_webhooks_are_signed_with_the_stacks_own_secret(up: Up) -> None:

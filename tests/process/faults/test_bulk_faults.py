@@ -1,11 +1,16 @@
 """Bulk coordinators under faults, on real processes: a bulk worker killed outright
 (a pod lost) and a coordinator hung (SIGSTOP) then woken. Every line ends up in the
-output once, and no line runs twice."""
+output once, and no line runs twice.
+
+The redis-server and the gateway are the module's (tests/kit/faults.py's
+SharedGateway); each test flushes Redis and starts its own model worker and bulk
+workers."""
 
 from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,12 +19,12 @@ import psutil
 import pytest
 
 from sluice.client import Client
-from tests.kit.faults import MODEL, Proc, Stack, fault_config
+from tests.kit.faults import MODEL, Proc, SharedGateway, Stack, fault_config, shared_gateway
 from tests.kit.http import HTTP
 from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
-LINES = 8000  # several seconds of work at ~1,000 lines/s: the faults land mid-run
+LINES = 4000  # seconds of work at ~1,000 lines/s: the faults land 200 lines in
 
 
 def bulk_config() -> dict[str, Any]:
@@ -30,6 +35,21 @@ def bulk_config() -> dict[str, Any]:
     )
     cfg["bulk"] = {"lease_s": 1.5, "poll_s": 0.05, "slice_s": 30}
     return cfg
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedGateway]:
+    with shared_gateway(tmp_path_factory.mktemp("gateway"), bulk_config()) as gw:
+        yield gw
+
+
+@pytest.fixture
+def stack(gateway: SharedGateway, tmp_path: Path) -> Iterator[Stack]:
+    s = gateway.fresh(tmp_path)
+    try:
+        yield s
+    finally:
+        s.teardown()
 
 
 def spawn_bulk_worker(stack: Stack, cfg_path: Path) -> Proc:
@@ -85,12 +105,9 @@ class Running:
     bulk_id: str
 
 
-def start(stack_factory: Any, bulk_workers: int) -> Running:
-    """A gateway, a model worker and bulk workers; a bulk job 200 lines in."""
-    stack: Stack = stack_factory()
-    cfg = bulk_config()
-    path = stack.write_config(cfg)
-    _, url = stack.spawn_gateway(path)
+def start(gateway: SharedGateway, stack: Stack, bulk_workers: int) -> Running:
+    """A model worker and bulk workers (beside the gateway); a bulk job 200 lines in."""
+    cfg, path, url = bulk_config(), gateway.config, gateway.url
     stack.spawn_worker(path)
     workers = [spawn_bulk_worker(stack, path) for _ in range(bulk_workers)]
     bulk_id = upload(url)
@@ -100,8 +117,10 @@ def start(stack_factory: Any, bulk_workers: int) -> Running:
     return Running(stack, cfg, path, url, workers, bulk_id)
 
 
-def test_a_bulk_worker_killed_outright_is_resumed_by_another(stack_factory: Any) -> None:
-    run = start(stack_factory, 1)
+def test_a_bulk_worker_killed_outright_is_resumed_by_another(
+    gateway: SharedGateway, stack: Stack
+) -> None:
+    run = start(gateway, stack, 1)
     stack, cfg, path, url, bulk_id = run.stack, run.cfg, run.path, run.url, run.bulk_id
     first = run.bulk_workers[0]
     horse = horse_of(first)
@@ -116,9 +135,9 @@ def test_a_bulk_worker_killed_outright_is_resumed_by_another(stack_factory: Any)
 
 
 def test_a_hung_coordinator_is_superseded_and_changes_nothing_when_it_wakes(
-    stack_factory: Any,
+    gateway: SharedGateway, stack: Stack
 ) -> None:
-    run = start(stack_factory, 2)
+    run = start(gateway, stack, 2)
     stack, cfg, url, bulk_id, workers = run.stack, run.cfg, run.url, run.bulk_id, run.bulk_workers
     busy = wait_until(
         lambda: next((w for w in workers if horse_of(w)), None), 10, "a slice", every_s=0.1

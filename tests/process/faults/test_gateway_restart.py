@@ -3,13 +3,20 @@ retries (``sluice.client``) ride it out and every client gets its job's result.
 
 Every test runs with one listener and with ``gateway.admin_port`` (two uvicorn
 servers in one process, gateway/serve.py): a stop must end open long-polls the
-same way in both (ADR 0067)."""
+same way in both (ADR 0067).
+
+The restart tests share one redis-server and one model worker (module-scoped:
+only the gateway is stopped, so a worker per test proved nothing more); each
+starts, stops and restarts its own gateway, and stops the restarted one at its
+end. The 503 tests run a gateway alone on their own Redis: no worker may take
+their jobs."""
 
 from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -17,7 +24,7 @@ import pytest
 
 from sluice.client import Client
 from sluice.local.redis_server import free_port
-from tests.kit.faults import MODEL, Proc, Stack, fault_config, wait_gateway_sees
+from tests.kit.faults import MODEL, Proc, Stack, fault_config, make_stack, wait_gateway_sees
 from tests.kit.http import HTTP
 from tests.waits import wait_until
 
@@ -25,6 +32,29 @@ pytestmark = [pytest.mark.system]
 LISTENERS = pytest.mark.parametrize("admin", [False, True], ids=["one-port", "admin-port"])
 # What uvicorn logs when open requests held its shutdown for the whole graceful timeout.
 GRACE_EXCEEDED = "timeout graceful shutdown exceeded"
+
+
+def _restart_config(admin: bool) -> dict[str, Any]:
+    """Two jobs per 1.2 s batch: 12 jobs end between 1 and 8 s after they are sent."""
+    return fault_config(
+        params={"base_ms": 1200}, batching={"max_batch": 2}, gateway=_gateway_section(admin)
+    )
+
+
+@dataclass
+class Shared:
+    stack: Stack
+    worker: Proc
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
+    """One redis-server and one worker (of _restart_config's model) for the restarts."""
+    s = make_stack(tmp_path_factory.mktemp("restart"))
+    try:
+        yield Shared(s, s.spawn_worker(s.write_config(_restart_config(False))))
+    finally:
+        s.teardown()
 
 
 def _gateway_section(admin: bool) -> dict[str, Any]:
@@ -59,17 +89,13 @@ def _assert_clean_stop(gw: Proc) -> None:
 @LISTENERS
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_clients_long_polling_through_a_gateway_restart_get_their_results(
-    stack_factory: Callable[..., Stack], sig: signal.Signals, admin: bool
+    shared: Shared, sig: signal.Signals, admin: bool
 ) -> None:
-    s = stack_factory()
-    # Two jobs per 1.2 s batch: 12 jobs end between 1 and 8 s from now, most of
-    # them after the restart.
-    cfg = fault_config(
-        params={"base_ms": 1200}, batching={"max_batch": 2}, gateway=_gateway_section(admin)
-    )
-    path = s.write_config(cfg)
-    gw, url = s.spawn_gateway(path)
-    s.spawn_worker(path)
+    s = shared.stack
+    # 12 jobs end between 1 and 8 s from now, most of them after the restart.
+    cfg = _restart_config(admin)
+    gw, url = s.spawn_gateway(s.write_config(cfg))
+    assert shared.worker.alive(), shared.worker.text()
     wait_gateway_sees(url, metrics_url=_metrics_url(url, cfg))
     with Client(url) as c:
         ids = [c.submit(MODEL, f"job {i}")["id"] for i in range(12)]
@@ -108,6 +134,8 @@ def test_clients_long_polling_through_a_gateway_restart_get_their_results(
         job["status"] == "succeeded" and job["result"]["tokens"] == 2 for job in got.values()
     )
     assert again.alive()
+    again.popen.kill()  # the next test starts its own gateway on the shared Redis
+    again.popen.wait(10)
 
 
 @LISTENERS

@@ -1,16 +1,22 @@
 """Redis faults on real processes: killed and restarted from its AOF, paused (slow),
 and unreachable; the gateway answers 503 fast, and everything recovers by itself.
 
-Each test runs its own redis-server (killed, paused and restarted on the same port
-and data directory), ``sluice gateway`` and ``sluice worker`` through the CLI.
+The module's tests share one redis-server (killed, paused and restarted on the
+same port and data directory) and one ``sluice gateway`` (tests/kit/faults.py's
+SharedGateway: a gateway costs about 2 CPU s to start, and living through an
+earlier test's outage is no excuse for failing this one's); each test flushes
+Redis, sets its append-only file, starts its own ``sluice worker`` through the
+CLI, and reads the gateway's log from its own start. The worker started while
+Redis is down has a redis-server of its own and no gateway.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,10 +26,13 @@ from sluice.jobs import JobStatus, NewJob
 from sluice.queue import QueueClient
 from tests.kit.faults import (
     MODEL,
+    LogSince,
     Proc,
+    SharedGateway,
     Stack,
     fault_config,
     ready,
+    shared_gateway,
     submit,
     wait_gateway_sees,
 )
@@ -38,6 +47,28 @@ REDIS_TIMEOUT_S = 1.0  # gateway.redis_timeout_s in these tests (fault_config)
 OUTAGE_ANSWER_S = 10 * REDIS_TIMEOUT_S
 OUTAGE_CLIENT_TIMEOUT_S = 30.0
 LONG_POLL_S = 60  # gateway.max_wait_s: a long-poll answered well before it was woken
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedGateway]:
+    """Redis starts with its append-only file: the first tests want one."""
+    tmp = tmp_path_factory.mktemp("gateway")
+    with shared_gateway(tmp, fault_config(), aof="always") as gw:
+        yield gw
+
+
+@pytest.fixture
+def on_shared(gateway: SharedGateway, tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """``on_shared(aof) -> Stack`` on the shared Redis (SharedGateway.fresh)."""
+    made: list[Stack] = []
+
+    def make(aof: str | None) -> Stack:
+        made.append(gateway.fresh(tmp_path / f"stack{len(made)}", aof))
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.teardown()
 
 
 @dataclass
@@ -88,12 +119,12 @@ def _exists(qc: QueueClient, job_id: str) -> bool:
         return False
 
 
-def _outage_lines(p: Proc) -> int:
+def _outage_lines(p: Proc | LogSince) -> int:
     """Lines saying an outage began (sluice.backoff's wording), reminders included."""
     return p.count("retrying with backoff") + p.count("Redis still unavailable")
 
 
-def _assert_survived(gw: Proc, workers: list[Proc], *, workers_saw_it: bool = True) -> None:
+def _assert_survived(gw: LogSince, workers: list[Proc], *, workers_saw_it: bool = True) -> None:
     """Alive, and logged the outage a bounded number of times (not once per attempt).
 
     A worker blocked on a paused Redis may never see an error: its calls wait out
@@ -116,12 +147,12 @@ def _assert_survived(gw: Proc, workers: list[Proc], *, workers_saw_it: bool = Tr
 
 @pytest.mark.parametrize("fsync", ["always", "everysec"])
 def test_redis_killed_and_restarted_from_its_aof(
-    stack_factory: Callable[..., Stack], fsync: str
+    gateway: SharedGateway, on_shared: Callable[..., Stack], fsync: str
 ) -> None:
-    s = stack_factory(aof=fsync)
+    s = on_shared(fsync)
     cfg = fault_config(params={"base_ms": 20}, batching={"max_batch": 8})
     path = s.write_config(cfg)
-    gw, url = s.spawn_gateway(path)
+    gw, url = gateway.log_from_now(), gateway.url
     w = s.spawn_worker(path)
     wait_gateway_sees(url)
     load = Submitter(url).start()
@@ -170,13 +201,13 @@ def test_redis_killed_and_restarted_from_its_aof(
 
 @pytest.mark.parametrize("fault", ["paused", "killed"])
 def test_redis_slow_or_unreachable_gives_fast_503_and_recovers_without_restart(
-    stack_factory: Callable[..., Stack], fault: str
+    gateway: SharedGateway, on_shared: Callable[..., Stack], fault: str
 ) -> None:
-    s = stack_factory()
+    s = on_shared(None)  # killed: it comes back empty
     # One job of 200 words runs about 1 s: long enough that a long-poll must be woken.
     cfg = fault_config(params={"base_ms": 10, "per_token_ms": 5})
     path = s.write_config(cfg)
-    gw, url = s.spawn_gateway(path)
+    gw, url = gateway.log_from_now(), gateway.url
     w = s.spawn_worker(path)
     wait_gateway_sees(url)
     assert submit(url, "before").status_code == 202

@@ -3,13 +3,18 @@
 A redis-server, ``sluice gateway`` and ``sluice worker`` processes (the stamped
 synthetic handler: every result names the process and batch that made it, so a
 job that ran twice and had both results applied would show two results).
+
+The redis-server and the gateway are the module's (tests/kit/faults.py's
+SharedGateway: the faults here are the workers'); each test flushes Redis and
+starts, and ends, its own workers.
 """
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +24,10 @@ from tests.kit.faults import (
     BROKEN,
     MODEL,
     Proc,
+    SharedGateway,
     Stack,
     fault_config,
+    shared_gateway,
     submit,
     wait_gateway_sees,
 )
@@ -29,6 +36,22 @@ from tests.kit.results import Watcher
 from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedGateway]:
+    """The gateway reads the model's buckets and cost only: one config serves all."""
+    with shared_gateway(tmp_path_factory.mktemp("gateway"), fault_config()) as gw:
+        yield gw
+
+
+@pytest.fixture
+def stack(gateway: SharedGateway, tmp_path: Path) -> Iterator[Stack]:
+    s = gateway.fresh(tmp_path)
+    try:
+        yield s
+    finally:
+        s.teardown()
 
 
 def _submit_all(url: str, n: int) -> list[str]:
@@ -72,12 +95,11 @@ def _frozen_holding(qc: QueueClient, proc: Proc, ids: list[str]) -> list[str]:
 
 
 def test_kill9_mid_batch_every_job_completes_and_shows_one_result(
-    stack_factory: Callable[..., Stack],
+    gateway: SharedGateway, stack: Stack
 ) -> None:
-    s = stack_factory()
+    s, url = stack, gateway.url
     cfg = fault_config(params={"base_ms": 150})
     path = s.write_config(cfg)
-    _, url = s.spawn_gateway(path)
     a = s.spawn_worker(path, "--worker-id", "fault-a")
     b = s.spawn_worker(path, "--worker-id", "fault-b")
     wait_gateway_sees(url, 2)
@@ -117,13 +139,12 @@ def _pid_of(result: dict[str, object]) -> int:
 
 
 def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
-    stack_factory: Callable[..., Stack],
+    gateway: SharedGateway, stack: Stack
 ) -> None:
-    s = stack_factory()
+    s, url = stack, gateway.url
     # A batch takes 800 ms; the lease is 1.5 s (renewed every 0.3 s while alive).
     cfg = fault_config(params={"base_ms": 800})
     path = s.write_config(cfg)
-    _, url = s.spawn_gateway(path)
     a = s.spawn_worker(path, "--worker-id", "fault-a", "--no-overlap")
     wait_gateway_sees(url)
     ids = _submit_all(url, 8)
@@ -180,13 +201,12 @@ def test_hung_worker_loses_its_leases_and_its_late_result_is_not_applied(
 
 
 def test_broken_model_quarantines_and_the_queue_is_not_drained_into_errors(
-    stack_factory: Callable[..., Stack],
+    gateway: SharedGateway, stack: Stack
 ) -> None:
-    s = stack_factory()
+    s, url = stack, gateway.url
     good_cfg = fault_config(params={"base_ms": 20})
     bad_cfg = fault_config(BROKEN, worker={"quarantine_after_failures": 2})
     good, bad = s.write_config(good_cfg), s.write_config(bad_cfg)
-    _, url = s.spawn_gateway(good)
     x = s.spawn_worker(bad, "--worker-id", "fault-broken")
     wait_gateway_sees(url)
     ids = _submit_batch(url, 40)
@@ -209,7 +229,7 @@ def test_broken_model_quarantines_and_the_queue_is_not_drained_into_errors(
 
 
 def test_broken_worker_beside_a_healthy_one_costs_no_job_with_default_settings(
-    stack_factory: Callable[..., Stack],
+    gateway: SharedGateway, stack: Stack
 ) -> None:
     # Defaults: quarantine after 5 failed batches, 3 attempts a job, a 30 s lease and a
     # 10 s heartbeat TTL. A job's last attempt never goes to the worker that failed its
@@ -218,12 +238,11 @@ def test_broken_worker_beside_a_healthy_one_costs_no_job_with_default_settings(
     # nothing hangs on timing: not the broken worker's wait (ADR 0066), not which one
     # a wake token reaches, not how loaded the machine is. (The lease bounds how long a
     # left job waits for the other worker to claim: here a 20 ms batch's time.)
-    s = stack_factory()
+    s, url = stack, gateway.url
     defaults = {"batching": {"lease_s": 30.0}, "worker": {"heartbeat_ttl_s": 10.0}}
     good_cfg = fault_config(params={"base_ms": 20}, **defaults)
     bad_cfg = fault_config(BROKEN, **defaults)
     good, bad = s.write_config(good_cfg), s.write_config(bad_cfg)
-    _, url = s.spawn_gateway(good)
     s.spawn_worker(good, "--worker-id", "fault-healthy")
     x = s.spawn_worker(bad, "--worker-id", "fault-broken")
     wait_gateway_sees(url, 2)

@@ -9,15 +9,15 @@ The protocol suite itself runs on a cluster in ``make test-cluster``
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from redis.crc import key_slot
+from typer.testing import CliRunner, Result
 
 from sluice import keys
+from sluice.cli import app
 from sluice.client import Client
 from sluice.local.redis_server import RedisServer, start_redis
 from sluice.local.redis_topology import LocalCluster
@@ -26,10 +26,18 @@ from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
 
 pytestmark = [pytest.mark.system]
-SLUICE = [sys.executable, "-m", "sluice"]
 # A hot model on 3 partitions (docs/adr/0159): its tags {wide}, {wide~1}, {wide~2}
 # hash to slots on three different shards.
 WIDE = "wide"
+
+
+def sluice(*args: str) -> Result:
+    """``sluice ARGS``: the command line's own app in this process (as in
+    test_up.py): a child per command spent about 0.9 CPU s on its imports."""
+    done = CliRunner().invoke(app, list(args))
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    return done
 
 
 def _model(name: str) -> dict:
@@ -155,14 +163,8 @@ def test_bulk_jobs_run_with_rq_on_its_own_redis(up: Up, cluster: LocalCluster) -
 
 
 def test_status_reads_every_shard(up: Up, cluster: LocalCluster) -> None:
-    done = subprocess.run(
-        [*SLUICE, "status", "-c", str(up.config_path), "--redis-url", cluster.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = sluice("status", "-c", str(up.config_path), "--redis-url", cluster.url)
+    assert done.exit_code == 0, done.stderr
     for m in cluster.models_on_every_shard():
         assert m in done.stdout
 
@@ -174,14 +176,8 @@ def test_a_plain_url_at_a_cluster_node_and_a_cluster_url_at_a_plain_server_exit_
         (cluster.nodes[0].url, "is a Redis Cluster node: use redis+cluster://"),
         (f"redis+cluster://127.0.0.1:{rq_redis.port}", "not in cluster mode"),
     ]:
-        done = subprocess.run(
-            [*SLUICE, "status", "-c", str(up.config_path), "--redis-url", url],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 2, (url, done.stderr)
+        done = sluice("status", "-c", str(up.config_path), "--redis-url", url)
+        assert done.exit_code == 2, (url, done.stderr)
         assert says in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
@@ -190,11 +186,5 @@ def test_bulk_without_its_own_redis_is_refused_clearly_on_a_cluster(
 ) -> None:
     cfg = tmp_path / "c.yaml"
     cfg.write_text(json.dumps({"models": {"m0": _model("m0")}}))
-    done = subprocess.run(
-        [*SLUICE, "bulk", "worker", "-c", str(cfg), "--redis-url", cluster.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 2 and "set bulk.redis_url" in done.stderr, done.stderr
+    done = sluice("bulk", "worker", "-c", str(cfg), "--redis-url", cluster.url)
+    assert done.exit_code == 2 and "set bulk.redis_url" in done.stderr, done.stderr

@@ -117,7 +117,7 @@ def test_sluice_status_shows_deliveries_and_the_given_up(tmp_path: Path, redis_u
     q.run(ops.done(c, "dead", status=410, error="gone"))
 
     def status(*args: str) -> str:
-        # The command line's own app in this process (as test_pause_and_stop.py's):
+        # The command line's own app in this process (as test_operator_actions.py's):
         # a child per look spent about 0.9 CPU s on its imports.
         run = CliRunner().invoke(
             app, ["status", *args, "--config", str(path)], env={"SLUICE_REDIS_URL": redis_url}

@@ -1,6 +1,6 @@
 """``sluice.cli.OWNERS``: the plugins ``main`` imports for a command are the ones
-that register it, and a process started for one command imports no other
-process package."""
+that register it, a process started for one command imports no other process
+package, and one that prints help imports none of what a command runs."""
 
 from __future__ import annotations
 
@@ -49,19 +49,50 @@ def test_needed_reads_the_first_word() -> None:
     assert cli.needed(["nonsense"]) is None
 
 
-def test_a_worker_start_imports_no_other_process_package() -> None:
+# What a process that only prints a command's help must not import: the other
+# process packages and the benchmarks, and what only running a command needs (the
+# config schema, the Redis client, the gateway's app).
+NOT_FOR_HELP = {
+    "gateway",
+    "workers",
+    "autoscaler",
+    "notifier",
+    "bulkworker",
+    "sluicebench",
+    "sluice.config",
+    "sluice.connection",
+    "redis",
+    "fastapi",
+    "rq",
+}
+
+
+def _imported_by(argv: list[str]) -> set[str]:
+    """The modules (and their top packages) a ``sluice ARGV`` process has imported
+    once ``main`` returns."""
     code = (
         "import sys\n"
         "from sluice import cli\n"
-        "sys.argv = ['sluice', 'worker', '--help']\n"
+        f"sys.argv = ['sluice', *{argv!r}]\n"
         "try:\n"
         "    cli.main()\n"
         "except SystemExit:\n"
         "    pass\n"
-        "mods = {m.split('.')[0] for m in sys.modules}\n"
-        "print(sorted(mods & {'gateway', 'autoscaler', 'notifier', 'bulkworker', 'sluicebench'}))\n"
+        "print(' '.join({n for m in sys.modules for n in (m, m.split('.')[0])}))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+    return set(out.stdout.strip().splitlines()[-1].split())
+
+
+def test_a_worker_start_imports_no_other_process_package() -> None:
+    assert _imported_by(["worker", "--help"]) & NOT_FOR_HELP == {"workers"}
+
+
+def test_help_imports_no_command_s_machinery() -> None:
+    # `sluice gateway --help` registers the gateway's command alone; `sluice --help`
+    # lists every command, each registered without importing what it runs.
+    assert _imported_by(["gateway", "--help"]) & NOT_FOR_HELP == {"gateway"}
+    every = {"gateway", "workers", "autoscaler", "notifier", "bulkworker", "sluicebench"}
+    assert _imported_by(["--help"]) & NOT_FOR_HELP == every

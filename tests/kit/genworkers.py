@@ -1,13 +1,12 @@
-"""Fixtures of the generative worker's process tests: a tiny-GPT config file and
-real ``sluice worker`` processes started through sluice.local.children."""
+"""Real ``sluice worker`` processes on the tiny GPT for the generative process
+tests (tests/process/generate): the tiny-GPT config and ``Workers``, the
+processes of one test or module, started through sluice.local.children."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from sluice.config import SluiceConfig, parse_config
@@ -17,6 +16,7 @@ MODEL = "tiny-gpt"
 
 
 def tiny_config(lease_s: float = 1.5, slots: int = 4) -> dict[str, Any]:
+    """Model tiny-gpt on tiny:4x256, 1 torch thread; heartbeats every 0.2 s."""
     return {
         "models": {
             MODEL: {
@@ -37,21 +37,15 @@ def tiny_config(lease_s: float = 1.5, slots: int = 4) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(name="tiny_config")
-def tiny_config_fixture() -> Callable[..., dict[str, Any]]:
-    """``tiny_config(lease_s=1.5, slots=4)``: model tiny-gpt, 1 torch thread."""
-    return tiny_config
-
-
 class Workers:
-    """``sluice worker`` processes of one test, each logging to a file."""
+    """``sluice worker`` processes, each logging to a file under ``tmp``."""
 
     def __init__(self, tmp: Path, redis_url: str) -> None:
         self.children = Children(tmp / "logs")
         self.tmp, self.redis_url = tmp, redis_url
 
-    def config(self, raw: dict[str, Any]) -> tuple[Path, SluiceConfig]:
-        path = self.tmp / "sluice.yaml"
+    def config(self, raw: dict[str, Any], name: str = "sluice.yaml") -> tuple[Path, SluiceConfig]:
+        path = self.tmp / name
         path.write_text(yaml.safe_dump(raw))
         return path, parse_config(raw)
 
@@ -66,16 +60,3 @@ class Workers:
 
     def stop(self) -> None:
         self.children.stop(self.children.all, timeout_s=10)
-
-
-@pytest.fixture
-def workers(tmp_path: Path, redis_url: str) -> Iterator[Callable[[], Workers]]:
-    made: list[Workers] = []
-
-    def make() -> Workers:
-        made.append(Workers(tmp_path, redis_url))
-        return made[-1]
-
-    yield make
-    for w in made:
-        w.stop()
