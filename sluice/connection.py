@@ -328,6 +328,24 @@ def slot_moving(e: BaseException) -> bool:
     return isinstance(e, redis.exceptions.ResponseError) and "non local key" in str(e)
 
 
+def demoted(e: BaseException) -> bool:
+    """WAIT refused because the server is a replica: the connection reached a demoted
+    primary (a failover, and the old primary back as a replica of the new one), whose
+    scripts may still answer without writing, so redis-py's own ReadOnlyError check
+    never sees it and never makes the connection ask Sentinel again."""
+    return isinstance(e, redis.exceptions.ResponseError) and "used with replica" in str(e)
+
+
+DEMOTED = "Redis: the primary reached is a replica now (a failover); reconnecting"
+
+
+def forget_primary(r: Any) -> Any:
+    """Drop ``r``'s connections, so the next ones ask Sentinel where the primary is (a
+    coroutine for an asyncio client; None for a client without one pool)."""
+    pool = getattr(r, "connection_pool", None)
+    return pool.disconnect() if pool is not None else None
+
+
 def is_cluster(r: Any) -> bool:
     return isinstance(r, RedisCluster | AsyncRedisCluster)
 

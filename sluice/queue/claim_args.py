@@ -4,10 +4,13 @@ queue calls share with it (the retry backoff, seconds as ms, the reclaim limit).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from sluice import keys
 from sluice.config import ModelConfig
+from sluice.jobs import Batch
 
 RECLAIM_LIMIT = 256
 
@@ -86,3 +89,14 @@ def served_groups(
             est = b.service_ms_base + b.service_ms_per_cost * int(name)
         groups.append({"bucket": name, "service_ms": max(est, 0.001)})
     return groups
+
+
+def merged_claims(tried: Sequence[Batch]) -> Batch:
+    """The batch of the last claim tried, with every tried partition's expired and
+    reclaimed counts."""
+    last = tried[-1]
+    return replace(
+        last,
+        expired=sum(b.expired for b in tried),
+        reclaimed=sum(b.reclaimed for b in tried),
+    )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import redis
@@ -17,9 +16,12 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from sluice.config import ModelConfig
 from sluice.connection import (
+    DEMOTED,
     UNAVAILABLE_ERRORS,
     ClientOptions,
     async_client,
+    demoted,
+    forget_primary,
     is_cluster,
     read_timeout_s,
     slot_moving,
@@ -27,6 +29,7 @@ from sluice.connection import (
 )
 from sluice.errors import ConfigError, NotReplicated, RedisUnavailable
 from sluice.jobs import Batch, JobRecord, NewJob, Outcome, QueueStats, Submitted
+from sluice.queue.claim_args import merged_claims
 from sluice.queue.scripts import SCRIPT_NAMES, Call, QueueOps, script_source, with_durability
 
 T = TypeVar("T")
@@ -117,17 +120,6 @@ def _parsed(call: Call[Any], reply: Any) -> Any:
 REFRESH_S = 30.0  # how often a worker's client re-reads the partition high-water
 
 
-def merged_claims(tried: Sequence[Batch]) -> Batch:
-    """The batch of the last claim tried, with every tried partition's expired and
-    reclaimed counts."""
-    last = tried[-1]
-    return replace(
-        last,
-        expired=sum(b.expired for b in tried),
-        reclaimed=sum(b.reclaimed for b in tried),
-    )
-
-
 def idem_lookup(
     ops: QueueOps, model: str, jobs: Sequence[NewJob], limits: dict[str, Any]
 ) -> Call[int] | None:
@@ -200,6 +192,9 @@ class QueueClient:
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
         except ResponseError as e:
+            if demoted(e):  # a durable call's WAIT on a replica: nothing was written
+                forget_primary(self.redis)
+                raise RedisUnavailable(DEMOTED) from e
             if slot_moving(e):
                 raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
             raise
@@ -225,6 +220,9 @@ class QueueClient:
                     replies[i] = rep
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
+        if any(demoted(rep) for rep in replies):  # nothing written on a replica
+            forget_primary(self.redis)
+            raise RedisUnavailable(DEMOTED)
         return [_parsed(c, rep) for c, rep in zip(calls, replies, strict=True)]
 
     def _pipelined(self, calls: Sequence[Call[Any]]) -> list[Any]:
@@ -387,6 +385,9 @@ class AsyncQueueClient:
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
         except ResponseError as e:
+            if demoted(e):  # a durable call's WAIT on a replica: nothing was written
+                await forget_primary(self.redis)
+                raise RedisUnavailable(DEMOTED) from e
             if slot_moving(e):
                 raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
             raise
@@ -406,6 +407,9 @@ class AsyncQueueClient:
                     replies[i] = rep
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
+        if any(demoted(rep) for rep in replies):  # nothing written on a replica
+            await forget_primary(self.redis)
+            raise RedisUnavailable(DEMOTED)
         return [_parsed(c, rep) for c, rep in zip(calls, replies, strict=True)]
 
     async def _pipelined(self, calls: Sequence[Call[Any]]) -> list[Any]:

@@ -5,6 +5,7 @@ alone acknowledges."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -13,11 +14,11 @@ import redis
 from sluice import keys
 from sluice.bulk.ops import BulkOps, new_bulk_id
 from sluice.bulk.ops import scripts as bulk_scripts
-from sluice.errors import NotReplicated
+from sluice.errors import NotReplicated, RedisUnavailable
 from sluice.jobs import JobStatus, NewJob, Outcome
 from sluice.local.redis_server import RedisServer
-from sluice.queue import QueueClient
-from sluice.queue.client import connect
+from sluice.queue import AsyncQueueClient, QueueClient
+from sluice.queue.client import connect, connect_async
 from tests.conftest import make_config
 from tests.waits import HUNG_S, wait_until
 
@@ -178,4 +179,47 @@ def test_primary_durability_acks_a_bulk_upload_without_a_replica(primary: RedisS
     try:
         assert _state(q.redis, _upload(q)) == "queued"
     finally:
+        q.redis.close()
+
+
+def test_a_replayed_submit_on_a_demoted_primary_asks_again_where_the_primary_is(
+    primary: RedisServer,
+) -> None:
+    """After a failover the old primary comes back as a replica; a connection still on
+    it replays a keyed submit without writing, so only WAIT refuses ("used with replica
+    instances"): that is RedisUnavailable (a 503 to retry), with the client's
+    connections dropped so that new ones ask Sentinel again, not an error for ever."""
+    q = _client(primary.url, "replica")
+    replica = _replica_of(primary)
+    try:
+        _linked(q.redis, 1)
+        job = NewJob(input="a b c", bucket="32", cost=3, idempotency_key="k3")
+        [made] = q.submit("m", [job])
+        on_replica = _client(replica.url, "replica")
+        on_replica.redis.ping()
+        conns = on_replica.redis.connection_pool._available_connections
+        assert [c._sock is not None for c in conns] == [True]
+        with pytest.raises(RedisUnavailable, match="replica now"):
+            on_replica.submit("m", [job])  # run: the durable pipeline
+        assert all(c._sock is None for c in conns)  # dropped: the next connects afresh
+        with pytest.raises(RedisUnavailable, match="replica now"):
+            on_replica.run_all([on_replica.ops.submit("m", [job])])
+        models = make_config(queue={"durability": "replica"}).models
+
+        async def replayed_async() -> None:
+            aq = AsyncQueueClient(connect_async(replica.url), dict(models))
+            try:
+                with pytest.raises(RedisUnavailable, match="replica now"):
+                    await aq.run_all([aq.ops.submit("m", [job])])
+                with pytest.raises(RedisUnavailable, match="replica now"):
+                    await aq.submit("m", [job])
+            finally:
+                await aq.redis.aclose()
+
+        asyncio.run(replayed_async())
+        [again] = q.submit("m", [job])  # the primary itself still answers the replay
+        assert again.id == made.id and again.created is False
+        on_replica.redis.close()
+    finally:
+        replica.stop()
         q.redis.close()
