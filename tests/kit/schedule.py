@@ -23,42 +23,29 @@ from pathlib import Path
 
 import pytest
 
-# Wall seconds per module, setup and teardown included (/tmp/cpu-ci, the clean-clone
-# CI run at 7eb17a7 of docs/benchmarks/suite.md, `-n 3` on the idle 2-core machine),
-# less test_bench_scripts.py (40 s then, 6 s since its --help checks run in process).
-# An estimate since (ADR 0172): test_live_worker.py, two worker starts on one stack
-# where test_worker_kill.py (44 s then, three starts), test_autoscale_live.py (18 s)
-# and test_gateway_e2e.py (under 15 s) started five. The modules ADR 0173 changed:
-# scaled by their wall before/after side by side (test_operator_actions.py holds
-# test_pause_and_stop.py's tests).
+# Wall seconds per module, setup and teardown included: the clean-clone CI run at
+# 199430a (`-n 4`, the idle 2-core machine; docs/benchmarks/suite.md), after ADRs
+# 0172 and 0173 shared the process tests' stacks.
 LONG_MODULES: dict[str, float] = {
-    "measure/soak/test_soak_run.py": 82,
-    "process/gateway/test_schema.py": 54,
-    "pure/autoscaler/test_policy.py": 52,
-    "measure/generate/test_generate_bench_run.py": 52,
-    "process/faults/test_gateway_restart.py": 51,
-    "process/faults/test_redis_faults.py": 48,
-    "process/e2e/test_operator_actions.py": 38,
+    "measure/soak/test_soak_run.py": 85,
+    "process/faults/test_gateway_restart.py": 57,
+    "process/faults/test_redis_faults.py": 43,
+    "process/generate/test_up_chat.py": 40,
+    "process/gateway/test_schema.py": 37,
+    "measure/generate/test_generate_bench_run.py": 35,
+    "process/browser/test_dashboard_browser.py": 35,
     "process/generate/test_live_worker.py": 34,
-    "redis/gateway/test_fuzz_schema.py": 32,
-    "process/e2e/test_example_stack.py": 32,
-    "process/browser/test_dashboard_browser.py": 29,
-    "process/e2e/test_bulk.py": 28,
-    "process/generate/test_up_chat.py": 27,
-    "process/deploy/test_probe.py": 26,
-    "process/faults/test_bulk_faults.py": 25,
+    "pure/autoscaler/test_policy.py": 33,
+    "process/e2e/test_bulk.py": 31,
+    "process/faults/test_worker_faults.py": 30,
+    "process/deploy/test_probe.py": 29,
+    "process/e2e/test_operator_actions.py": 27,
     "process/ha/test_failover.py": 25,
-    "process/e2e/test_up.py": 24,
-    "measure/security/test_bench_keys.py": 24,
-    "process/autoscaler/test_local_e2e.py": 21,
+    "process/faults/test_bulk_faults.py": 24,
+    "process/e2e/test_example_stack.py": 21,
     "redis/webhooks/test_delivery.py": 21,
-    "process/faults/test_worker_faults.py": 20,
-    "process/ha/test_cluster.py": 20,
-    "pure/generate/test_prompt.py": 20,
-    "measure/bench/test_webhook_bench.py": 17,
-    "pure/workers/test_native_bert.py": 17,
-    "process/cli/test_core_cli.py": 17,
-    "process/autoscaler/test_warm_pool_local.py": 16,
+    "redis/gateway/test_fuzz_schema.py": 18,
+    "process/e2e/test_up.py": 17,
 }
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
