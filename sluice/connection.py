@@ -346,6 +346,13 @@ def forget_primary(r: Any) -> Any:
     return pool.disconnect() if pool is not None else None
 
 
+async def forget_primary_async(r: Any) -> None:
+    """:func:`forget_primary` for an asyncio client."""
+    dropping = forget_primary(r)
+    if dropping is not None:
+        await dropping
+
+
 def is_cluster(r: Any) -> bool:
     return isinstance(r, RedisCluster | AsyncRedisCluster)
 

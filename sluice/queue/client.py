@@ -22,6 +22,7 @@ from sluice.connection import (
     async_client,
     demoted,
     forget_primary,
+    forget_primary_async,
     is_cluster,
     read_timeout_s,
     slot_moving,
@@ -386,7 +387,7 @@ class AsyncQueueClient:
             raise _unavailable(e) from e
         except ResponseError as e:
             if demoted(e):  # a durable call's WAIT on a replica: nothing was written
-                await forget_primary(self.redis)
+                await forget_primary_async(self.redis)
                 raise RedisUnavailable(DEMOTED) from e
             if slot_moving(e):
                 raise RedisUnavailable(f"Redis Cluster: this model's slot is moving: {e}") from e
@@ -408,7 +409,7 @@ class AsyncQueueClient:
         except REDIS_ERRORS as e:
             raise _unavailable(e) from e
         if any(demoted(rep) for rep in replies):  # nothing written on a replica
-            await forget_primary(self.redis)
+            await forget_primary_async(self.redis)
             raise RedisUnavailable(DEMOTED)
         return [_parsed(c, rep) for c, rep in zip(calls, replies, strict=True)]
 

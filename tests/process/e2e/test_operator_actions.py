@@ -218,25 +218,27 @@ def claims_pass(up: Up, worker_id: str, seconds: float) -> None:
 
 def test_a_paused_model_keeps_its_jobs_through_a_worker_restart_until_resumed(up: Up) -> None:
     assert "paused" in sluice(up, "admin", "pause", MODEL)
-    models = HTTP.get(f"{up.gateway}/v1/models", headers=HEADERS, timeout=10).json()["data"]
-    (listed,) = [m for m in models if m["id"] == MODEL]
-    assert listed["paused"] is True and listed["pause"]["refuse_submits"] is False
-    job_id = submit_slow(up, "a b")  # accepted, and held
-    first = wait_until(lambda: the_worker(up), what="the ready worker", every_s=LOOK_S)
-    claims_pass(up, first.id, 1.0)
-    assert job(up, job_id)["status"] == "queued"
+    try:  # the stack's later tests need the model served, whatever fails here
+        models = HTTP.get(f"{up.gateway}/v1/models", headers=HEADERS, timeout=10).json()["data"]
+        (listed,) = [m for m in models if m["id"] == MODEL]
+        assert listed["paused"] is True and listed["pause"]["refuse_submits"] is False
+        job_id = submit_slow(up, "a b")  # accepted, and held
+        first = wait_until(lambda: the_worker(up), what="the ready worker", every_s=LOOK_S)
+        claims_pass(up, first.id, 1.0)
+        assert job(up, job_id)["status"] == "queued"
 
-    os.kill(first.pid, signal.SIGTERM)  # it drains and exits; the backend restarts one
-    second = wait_until(
-        lambda: (w := the_worker(up)) is not None and w.id != first.id and w,
-        what="a restarted worker",
-        every_s=LOOK_S,
-    )
-    claims_pass(up, second.id, 1.0)
-    assert job(up, job_id)["status"] == "queued"  # the pause is Redis', not a process's
-    assert "PAUSED" in sluice(up, "status", "--config", str(up.config_path))
-
-    assert "resumed" in sluice(up, "admin", "resume", MODEL)
+        os.kill(first.pid, signal.SIGTERM)  # it drains and exits; the backend restarts one
+        second = wait_until(
+            lambda: (w := the_worker(up)) is not None and w.id != first.id and w,
+            what="a restarted worker",
+            every_s=LOOK_S,
+        )
+        claims_pass(up, second.id, 1.0)
+        assert job(up, job_id)["status"] == "queued"  # the pause is Redis', not a process's
+        assert "PAUSED" in sluice(up, "status", "--config", str(up.config_path))
+    finally:
+        resumed = sluice(up, "admin", "resume", MODEL)
+    assert "resumed" in resumed
     assert job(up, job_id, wait_s=20)["status"] == "succeeded"
     audit = sluice(up, "admin", "audit", "--model", MODEL)
     assert "resume" in audit and "pause" in audit
