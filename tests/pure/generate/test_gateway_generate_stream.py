@@ -133,9 +133,14 @@ async def test_stream_errors(gen: Any) -> None:
 async def test_many_clients_of_one_job_share_one_reader(gen: Any) -> None:
     job_id = await submit(gen)
     clients = [asyncio.create_task(stream(gen, job_id)) for _ in range(5)]
-    await async_wait_until(lambda: gen.state.tokens.listeners == 5, what="5 listeners")
-    reader = gen.state.tokens.readers["g"]
-    assert len(reader.streams) == 1
+    hub = gen.state.tokens
+
+    def following() -> int:  # joined (hub.listeners) is before the reader has them
+        reader = hub.readers.get("g")
+        return sum(len(w.listeners) for w in reader.streams.values()) if reader else 0
+
+    await async_wait_until(lambda: following() == 5, what="5 listeners on the reader")
+    assert hub.listeners == 5 and len(hub.readers["g"].streams) == 1
     await gen.serve(["o", "k"])
     bodies = [events((await c).text) for c in clients]
     assert all(b == bodies[0] for b in bodies) and bodies[0][-1]["event"] == StreamEvent.END
