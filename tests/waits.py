@@ -98,10 +98,13 @@ def wait_http(
     wait_until(answers, timeout_s, f"{url} to answer {status}", every_s=0.1)
 
 
-def redis_now_ms(r: redis.Redis) -> float:
-    """The Redis server's clock (what leases and deadlines are measured by), in ms."""
+def redis_now_ms(r: redis.Redis) -> int:
+    """The Redis server's clock (what leases and deadlines are measured by), in whole
+    ms as the scripts read it (_common.lua's now_ms floors): "now > deadline" here is
+    then past it for a script run after, not a fraction of a ms that a script run in
+    the same ms reads as equal (a Cluster CI run saw that once)."""
     seconds, micros = r.time()  # type: ignore[misc]
-    return float(seconds) * 1000 + float(micros) / 1000
+    return int(seconds) * 1000 + int(micros) // 1000
 
 
 def blocked_clients(r: redis.Redis) -> int:
