@@ -343,6 +343,17 @@ class SharedGateway:
 
 
 @contextmanager
+def fresh_stack(gateway: SharedGateway, tmp: Path) -> Iterator[Stack]:
+    """:meth:`SharedGateway.fresh` for one test, torn down after it (its workers
+    stopped; the shared Redis and gateway stay)."""
+    stack = gateway.fresh(tmp)
+    try:
+        yield stack
+    finally:
+        stack.teardown()
+
+
+@contextmanager
 def shared_gateway(
     tmp: Path, cfg: dict[str, Any], aof: str | None = None
 ) -> Iterator[SharedGateway]:

@@ -17,11 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from typer.testing import CliRunner, Result
 
 from sluice import keys
-from sluice.cli import app
 from sluice.client import Client
+from tests.kit.cli import in_process as sluice
 from tests.kit.http import HTTP
 from tests.kit.receiver import receiving
 from tests.kit.upstack import Up, launch, shut_down
@@ -78,15 +77,6 @@ def bulk_file(path: Path, n: int) -> list[str | None]:
                 )  # noqa: E501
                 ids.append(f"c{i}")
     return ids
-
-
-def sluice(*args: str) -> Result:
-    """``sluice ARGS``: the command line's own app in this process (as in
-    test_up.py): a child per command spent about 1 CPU s on its imports."""
-    done = CliRunner().invoke(app, list(args))
-    if done.exception is not None and not isinstance(done.exception, SystemExit):
-        raise done.exception
-    return done
 
 
 def check_output(lines: list[dict[str, object]], ids: list[str | None]) -> None:

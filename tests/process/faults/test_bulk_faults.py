@@ -19,7 +19,15 @@ import psutil
 import pytest
 
 from sluice.client import Client
-from tests.kit.faults import MODEL, Proc, SharedGateway, Stack, fault_config, shared_gateway
+from tests.kit.faults import (
+    MODEL,
+    Proc,
+    SharedGateway,
+    Stack,
+    fault_config,
+    fresh_stack,
+    shared_gateway,
+)
 from tests.kit.http import HTTP
 from tests.waits import wait_until
 
@@ -45,11 +53,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedGateway]
 
 @pytest.fixture
 def stack(gateway: SharedGateway, tmp_path: Path) -> Iterator[Stack]:
-    s = gateway.fresh(tmp_path)
-    try:
+    with fresh_stack(gateway, tmp_path) as s:
         yield s
-    finally:
-        s.teardown()
 
 
 def spawn_bulk_worker(stack: Stack, cfg_path: Path) -> Proc:

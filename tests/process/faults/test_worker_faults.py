@@ -27,6 +27,7 @@ from tests.kit.faults import (
     SharedGateway,
     Stack,
     fault_config,
+    fresh_stack,
     shared_gateway,
     submit,
     wait_gateway_sees,
@@ -47,11 +48,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedGateway]
 
 @pytest.fixture
 def stack(gateway: SharedGateway, tmp_path: Path) -> Iterator[Stack]:
-    s = gateway.fresh(tmp_path)
-    try:
+    with fresh_stack(gateway, tmp_path) as s:
         yield s
-    finally:
-        s.teardown()
 
 
 def _submit_all(url: str, n: int) -> list[str]:

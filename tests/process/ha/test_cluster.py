@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 from redis.crc import key_slot
-from typer.testing import CliRunner, Result
 
 from sluice import keys
-from sluice.cli import app
 from sluice.client import Client
 from sluice.local.redis_server import RedisServer, start_redis
 from sluice.local.redis_topology import LocalCluster
+from tests.kit.cli import in_process as sluice
 from tests.kit.http import HTTP
 from tests.kit.upstack import Up, launch, shut_down
 from tests.waits import wait_until
@@ -29,15 +28,6 @@ pytestmark = [pytest.mark.system]
 # A hot model on 3 partitions (docs/adr/0159): its tags {wide}, {wide~1}, {wide~2}
 # hash to slots on three different shards.
 WIDE = "wide"
-
-
-def sluice(*args: str) -> Result:
-    """``sluice ARGS``: the command line's own app in this process (as in
-    test_up.py): a child per command spent about 0.9 CPU s on its imports."""
-    done = CliRunner().invoke(app, list(args))
-    if done.exception is not None and not isinstance(done.exception, SystemExit):
-        raise done.exception
-    return done
 
 
 def _model(name: str) -> dict:
