@@ -70,13 +70,49 @@ def source(
     parts = [lua_constants()] if constants else []
     parts += [GLOBALS_AS_LOCALS]
     parts += [read(*INCLUDES[i]) + "\n" for i in includes]
+    parts += [_SHARED_END]  # the part above: helpers dropped when unused
     parts += [sig.lua_prologue() if sig else "", extra, read(package, f"{name}.lua")]
     text = "".join(parts)
     if constants and inline:
         text = inline_literals(text, f"{package}/{name}")
+    shared = text.index(_SHARED_END)
+    text = drop_unused(text[:shared] + text[shared + len(_SHARED_END) :], shared)
     if strip_comments:
         return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     return text
+
+
+_SHARED_END = "-- (end of the shared part)\n"
+# A top-level helper of the shared part: a function (to the first `end` in column 0)
+# or a one-line local of one name.
+_HELPER = re.compile(r"^local function (\w+)\(.*?^end\n|^local (\w+) = [^\n]*\n", re.M | re.S)
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+def drop_unused(text: str, shared: int) -> str:
+    """``text`` without the helpers of its first ``shared`` characters (the record
+    layouts and the includes) that nothing else in it names. Every helper is a closure
+    or a value the script builds on each call before its first line runs, whether it
+    calls it or not: a closure costs an allocation and a walk of the open upvalues per
+    variable it captures (hundreds of instructions each, ADR 0177). Dropped until none
+    is left unnamed (a helper only a dropped helper named goes too); a name in a
+    comment does not count."""
+    while True:
+        words = Counter(_WORD.findall(_COMMENT.sub("", text)))
+        drop = []
+        for m in _HELPER.finditer(text, 0, shared):
+            block, name = m.group(0), m.group(1) or m.group(2)
+            opened = block.count("{") + block.count("(")
+            if m.group(2) and opened != block.count("}") + block.count(")"):
+                continue  # a one-line start of a longer statement: kept
+            own = _WORD.findall(_COMMENT.sub("", block)).count(name)
+            if words[name] == own:
+                drop.append((m.start(), m.end()))
+        if not drop:
+            return text
+        for start, end in reversed(drop):
+            text = text[:start] + text[end:]
+        shared -= sum(end - start for start, end in drop)
 
 
 _ENTRY = re.compile(r"\b(\w+)(?:\.(\w+)\b|\['(\w+)'\])")

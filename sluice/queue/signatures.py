@@ -58,7 +58,7 @@ CLAIM = Signature(
         ("max_cost", "num"),  # padded-token budget
         ("lease_ms", "num"),
         ("max_attempts", "num"),
-        ("reclaim_limit", "num"),
+        ("reclaim_limit", "str"),  # an integer, only ever sent on to ZRANGEBYSCORE's LIMIT
         ("result_ttl", "num"),  # s
         ("dead_ttl", "num"),  # s
         ("weight_high", "num"),  # priority weights in the response ratio

@@ -150,9 +150,10 @@ end
 -- Move up to `limit` retries whose backoff has passed into their queues (one
 -- O(log n) range read: the zset is ordered by when each is due). An entry whose
 -- job is no longer queued (cancelled, purged, finished by a late result) is dropped.
--- Returns how many were promoted.
-local function promote_due(rkey, jprefix, qprefix, now, limit, wprefix)
-  local ids = redis.call('ZRANGEBYSCORE', rkey, '-inf', now, 'LIMIT', 0, limit)
+-- Returns how many were promoted. `now_s`: `now` as text, when the caller has it (a
+-- Lua number handed to redis.call is formatted with %.17g on every call: ADR 0177).
+local function promote_due(rkey, jprefix, qprefix, now, limit, wprefix, now_s)
+  local ids = redis.call('ZRANGEBYSCORE', rkey, '-inf', now_s or now, 'LIMIT', '0', limit)
   local n = 0
   for _, id in ipairs(ids) do
     local jk = jprefix .. id
@@ -170,10 +171,11 @@ end
 
 -- Requeue or dead-letter every job whose lease ended before `now`.
 -- Returns the number reclaimed and appends terminal ids to `ended`. `wprefix`
--- (nil from claim, whose caller takes the jobs itself) wakes idle workers.
+-- (nil from claim, whose caller takes the jobs itself) wakes idle workers. `now_s`:
+-- as promote_due's.
 local function reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, limit,
-                               max_attempts, dead_ttl_s, ended, wprefix, owners, rt)
-  local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
+                               max_attempts, dead_ttl_s, ended, wprefix, owners, rt, now_s)
+  local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now_s or now, 'LIMIT', '0', limit)
   if #ids == 0 then return 0 end  -- the usual case: no table, no encoding
   local err = cjson.encode({type = 'lease_expired',
                             message = 'the worker holding this job stopped renewing its lease'})
@@ -196,7 +198,7 @@ end
 -- nprefix..'due' a zset of delivery ids by due time (ms); nprefix..'wake' the list
 -- an idle notifier blocks on (at most WAKE_CAP tokens); nprefix..'events' the
 -- model's stream of ended jobs (GET /v1/models/{m}/events), about EVENTS_CAP long.
-local EVENTS_CAP = 10000
+local EVENTS_CAP_S = '10000'  -- as text: sent on every call that ends a job
 -- The delivery's record; its due entry and wake token are the caller's (one ZADD
 -- and one LPUSH for all the deliveries a call makes). Counters (att, fails, cerr)
 -- start absent (0); 'first' (where the retry horizon counts from) is 'ended'
@@ -261,7 +263,7 @@ local function publish_known(channel, ended, jprefix, nprefix)
     wake(nprefix .. 'wake', #due / 2)
   end
   for i = 1, #fields, 2000 do  -- unpack's limit: a few thousand values per call
-    redis.call('XADD', nprefix .. 'events', 'MAXLEN', '~', EVENTS_CAP, '*',
+    redis.call('XADD', nprefix .. 'events', 'MAXLEN', '~', EVENTS_CAP_S, '*',
                unpack(fields, i, math.min(i + 1999, #fields)))
   end
   redis.call('PUBLISH', channel, table.concat(ids, ','))

@@ -92,24 +92,47 @@ if redis.call('EXISTS', KEYS[9]) == 1 then
   mark_holding(holding == 1, t)
   return reply{bucket = '', now = t, expired = 0, reclaimed = 0}
 end
-local weights = {weight_high, weight_normal, weight_low}
 local now = now_ms()
+-- `now` as text, formatted once: the range reads below and every lease store it (a Lua
+-- number handed to redis.call is formatted with %.17g per call: ADR 0177).
+local now_s = int(now)
+-- Nothing to claim (ADR 0177): every served queue empty (bulk items included), no
+-- lease lapsed and no retry due. The claim then ends as the full path would (wake
+-- lists emptied, the holding mark, nothing reclaimed or published), before it builds
+-- the two dozen functions and tables below: an idle worker's claims between batches
+-- cost a fraction of a full one. Anything found takes the full path, unchanged.
+if #KEYS >= Q1 and redis.call('EXISTS', unpack(KEYS, Q1)) == 0
+   and #redis.call('ZRANGEBYSCORE', inflight, '-inf', now_s, 'LIMIT', '0', '1') == 0
+   and #redis.call('ZRANGEBYSCORE', retries, '-inf', now_s, 'LIMIT', '0', '1') == 0 then
+  drop_wakes()
+  mark_holding(holding == 1, now)
+  return reply{bucket = '', now = now, expired = 0, reclaimed = 0}
+end
+local weights = {weight_high, weight_normal, weight_low}
 local ended = {}
 
 local rt = {key = retries, base = backoff_ms, cap = backoff_max_ms}
-local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now,
-                                    reclaim_limit, max_attempts, dead_ttl, ended, nil, owners, rt)
+local n_reclaimed = reclaim_expired(inflight, stats, dead, jprefix, qprefix, now, reclaim_limit,
+                                    max_attempts, dead_ttl, ended, nil, owners, rt, now_s)
 -- Retries whose backoff has passed join their queues before the pick (O(log n + k)).
-promote_due(retries, jprefix, qprefix, now, reclaim_limit, wake_prefix)
+promote_due(retries, jprefix, qprefix, now, reclaim_limit, wake_prefix, now_s)
 
 -- Highest response ratio next among the heads of the served queues.
 local BULK_RANK, LOW = RANK.bulk, RANK.low
 local BULK_SCORE = BULK_RANK * SCORE_SCALE  -- the lowest score a bulk item has
 
 -- A class's jobs in arrival order: scores [rank * SCORE_SCALE, (rank + 1) * SCORE_SCALE).
+-- The bounds as text, each formatted once a call and only when read (string.format
+-- costs about as much as the %.17g redis.call gives a Lua number); `limit` is text.
+local class_from = {}
+local function class_bound(rank)
+  local b = class_from[rank]
+  if not b then b = int(rank * SCORE_SCALE); class_from[rank] = b end
+  return b
+end
 local function class_range(queue, rank, limit)
-  return redis.call('ZRANGEBYSCORE', queue, int(rank * SCORE_SCALE), '(' .. int((rank + 1) * SCORE_SCALE),
-                    'LIMIT', 0, limit)
+  return redis.call('ZRANGEBYSCORE', queue, class_bound(rank), '(' .. class_bound(rank + 1),
+                    'LIMIT', '0', limit)
 end
 
 -- An unreadable enq reads as 0 (overdue): the scan then drops the record.
@@ -124,7 +147,7 @@ local function prio_overdue_enq(queue, head_prio)
   local oldest_enq = nil
   if prio_wait <= 0 then return nil end
   for rank = head_prio + 1, LOW do
-    local ids = class_range(queue, rank, 1)
+    local ids = class_range(queue, rank, '1')
     if #ids > 0 then
       local enq = enq_of(ids[1])
       if now - enq > prio_wait and (not oldest_enq or enq < oldest_enq) then oldest_enq = enq end
@@ -141,9 +164,9 @@ local function prio_overdue_ids(queue, limit)
   for rank = 1, LOW do
     -- The class's oldest alone first: when it has not waited past max_priority_wait
     -- (the usual case) none behind it has, and the rest are never read.
-    local first = class_range(queue, rank, 1)
+    local first = class_range(queue, rank, '1')
     if #first > 0 and now - enq_of(first[1]) > prio_wait then
-      for place, id in ipairs(class_range(queue, rank, limit)) do
+      for place, id in ipairs(class_range(queue, rank, int(limit))) do
         local enq = enq_of(id)
         if now - enq <= prio_wait then break end
         table.insert(found, {enq, rank, place, id})
@@ -181,7 +204,7 @@ local function pick_bucket()
   local best, best_ratio, oldest, oldest_enq = 0, -1, 0, now + 1
   local bulk_best, bulk_enq = 0, now + 1
   for k = Q1, #KEYS do
-    local head = excluded[k] and {} or redis.call('ZRANGE', KEYS[k], 0, 0, 'WITHSCORES')
+    local head = excluded[k] and {} or redis.call('ZRANGE', KEYS[k], '0', '0', 'WITHSCORES')
     if #head > 0 then
       local prio = math.floor(tonumber(head[2]) / SCORE_SCALE)
       local enq = tonumber(redis.call('HGET', jprefix .. head[1], JOB.enq)) or now
@@ -280,7 +303,7 @@ local n_bounds = #bounds
 local rem, lease, dropped, recount = {}, {}, 0, false
 -- Named and formatted once per call, not per job.
 -- The lease's end as the string ZADD stores (a Lua number would be formatted per job).
-local now_s, lease_until = int(now), int(now + lease_ms)
+local lease_until = int(now + lease_ms)
 -- Read for every job met (the owner, and when it was first left, only on the rare
 -- paths that need them: fewer fields looked up and built into Lua per job).
 local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.bucket, JOB.score,
@@ -407,7 +430,8 @@ local function fill_batch()
   local before = n_left
   while not full do
     local skip = n_left - before
-    local ids = redis.call('ZRANGE', queue, skip, skip + max_batch - taken + 7)
+    local ids = redis.call('ZRANGE', queue, skip == 0 and '0' or int(skip),
+                           int(skip + max_batch - taken + 7))
     if #ids == 0 then break end
     for _, id in ipairs(ids) do
       if not consider(id) then full = true; break end
