@@ -362,6 +362,7 @@ def lua_constants() -> str:
     bounds = ", ".join(str(b) for b in WAIT_BOUNDS_MS)
     stats = ", ".join(f"{s.value} = '{s.value}'" for s in Stat)
     ranks = ", ".join(f"{name} = {rank}" for rank, name in enumerate(RANKS))
+    by_text = ", ".join(f"['{rank}'] = {rank}" for rank in range(len(RANKS)))
     return "\n".join(
         (
             "-- Generated from sluice/records.py: edit there, not here.",
@@ -370,6 +371,8 @@ def lua_constants() -> str:
             "end",
             *(_lua_fields(name, enum) for name, enum in _LUA_FIELD_TABLES.items()),
             f"local RANK = strict('RANK', {{{ranks}}})",
+            # a rank as stored (text) -> its number, without strtod (ADR 0177)
+            f"local RANK_OF_TEXT = {{{by_text}}}",
             f"local HOOK_TTL_S = {HOOK_TTL_S}",
             f"local SCORE_SCALE = {SCORE_SCALE}",
             f"local WAIT_WINDOW_MS = {WAIT_WINDOW_S * 1000}",

@@ -89,7 +89,7 @@ for i = 1, N_GROUPS do
       redis.call('HSET', jk, S_STATUS, 'succeeded', S_RESULT, payload, S_FIN, now_s,
                  S_RUN_MS, run_ms, S_WORKER, '', S_INPUT, '')
       redis.call('EXPIRE', jk, result_ttl_s)
-      done_cost = done_cost + tonumber(f[2])
+      done_cost = done_cost + f[2]  -- parsed once (tonumber parses twice: ADR 0177)
       local e2e, slot = now - (tonumber(f[4]) or now), n_bounds + 1
       for k = 1, n_bounds do if e2e <= bounds[k] then slot = k; break end end
       e2e_hist[slot] = (e2e_hist[slot] or 0) + 1

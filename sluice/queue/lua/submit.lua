@@ -63,11 +63,13 @@ end
 local n = N_GROUPS
 local jobs = {}
 -- Each job's cost parsed once (cost, prio and deadline arrive as text: the hash stores
--- cost and prio as sent, and Lua parses a number with strtod).
+-- cost and prio as sent, and Lua parses a number with strtod). `+ 0` parses once;
+-- tonumber parses twice (lua_isnumber, then lua_tonumber: ADR 0177). The client sends
+-- an integer; anything else fails the script, as the sum it joins did before.
 local costs_n = {}
 for i = 1, n do
   jobs[i] = arg_group(i)
-  costs_n[i] = tonumber(jobs[i].cost)
+  costs_n[i] = jobs[i].cost + 0
 end
 local BULK_PRIO = int(RANK.bulk)
 local now = now_ms()
@@ -218,7 +220,7 @@ local zadds, costs, k = {}, {}, 0
 local function opt(f, name, value) f[#f + 1] = name; f[#f + 1] = value end
 local now_s = int(now)  -- formatted once, stored by every job
 local function enqueue(job, cost)
-  local id, bucket, prio = job.id, job.bucket, tonumber(job.prio)
+  local id, bucket, prio = job.id, job.bucket, RANK_OF_TEXT[job.prio] or tonumber(job.prio)
   local deadline = '0'
   local after = job.deadline ~= '0' and tonumber(job.deadline) or 0  -- most jobs: '0'
   if after > 0 then deadline = int(now + after) end
