@@ -71,7 +71,8 @@ def source(
     parts += [GLOBALS_AS_LOCALS]
     parts += [read(*INCLUDES[i]) + "\n" for i in includes]
     parts += [_SHARED_END]  # the part above: helpers dropped when unused
-    parts += [sig.lua_prologue() if sig else "", extra, read(package, f"{name}.lua")]
+    body = read(package, f"{name}.lua")
+    parts += [sig.lua_prologue(body) if sig else "", extra, body]
     text = "".join(parts)
     if constants and inline:
         text = inline_literals(text, f"{package}/{name}")

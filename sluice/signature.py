@@ -15,6 +15,14 @@ fields, ``N_GROUPS``, and ``reply{...}`` / ``reply_group(out, {...})`` that buil
 the reply in declared order. A script body never indexes ARGV itself:
 tests/pure/core/test_signatures.py checks that for every script, and that every
 declared name is used.
+
+For the per-job loops of the hot scripts, two table-free forms (a table per job
+costs thousands of instructions to build and collect, ADR 0177): ``arg_fields(i)``
+returns the i-th group's fields as values in declared order, read only as
+``local <every field name, in order> = arg_fields(i)``; ``reply_row(out, <every
+reply_group name, in order>)`` appends one group. The checker accepts them only
+when the names listed are exactly the declared ones in order, so a field can no
+more be shifted than with the named forms.
 """
 
 from __future__ import annotations
@@ -70,7 +78,7 @@ class Signature:
         ]
         return dict(zip(self.reply, reply[:head], strict=True)), groups
 
-    def lua_prologue(self) -> str:
+    def lua_prologue(self, body: str = "") -> str:
         lines = [f"-- Generated from the Signature of {self.script}: ARGV by name."]
         for i, (name, kind) in enumerate(self.argv, start=1):
             lines.append(f"local {name} = {_read(kind, str(i))}")
@@ -82,20 +90,37 @@ class Signature:
                 f"{name} = {_read(kind, f'b + {k}' if k else 'b')}"
                 for k, (name, kind) in enumerate(self.group)
             )
-            lines.append("local function arg_group(i)")
-            lines.append(f"  local b = FIRST_GROUP + (i - 1) * {size}")
-            lines.append(f"  return {{{fields}}}")
-            lines.append("end")
+            if not body or "arg_group(" in body:
+                lines.append("local function arg_group(i)")
+                lines.append(f"  local b = FIRST_GROUP + (i - 1) * {size}")
+                lines.append(f"  return {{{fields}}}")
+                lines.append("end")
         if self.reply:
             head = ", ".join(f"r.{name}" for name in self.reply)
             index = ", ".join(f"{name} = {i}" for i, name in enumerate(self.reply, start=1))
             lines.append(f"local function reply(r) return {{{head}}} end")
             lines.append(f"local REPLY = {{{index}}}")
-        if self.reply_group:
+        if self.reply_group and (not body or "reply_group(" in body):
             # Appended by index, not table.insert: once per job in the hot scripts.
             lines.append("local function reply_group(out, g)")
             lines.append("  local n = #out")
             lines += [f"  out[n + {k}] = g.{name}" for k, name in enumerate(self.reply_group, 1)]
+            lines.append("end")
+        # The table-free forms (module docstring) last. With the script's ``body``, only
+        # the forms it names: a function made on every call costs even when never called.
+        if self.group and "arg_fields(" in body:
+            size = len(self.group)
+            values = ", ".join(
+                _read(kind, f"b + {k}" if k else "b") for k, (_, kind) in enumerate(self.group)
+            )
+            lines.append("local function arg_fields(i)")
+            lines.append(f"  local b = FIRST_GROUP + (i - 1) * {size}")
+            lines.append(f"  return {values}")
+            lines.append("end")
+        if self.reply_group and "reply_row(" in body:
+            lines.append(f"local function reply_row(out, {', '.join(self.reply_group)})")
+            lines.append("  local n = #out")
+            lines += [f"  out[n + {k}] = {name}" for k, name in enumerate(self.reply_group, 1)]
             lines.append("end")
         return "\n".join(lines) + "\n"
 

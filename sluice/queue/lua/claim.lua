@@ -316,22 +316,24 @@ local READ = {JOB.status, JOB.cost, JOB.dl, JOB.att, JOB.enq, JOB.input, JOB.buc
               JOB.last_worker}
 local S_STATUS, S_START, S_ATT, S_WORKER = JOB.status, JOB.start, JOB.att, JOB.worker
 
-local function lease_job(id, jk, f, cost, att, enq)
+local function lease_job(id, jk, f, cost_n, att, enq_n)
   att = (att or 0) + 1
-  local att_s = att == 1 and '1' or int(att)
+  local attempts = att == 1 and '1' or int(att)
   rem[#rem + 1] = id
-  dropped = dropped + cost
-  redis.call('HSET', jk, S_STATUS, 'running', S_START, now_s, S_ATT, att_s, S_WORKER, worker)
+  dropped = dropped + cost_n
+  redis.call('HSET', jk, S_STATUS, 'running', S_START, now_s, S_ATT, attempts, S_WORKER, worker)
   lease[#lease + 1] = lease_until; lease[#lease + 1] = id
   if not bulk_batch then
-    local wait = now - enq
+    local wait = now - enq_n
     local slot = n_bounds + 1
     for i = 1, n_bounds do if wait <= bounds[i] then slot = i; break end end
     wait_hist[slot] = (wait_hist[slot] or 0) + 1
   end
-  reply_group(out, {id = id, input = f[6], cost = f[2], attempts = att_s, enq = f[5]})
+  -- The reply's group without a table per job (reply_row: the declared names in order).
+  local input, cost, enq = f[6], f[2], f[5]
+  reply_row(out, id, input, cost, attempts, enq)
   taken = taken + 1
-  if cost > widest then widest = cost end
+  if cost_n > widest then widest = cost_n end
 end
 
 -- Last attempts (ADR 0166): whether a serving worker other than this one is live and

@@ -81,8 +81,10 @@ def test_the_script_reads_no_argv_by_hand_and_uses_every_name(name: str) -> None
 
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_the_prologue_is_generated_into_the_script(name: str) -> None:
-    _, sig, sent = SCRIPTS[name]
-    prologue = sig.lua_prologue()
+    package, sig, sent = SCRIPTS[name]
+    prologue = sig.lua_prologue(
+        (resources.files(package) / "lua" / f"{sig.script}.lua").read_text()
+    )
     if name.startswith("lua/"):  # sent with EVAL on every call, without comment lines
         prologue = "".join(ln + "\n" for ln in prologue.splitlines() if not ln.startswith("--"))
     assert prologue in sent + "\n"
@@ -131,5 +133,24 @@ def test_the_checker_catches_a_read_by_hand_and_an_unused_name() -> None:
     ]
     body = "local x = a .. arg_group(1).id\nreturn reply{n = 1}"
     assert disagreements(grouped, body) == []
+    # The table-free forms: every declared name, in declared order, or a disagreement.
+    rows = Signature("t", (), group=(("id", "str"), ("n", "num")), reply_group=("id", "n"))
+    good = "local id, n = arg_fields(1)\nreply_row(out, id, n)"
+    assert disagreements(rows, good) == []
+    assert disagreements(rows, "local n, id = arg_fields(1)\nreply_row(out, n, id)") == [
+        "arg_fields ['n', 'id']",
+        "reply_row ['n', 'id']",
+    ]
+    assert disagreements(rows, "local t = {arg_fields(1)}\nreply_row(out, x.a, 1)") == [
+        "arg_fields not read into a list of locals",
+        "reply_row not given a list of names",
+        "group.id",
+        "group.n",
+        "arg_group",
+        "reply_group.id",
+        "reply_group.n",
+        "reply_group",
+    ]
+    assert "arg_fields" in rows.lua_prologue(good) and "arg_fields" not in rows.lua_prologue()
     # An include has no declaration: any ARGV index outside a comment is a breach.
     assert by_hand("-- ARGV[1] the id\nlocal x = ARGV[#ARGV] -- ARGV[2]") == ["ARGV[#ARGV]"]
