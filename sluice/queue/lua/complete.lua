@@ -46,8 +46,7 @@ local S_STATUS, S_RESULT, S_FIN, S_RUN_MS, S_WORKER, S_INPUT =
 local n_bounds = #bounds
 
 for i = 1, N_GROUPS do
-  local o = arg_group(i)
-  local id, kind, payload, run_ms = o.id, o.kind, o.payload, o.run_ms
+  local id, kind, payload, run_ms = arg_fields(i)  -- no table per outcome (ADR 0177)
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, unpack(READ))
   local status = f[1]

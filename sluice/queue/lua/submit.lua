@@ -61,15 +61,17 @@ if fence_token ~= '' and redis.call('HGET', KEYS[5], BULK.token) ~= fence_token 
   return out
 end
 local n = N_GROUPS
-local jobs = {}
+-- What the admission reads of each job, in arrays (no table per job: ADR 0177); the
+-- rest is read again, by arg_fields, only for a job that is written.
+local ids, idems, rqhs = {}, {}, {}
 -- Each job's cost parsed once (cost, prio and deadline arrive as text: the hash stores
 -- cost and prio as sent, and Lua parses a number with strtod). `+ 0` parses once;
 -- tonumber parses twice (lua_isnumber, then lua_tonumber: ADR 0177). The client sends
 -- an integer; anything else fails the script, as the sum it joins did before.
 local costs_n = {}
 for i = 1, n do
-  jobs[i] = arg_group(i)
-  costs_n[i] = jobs[i].cost + 0
+  local id, bucket, cost, prio, input, meta, deadline, idem, whu, whe, rqh = arg_fields(i)
+  ids[i], idems[i], rqhs[i], costs_n[i] = id, idem, rqh, cost + 0
 end
 local BULK_PRIO = int(RANK.bulk)
 local now = now_ms()
@@ -82,7 +84,7 @@ local now = now_ms()
 local found = 0
 do
   local all = {}
-  for i = 1, n do all[i] = jprefix .. jobs[i].id end
+  for i = 1, n do all[i] = jprefix .. ids[i] end
   for i = 1, n, 1000 do
     found = found + redis.call('EXISTS', unpack(all, i, math.min(i + 999, n)))
   end
@@ -93,20 +95,20 @@ local seen = {}
 local made = {}  -- idempotency key -> {id, rqh} of a job an earlier request made
 local existing = {}
 
--- The job an idempotency key already names (false: none), and the request hash
--- that job holds when the job asks for a match.
-local function lookup(job)
-  local ikey = job.idem
+-- The job the idempotency key of job i already names (false: none), and the request
+-- hash that job holds when job i asks for a match.
+local function lookup(i)
+  local ikey, rqh = idems[i], rqhs[i]
   if ikey == '' then return false, nil end
   local m = made[ikey]
   if m then
-    if job.rqh ~= '' and m.rqh ~= '' then return m.id, m.rqh end
+    if rqh ~= '' and m.rqh ~= '' then return m.id, m.rqh end
     return m.id, nil
   end
   local id = redis.call('GET', iprefix .. ikey)
   -- A key whose job has expired (result TTL) is free again: a new job, not a 404.
   if id and redis.call('EXISTS', jprefix .. id) == 0 then id = false end
-  if id and job.rqh ~= '' then return id, redis.call('HGET', jprefix .. id, JOB.rqh) end
+  if id and rqh ~= '' then return id, redis.call('HGET', jprefix .. id, JOB.rqh) end
   return id, nil
 end
 
@@ -163,14 +165,14 @@ end
 -- Decide one request (jobs lo..hi): its refusal, or nil and what it adds.
 local function decide(lo, hi)
   for i = lo, hi do
-    local id, made_by = lookup(jobs[i])
-    if id and made_by and made_by ~= jobs[i].rqh then return {'reused', i - lo + 1, 0, 0} end
+    local id, made_by = lookup(i)
+    if id and made_by and made_by ~= rqhs[i] then return {'reused', i - lo + 1, 0, 0} end
     existing[i] = id
   end
   local new_count, new_cost = 0, 0
   for i = lo, hi do
-    if found > 0 and not existing[i] and redis.call('EXISTS', jprefix .. jobs[i].id) == 1 then
-      existing[i] = jobs[i].id
+    if found > 0 and not existing[i] and redis.call('EXISTS', jprefix .. ids[i]) == 1 then
+      existing[i] = ids[i]
     end
     if not existing[i] then new_count, new_cost = new_count + 1, new_cost + costs_n[i] end
   end
@@ -184,7 +186,7 @@ local function decide(lo, hi)
   return nil
 end
 
-local admitted, refused, new_count, new_cost, bulk_cost = {}, {}, 0, 0, 0
+local admitted, refused, new_count, new_cost, bulk_cost = {}, {}, 0, 0, 0  -- bulk: enqueue
 do
   local lo = 1
   for r = 1, #sizes do
@@ -196,12 +198,9 @@ do
     else
       admitted[r] = {lo, hi}
       for i = lo, hi do
-        local job = jobs[i]
         if not existing[i] then
-          local cost = costs_n[i]
-          new_count, new_cost = new_count + 1, new_cost + cost
-          if job.prio == BULK_PRIO then bulk_cost = bulk_cost + cost end
-          if job.idem ~= '' then made[job.idem] = {id = job.id, rqh = job.rqh} end
+          new_count, new_cost = new_count + 1, new_cost + costs_n[i]
+          if idems[i] ~= '' then made[idems[i]] = {id = ids[i], rqh = rqhs[i]} end
         end
       end
     end
@@ -219,37 +218,39 @@ if new_count > 0 then base = redis.call('INCRBY', seq, new_count) - new_count en
 local zadds, costs, k = {}, {}, 0
 local function opt(f, name, value) f[#f + 1] = name; f[#f + 1] = value end
 local now_s = int(now)  -- formatted once, stored by every job
-local function enqueue(job, cost)
-  local id, bucket, prio = job.id, job.bucket, RANK_OF_TEXT[job.prio] or tonumber(job.prio)
-  local deadline = '0'
-  local after = job.deadline ~= '0' and tonumber(job.deadline) or 0  -- most jobs: '0'
-  if after > 0 then deadline = int(now + after) end
+-- Job i, admitted and new: its hash, its queue entry (ZADD below), its cost counted.
+local function enqueue(i, cost_n)
+  local id, bucket, cost, prio, input, meta, deadline, idem, whu, whe, rqh = arg_fields(i)
+  if prio == BULK_PRIO then bulk_cost = bulk_cost + cost_n end
+  local rank = RANK_OF_TEXT[prio] or tonumber(prio)
+  local after = deadline ~= '0' and tonumber(deadline) or 0  -- most jobs: '0'
+  deadline = after > 0 and int(now + after) or '0'
   -- Score: priority class first, then arrival order (a per-model sequence).
   k = k + 1
-  local score = int(prio * SCORE_SCALE + base + k)
+  local score = int(rank * SCORE_SCALE + base + k)
   -- One HSET per job: the optional fields join the fixed ones only when set. An
   -- absent meta, idem or att reads as none (sluice/jobs.py), an absent dl as no
   -- deadline (over_limit, claim.lua): fewer fields to write, hold and read back.
   -- cost and prio are stored as sent (ARGV strings), not formatted again.
-  local f = {JOB.id, id, JOB.bucket, bucket, JOB.cost, job.cost, JOB.prio, job.prio,
-    JOB.status, 'queued', JOB.input, job.input, JOB.enq, now_s, JOB.score, score}
+  local f = {JOB.id, id, JOB.bucket, bucket, JOB.cost, cost, JOB.prio, prio,
+    JOB.status, 'queued', JOB.input, input, JOB.enq, now_s, JOB.score, score}
   if deadline ~= '0' then opt(f, JOB.dl, deadline) end
-  if job.meta ~= '' then opt(f, JOB.meta, job.meta) end
-  if job.idem ~= '' then opt(f, JOB.idem, job.idem) end
+  if meta ~= '' then opt(f, JOB.meta, meta) end
+  if idem ~= '' then opt(f, JOB.idem, idem) end
   if owner ~= '' then opt(f, JOB.owner, owner) end
-  if job.rqh ~= '' then opt(f, JOB.rqh, job.rqh) end
-  if job.whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
-    opt(f, JOB.whu, job.whu)
-    if job.whe ~= '' then opt(f, JOB.whe, job.whe) end
+  if rqh ~= '' then opt(f, JOB.rqh, rqh) end
+  if whu ~= '' then  -- events and TTL only when not the defaults (every event, HOOK_TTL_S)
+    opt(f, JOB.whu, whu)
+    if whe ~= '' then opt(f, JOB.whe, whe) end
     if hook_ttl ~= HOOK_TTL_S then opt(f, JOB.wht, hook_ttl) end
   end
   redis.call('HSET', jprefix .. id, unpack(f))
   local za = zadds[bucket]
   if not za then za = {}; zadds[bucket], costs[bucket] = za, 0 end
   za[#za + 1] = score; za[#za + 1] = id
-  costs[bucket] = costs[bucket] + cost
-  if job.idem ~= '' then
-    redis.call('SET', iprefix .. job.idem, id, 'EX', idem_ttl)
+  costs[bucket] = costs[bucket] + cost_n
+  if idem ~= '' then
+    redis.call('SET', iprefix .. idem, id, 'EX', idem_ttl)
   end
 end
 
@@ -259,16 +260,16 @@ for r = 1, #sizes do
     local no = refused[r]
     answer(no[1], no[2], no[3], no[4])
   else
-    local ids = {}
+    local made_ids = {}
     for i = span[1], span[2] do
       if existing[i] then
-        ids[#ids + 1] = existing[i]; ids[#ids + 1] = 0
+        made_ids[#made_ids + 1] = existing[i]; made_ids[#made_ids + 1] = 0
       else
-        enqueue(jobs[i], costs_n[i])
-        ids[#ids + 1] = jobs[i].id; ids[#ids + 1] = 1
+        enqueue(i, costs_n[i])
+        made_ids[#made_ids + 1] = ids[i]; made_ids[#made_ids + 1] = 1
       end
     end
-    answer('ok', now, 0, 0, ids)
+    answer('ok', now, 0, 0, made_ids)
   end
 end
 for bucket, za in pairs(zadds) do
