@@ -374,14 +374,20 @@ local function leave(jk, since)
   return true
 end
 
+-- Three numbers as text to numbers; raises where tonumber would give nil (ADR 0177).
+local function parse3(a, b, c) return a + 0, b + 0, c + 0 end
+
 -- Leaves a job that ended in the queue (stale, malformed, past its deadline).
 -- Returns false when the job does not fit this batch: it stays in its place.
 local function consider(id)
   local jk = jprefix .. id
   local f = redis.call('HMGET', jk, unpack(READ))
-  -- Each number read once (nil: absent or garbage, which malformed reports).
-  local cost, dl, att = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  local enq, score = tonumber(f[5]), tonumber(f[8])
+  -- Each number read once (nil: absent or garbage, which malformed reports). The three
+  -- every job has are parsed by arithmetic (one strtod each; tonumber runs two), which
+  -- raises on a missing or garbled one: then each alone, by tonumber, as before.
+  local ok, cost, enq, score = pcall(parse3, f[2], f[5], f[8])
+  if not ok then cost, enq, score = tonumber(f[2]), tonumber(f[5]), tonumber(f[8]) end
+  local dl, att = f[3] and tonumber(f[3]), f[4] and tonumber(f[4])  -- usually absent
   local bad = f[1] == 'queued' and malformed(f, cost, dl, att, enq, score)
   cost, dl = cost or 0, dl or 0
   if f[1] ~= 'queued' then
