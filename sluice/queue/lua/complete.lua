@@ -3,7 +3,7 @@
 -- KEYS[4] per-owner unfinished-job counts   KEYS[5] workers running a bulk batch
 -- KEYS[6] retries waiting out their backoff (zset, due ms; docs/adr/0153)
 -- ARGV: declared by name in sluice/queue/signatures.py (COMPLETE): the fixed values,
---   then one group per outcome (arg_group(i): id, kind 'ok' | 'retry' | 'fail' |
+--   then one group per outcome (arg_fields(i): id, kind 'ok' | 'retry' | 'fail' |
 --   'release', payload (result or error JSON), run_ms).
 -- Derived keys: jprefix..id, qprefix..bucket, wprefix..bucket, eprefix..window
 --   (same hash tag).

@@ -14,7 +14,7 @@
 -- ARGV: declared by name in sluice/queue/signatures.py (SUBMIT): the fixed values
 --   (read into locals by the generated prologue; `requests` lists each request's job
 --   count, comma-separated, in order), then one group per job, the requests' jobs in
---   order (arg_group(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input
+--   order (arg_fields(i): id, bucket, cost, prio rank 0 high .. 2 low, 3 bulk, input
 --   JSON, meta JSON, deadline ms from now (0 = none), idem key ('' = none), webhook
 --   url ('' = none) and its events (comma-separated), hash of the request body ('' =
 --   none)). A job with a webhook keeps them
@@ -52,9 +52,9 @@ if total ~= N_GROUPS then
                            .. ' jobs, ARGV holds ' .. N_GROUPS)
 end
 local out = {}
-local function answer(state, detail, queued, queued_cost, ids)
-  reply_group(out, {state = state, detail = detail, queued = queued,
-                    queued_cost = queued_cost, jobs = ids or {}})
+local function answer(state, detail, queued, queued_cost, jobs)
+  jobs = jobs or {}
+  reply_row(out, state, detail, queued, queued_cost, jobs)  -- no table per request: ADR 0177
 end
 if fence_token ~= '' and redis.call('HGET', KEYS[5], BULK.token) ~= fence_token then
   for _ = 1, #sizes do answer('fenced', '', 0, 0) end
