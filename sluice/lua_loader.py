@@ -21,9 +21,14 @@ from sluice.signature import Signature
 
 # Shared helpers a script may include, in the order they are prepended.
 INCLUDES: dict[str, tuple[str, str]] = {
-    "common": ("sluice.queue", "_common.lua"),  # time, costs, dead letters, webhooks
+    "common": ("sluice.queue", "_common.lua"),  # costs, dead letters, webhooks
     "bulk": ("sluice.bulk", "_bulk.lua"),  # end_bulk (needs "common")
 }
+# What "common" puts first, before the prologue: the slot probe, now_ms, int.
+CORE = ("sluice.queue", "_core.lua")
+# A line of a script's body where its includes go instead of before its prologue: the
+# lines above it (an early exit) run before the includes' helpers are built (ADR 0177).
+INCLUDES_HERE = "-- (the includes go here: sluice.lua_loader)\n"
 
 
 # The globals the scripts call, as locals of the chunk: a script's own functions then
@@ -65,55 +70,62 @@ def source(
     generated Lua of this script's own, after the prologue. ``strip_comments``:
     without comment lines, for scripts sent with EVAL on every call (ADR 0111).
     ``inline``: the record layouts' entries written as their values
-    (:func:`inline_literals`).
+    (:func:`inline_literals`). A body with an :data:`INCLUDES_HERE` line gets its
+    includes there, after its prologue and the lines above it.
     """
-    parts = [lua_constants()] if constants else []
-    parts += [GLOBALS_AS_LOCALS]
-    parts += [read(*INCLUDES[i]) + "\n" for i in includes]
-    parts += [_SHARED_END]  # the part above: helpers dropped when unused
     body = read(package, f"{name}.lua")
-    parts += [sig.lua_prologue(body) if sig else "", extra, body]
+    head, here, rest = body.partition(INCLUDES_HERE)
+    shared = [read(*INCLUDES[i]) + "\n" for i in includes]
+    parts = [_SHARED_BEGIN]  # helpers between the marks: dropped when unused
+    parts += [lua_constants()] if constants else []
+    parts += [GLOBALS_AS_LOCALS]
+    parts += [read(*CORE) + "\n"] if "common" in includes else []
+    if here:
+        parts += [_SHARED_END, sig.lua_prologue(body) if sig else "", extra, head]
+        parts += [_SHARED_BEGIN, *shared, _SHARED_END, rest]
+    else:
+        parts += [*shared, _SHARED_END, sig.lua_prologue(body) if sig else "", extra, body]
     text = "".join(parts)
     if constants and inline:
         text = inline_literals(text, f"{package}/{name}")
-    shared = text.index(_SHARED_END)
-    text = drop_unused(text[:shared] + text[shared + len(_SHARED_END) :], shared)
+    text = drop_unused(text)
     if strip_comments:
         return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     return text
 
 
-_SHARED_END = "-- (end of the shared part)\n"
+_SHARED_BEGIN, _SHARED_END = "-- (shared helpers)\n", "-- (end of shared helpers)\n"
 # A top-level helper of the shared part: a function (to the first `end` in column 0)
 # or a one-line local of one name.
 _HELPER = re.compile(r"^local function (\w+)\(.*?^end\n|^local (\w+) = [^\n]*\n", re.M | re.S)
 _COMMENT = re.compile(r"--[^\n]*")
 
 
-def drop_unused(text: str, shared: int) -> str:
-    """``text`` without the helpers of its first ``shared`` characters (the record
-    layouts and the includes) that nothing else in it names. Every helper is a closure
-    or a value the script builds on each call before its first line runs, whether it
-    calls it or not: a closure costs an allocation and a walk of the open upvalues per
-    variable it captures (hundreds of instructions each, ADR 0177). Dropped until none
-    is left unnamed (a helper only a dropped helper named goes too); a name in a
-    comment does not count."""
+def drop_unused(text: str) -> str:
+    """``text`` without the helpers between its shared-part marks (the record layouts
+    and the includes) that nothing else in it names, and without the marks. Every
+    helper is a closure or a value the script builds on each call before its first
+    line runs, whether it calls it or not: a closure costs an allocation and a walk of
+    the open upvalues per variable it captures (hundreds of instructions each, ADR
+    0177). Dropped until none is left unnamed (a helper only a dropped helper named
+    goes too); a name in a comment does not count."""
     while True:
         words = Counter(_WORD.findall(_COMMENT.sub("", text)))
         drop = []
-        for m in _HELPER.finditer(text, 0, shared):
-            block, name = m.group(0), m.group(1) or m.group(2)
-            opened = block.count("{") + block.count("(")
-            if m.group(2) and opened != block.count("}") + block.count(")"):
-                continue  # a one-line start of a longer statement: kept
-            own = _WORD.findall(_COMMENT.sub("", block)).count(name)
-            if words[name] == own:
-                drop.append((m.start(), m.end()))
+        for begin in re.finditer(re.escape(_SHARED_BEGIN), text):
+            end = text.index(_SHARED_END, begin.end())
+            for m in _HELPER.finditer(text, begin.end(), end):
+                block, name = m.group(0), m.group(1) or m.group(2)
+                opened = block.count("{") + block.count("(")
+                if m.group(2) and opened != block.count("}") + block.count(")"):
+                    continue  # a one-line start of a longer statement: kept
+                own = _WORD.findall(_COMMENT.sub("", block)).count(name)
+                if words[name] == own:
+                    drop.append((m.start(), m.end()))
         if not drop:
-            return text
-        for start, end in reversed(drop):
-            text = text[:start] + text[end:]
-        shared -= sum(end - start for start, end in drop)
+            return text.replace(_SHARED_BEGIN, "").replace(_SHARED_END, "")
+        for start, stop in reversed(drop):
+            text = text[:start] + text[stop:]
 
 
 _ENTRY = re.compile(r"\b(\w+)(?:\.(\w+)\b|\['(\w+)'\])")

@@ -1,24 +1,7 @@
--- Shared helpers, prepended to every script by sluice/queue/scripts.py.
+-- Shared helpers, prepended to every script by sluice/queue/scripts.py (after _core.lua:
+-- the slot probe, now_ms, int).
 -- Derived keys: every key built here is ARGV-supplied prefix (from sluice/keys.py,
 -- same {model} hash tag as KEYS[1]) plus a job id, bucket name or window.
-
--- Redis Cluster: while this script's slot is being moved to another node (a reshard),
--- stop here, before any write. A script touches keys it builds from a prefix (not in
--- KEYS): mid-move, the first one already moved would fail it half-way, its earlier
--- writes kept. So first ask for a key that never exists together with the declared
--- ones: on a stable slot (and outside a cluster) that is one EXISTS; on the node the
--- slot leaves it fails (ASK / TRYAGAIN), and on the node it goes to too (TRYAGAIN).
--- The client turns that into "unavailable, retry" (docs/adr/0134).
-if #KEYS > 0 then redis.call('EXISTS', KEYS[1] .. ':slot-probe', unpack(KEYS)) end
-
-local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
-
-local function int(x)
-  return string.format('%d', x)
-end
 
 -- Redis's Lua cannot unpack more than a few thousand values into one call.
 local function call_chunked(cmd, key, values, step)
@@ -108,7 +91,7 @@ end
 -- rt.base ms up to rt.cap ms, the second half jittered (the clock's microseconds
 -- and the id's last bytes), so jobs that failed together do not return together.
 -- rt nil or rt.base 0: straight back to the queue, as a release is.
-local function backoff_ms(rt, att, id)
+local function retry_delay_ms(rt, att, id)
   if not rt or rt.base <= 0 then return 0 end
   local d = math.min(rt.cap, rt.base * 2 ^ math.max(0, att - 1))
   local t = redis.call('TIME')
@@ -118,7 +101,7 @@ end
 
 -- A running job whose attempt ended without a result: back to its queue in its
 -- original place (the score it was first queued with) once its backoff has passed
--- (see backoff_ms), or dead-lettered. With a wake prefix, a job requeued at once
+-- (see retry_delay_ms), or dead-lettered. With a wake prefix, a job requeued at once
 -- also pushes a token onto its bucket's wake list. The attempt's worker is kept as
 -- JOB.last_worker: its claims leave the job's last attempt to another serving worker
 -- (claim.lua, docs/adr/0166); the time one first left it is dropped.
@@ -132,7 +115,7 @@ local function retry_or_dead(jk, id, inflight, stats, dead, qprefix, err, now,
     dead_letter(jk, id, stats, dead, err, now, dead_ttl_s, owners)
     return true
   end
-  local delay = backoff_ms(rt, att, id)
+  local delay = retry_delay_ms(rt, att, id)
   redis.call('HSET', jk, JOB.status, 'queued', JOB.error, err, JOB.last_worker, f[5] or '')
   redis.call('HDEL', jk, JOB.worker, JOB.start, JOB.left_at)
   add_cost(stats, f[2], tonumber(f[4]))

@@ -47,20 +47,6 @@
 -- leaves it in its place (see leave), and picks again without a bucket where it met
 -- nothing else.
 
--- Which required field of a queued job is missing or not a number (false: none).
--- The numbers come parsed (nil: absent or not a number), once per job by consider.
-local function malformed(f, cost, dl, att, enq, score)
-  if not f[6] then return "no 'input' field" end
-  if not f[7] or f[7] == '' then return "no 'bucket' field" end
-  -- Plain comparisons, no table per job: this runs for every job claimed.
-  if not cost then return "'cost' is not a number" end
-  if not enq then return "'enq' is not a number" end
-  if not score then return "'score' is not a number" end
-  if f[3] and not dl then return "'dl' is not a number" end
-  if f[4] and not att then return "'att' is not a number" end
-  return false
-end
-
 local inflight, stats, dead, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local holders, live_workers, idle_workers = KEYS[5], KEYS[6], KEYS[7]
 local retries, busy, infos = KEYS[8], KEYS[10], KEYS[11]
@@ -99,8 +85,9 @@ local now_s = int(now)
 -- Nothing to claim (ADR 0177): every served queue empty (bulk items included), no
 -- lease lapsed and no retry due. The claim then ends as the full path would (wake
 -- lists emptied, the holding mark, nothing reclaimed or published), before it builds
--- the two dozen functions and tables below: an idle worker's claims between batches
--- cost a fraction of a full one. Anything found takes the full path, unchanged.
+-- the shared helpers and the two dozen functions and tables below: an idle worker's
+-- claims between batches cost a fraction of a full one. Anything found takes the
+-- full path, unchanged.
 if #KEYS >= Q1 and redis.call('EXISTS', unpack(KEYS, Q1)) == 0
    and #redis.call('ZRANGEBYSCORE', inflight, '-inf', now_s, 'LIMIT', '0', '1') == 0
    and #redis.call('ZRANGEBYSCORE', retries, '-inf', now_s, 'LIMIT', '0', '1') == 0 then
@@ -108,6 +95,23 @@ if #KEYS >= Q1 and redis.call('EXISTS', unpack(KEYS, Q1)) == 0
   mark_holding(holding == 1, now)
   return reply{bucket = '', now = now, expired = 0, reclaimed = 0}
 end
+-- The queue's shared helpers (_common.lua) are built from here on: the exits above
+-- (paused, nothing to claim) run without them (ADR 0177).
+-- (the includes go here: sluice.lua_loader)
+-- Which required field of a queued job is missing or not a number (false: none).
+-- The numbers come parsed (nil: absent or not a number), once per job by consider.
+local function malformed(f, cost, dl, att, enq, score)
+  if not f[6] then return "no 'input' field" end
+  if not f[7] or f[7] == '' then return "no 'bucket' field" end
+  -- Plain comparisons, no table per job: this runs for every job claimed.
+  if not cost then return "'cost' is not a number" end
+  if not enq then return "'enq' is not a number" end
+  if not score then return "'score' is not a number" end
+  if f[3] and not dl then return "'dl' is not a number" end
+  if f[4] and not att then return "'att' is not a number" end
+  return false
+end
+
 -- The functions below capture these, bound again here: a closure finds each variable it
 -- captures by walking the chunk's open upvalues from the newest down, and the first
 -- binding (the script's first lines) sits under every helper made since (measured:
