@@ -47,8 +47,9 @@ def read(package: str, filename: str) -> str:
 
 
 def include(name: str) -> str:
-    """A shared include (:data:`INCLUDES`) as written."""
-    return read(*INCLUDES[name])
+    """A shared include (:data:`INCLUDES`) as written ("common" with :data:`CORE` first,
+    as a script gets it)."""
+    return (read(*CORE) + "\n" if name == "common" else "") + read(*INCLUDES[name])
 
 
 @cache
@@ -70,8 +71,9 @@ def source(
     generated Lua of this script's own, after the prologue. ``strip_comments``:
     without comment lines, for scripts sent with EVAL on every call (ADR 0111).
     ``inline``: the record layouts' entries written as their values
-    (:func:`inline_literals`). A body with an :data:`INCLUDES_HERE` line gets its
-    includes there, after its prologue and the lines above it.
+    (:func:`inline_literals`) and unused helpers dropped (:func:`drop_unused`). A
+    body with an :data:`INCLUDES_HERE` line gets its includes there, after its
+    prologue and the lines above it.
     """
     body = read(package, f"{name}.lua")
     head, here, rest = body.partition(INCLUDES_HERE)
@@ -88,7 +90,9 @@ def source(
     text = "".join(parts)
     if constants and inline:
         text = inline_literals(text, f"{package}/{name}")
-    text = drop_unused(text)
+    if inline:  # as sent; else every line as written
+        text = drop_unused(text)
+    text = text.replace(_SHARED_BEGIN, "").replace(_SHARED_END, "")
     if strip_comments:
         return "\n".join(ln for ln in text.splitlines() if not ln.lstrip().startswith("--"))
     return text
@@ -103,12 +107,12 @@ _COMMENT = re.compile(r"--[^\n]*")
 
 def drop_unused(text: str) -> str:
     """``text`` without the helpers between its shared-part marks (the record layouts
-    and the includes) that nothing else in it names, and without the marks. Every
+    and the includes) that nothing else in it names. Every
     helper is a closure or a value the script builds on each call before its first
     line runs, whether it calls it or not: a closure costs an allocation and a walk of
     the open upvalues per variable it captures (hundreds of instructions each, ADR
     0177). Dropped until none is left unnamed (a helper only a dropped helper named
-    goes too); a name in a comment does not count."""
+    goes too); a name in a comment does not count. The marks are left in place."""
     while True:
         words = Counter(_WORD.findall(_COMMENT.sub("", text)))
         drop = []
@@ -123,7 +127,7 @@ def drop_unused(text: str) -> str:
                 if words[name] == own:
                     drop.append((m.start(), m.end()))
         if not drop:
-            return text.replace(_SHARED_BEGIN, "").replace(_SHARED_END, "")
+            return text
         for start, stop in reversed(drop):
             text = text[:start] + text[stop:]
 
