@@ -79,15 +79,10 @@ if redis.call('EXISTS', KEYS[9]) == 1 then
   return reply{bucket = '', now = t, expired = 0, reclaimed = 0}
 end
 local now = now_ms()
--- `now` as text, formatted once: the range reads below and every lease store it (a Lua
--- number handed to redis.call is formatted with %.17g per call: ADR 0177).
-local now_s = int(now)
--- Nothing to claim (ADR 0177): every served queue empty (bulk items included), no
--- lease lapsed and no retry due. The claim then ends as the full path would (wake
--- lists emptied, the holding mark, nothing reclaimed or published), before it builds
--- the shared helpers and the two dozen functions and tables below: an idle worker's
--- claims between batches cost a fraction of a full one. Anything found takes the
--- full path, unchanged.
+local now_s = int(now)  -- as text, once: redis.call formats a Lua number (%.17g) per call
+-- Nothing to claim (ADR 0177): every served queue empty (bulk items included), no lease
+-- lapsed, no retry due. It ends as the full path would (wake lists emptied, the holding
+-- mark, nothing reclaimed), before the shared helpers and the functions below are built.
 if #KEYS >= Q1 and redis.call('EXISTS', unpack(KEYS, Q1)) == 0
    and #redis.call('ZRANGEBYSCORE', inflight, '-inf', now_s, 'LIMIT', '0', '1') == 0
    and #redis.call('ZRANGEBYSCORE', retries, '-inf', now_s, 'LIMIT', '0', '1') == 0 then
@@ -95,8 +90,6 @@ if #KEYS >= Q1 and redis.call('EXISTS', unpack(KEYS, Q1)) == 0
   mark_holding(holding == 1, now)
   return reply{bucket = '', now = now, expired = 0, reclaimed = 0}
 end
--- The queue's shared helpers (_common.lua) are built from here on: the exits above
--- (paused, nothing to claim) run without them (ADR 0177).
 -- (the includes go here: sluice.lua_loader)
 -- Which required field of a queued job is missing or not a number (false: none).
 -- The numbers come parsed (nil: absent or not a number), once per job by consider.
@@ -112,10 +105,8 @@ local function malformed(f, cost, dl, att, enq, score)
   return false
 end
 
--- The functions below capture these, bound again here: a closure finds each variable it
--- captures by walking the chunk's open upvalues from the newest down, and the first
--- binding (the script's first lines) sits under every helper made since (measured:
--- thousands of instructions a claim, ADR 0177).
+-- Bound again for the functions below: a closure finds what it captures by walking the
+-- open upvalues from the newest down, past every helper made since the first binding.
 local redis, tonumber, ipairs, unpack, math, table, int, cjson, KEYS =
       redis, tonumber, ipairs, unpack, math, table, int, cjson, KEYS
 local weights = {weight_high, weight_normal, weight_low}
