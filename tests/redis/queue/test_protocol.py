@@ -137,6 +137,26 @@ def test_expired_lease_redelivers_in_its_original_place(queue_factory) -> None:
     assert q.get(ids[0]).result == "from w1"
 
 
+def test_a_claim_on_empty_queues_still_reclaims_and_promotes(r: redis.Redis, queue_factory) -> None:
+    # An empty claim returns early (ADR 0177) only while no lease has lapsed and no
+    # retry is due: each alone, with every queue empty, still reaches the full claim.
+    q = queue_factory(batching={"lease_s": 0.2, "max_attempts": 3}, retry=AT_ONCE)
+    lapsed = q.submit("m", [small(0)])[0].id
+    assert [j.id for j in q.claim("m", "w1").jobs] == [lapsed]
+    expiry = r.zscore(keys.inflight_key("m"), lapsed)
+    assert expiry is not None and r.exists(keys.queue_key("m", "32")) == 0
+    wait_until(lambda: redis_now_ms(r) > expiry, what="the lease to lapse")
+    again = q.claim("m", "w2")
+    assert again.reclaimed == 1 and [j.id for j in again.jobs] == [lapsed]
+    q = queue_factory(batching={"lease_s": 30}, retry={"backoff_ms": 40, "backoff_max_ms": 40})
+    assert q.complete("m", [Outcome.retry(lapsed, "ValueError", "boom")], "w2") == (1, 0)
+    due = r.zscore(keys.retry_key("m"), lapsed)
+    assert due is not None and r.exists(keys.queue_key("m", "32")) == 0
+    wait_until(lambda: redis_now_ms(r) > due, what="the backoff to pass")
+    assert [j.id for j in q.claim("m", "w3").jobs] == [lapsed]
+    assert len(q.claim("m", "w3")) == 0  # nothing due: the early exit
+
+
 def test_dead_letter_after_max_attempts_keeps_the_error(queue_factory) -> None:
     q = queue_factory(batching={"lease_s": 30, "max_attempts": 2}, retry=AT_ONCE)
     job = q.submit("m", [small(0)])[0].id
