@@ -7,6 +7,10 @@ A script is sent as: the record layouts of ``sluice/records.py``
 its :class:`~sluice.queue.signatures.Signature` (ARGV read into named locals, the
 reply built by name), any generated constants of its own, then its body. So no
 script spells out a field, a rank or a TTL, and none indexes ARGV by hand.
+"common" starts with ``_core.lua`` (the slot probe, ``now_ms``, ``int``); a body
+with an :data:`INCLUDES_HERE` line gets the rest of its includes there, so the
+lines above it (an early exit) run before those helpers are built; helpers no
+line of the script names are dropped (:func:`drop_unused`, ADR 0177).
 """
 
 from __future__ import annotations
