@@ -42,6 +42,10 @@ class Signature:
     group: Fields = ()  # repeated after the fixed ARGV, in this order
     reply: tuple[str, ...] = ()  # the reply's fixed head
     reply_group: tuple[str, ...] = ()  # repeated after the head
+    # Fixed `num` arguments parsed by arithmetic (one strtod; tonumber runs two, ADR
+    # 0177): for a script whose callers always send numbers, as a wrong one then fails
+    # the script at once instead of reading as nil.
+    parse_strict: bool = False
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -81,7 +85,7 @@ class Signature:
     def lua_prologue(self, body: str = "") -> str:
         lines = [f"-- Generated from the Signature of {self.script}: ARGV by name."]
         for i, (name, kind) in enumerate(self.argv, start=1):
-            lines.append(f"local {name} = {_read(kind, str(i))}")
+            lines.append(f"local {name} = {_read(kind, str(i), self.parse_strict)}")
         lines.append(f"local FIRST_GROUP = {self.first_group}")
         if self.group:
             size = len(self.group)
@@ -125,11 +129,12 @@ class Signature:
         return "\n".join(lines) + "\n"
 
 
-def _read(kind: Kind, index: str) -> str:
+def _read(kind: Kind, index: str, strict: bool = False) -> str:
     # A '0' (most limits and switches: off) is read without tonumber: Lua parses a
     # number with strtod, over a thousand instructions per argument per call (ADR 0177).
     if kind == "num":
-        return f"ARGV[{index}] == '0' and 0 or tonumber(ARGV[{index}])"
+        number = f"ARGV[{index}] + 0" if strict else f"tonumber(ARGV[{index}])"
+        return f"ARGV[{index}] == '0' and 0 or {number}"
     return f"ARGV[{index}]"
 
 

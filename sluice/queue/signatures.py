@@ -44,6 +44,7 @@ SUBMIT = Signature(
     # made a job from another request. ``jobs`` ('ok' only): each job's id and 1 if
     # this call created it, flat (id, created, id, created, ...).
     reply_group=("state", "detail", "queued", "queued_cost", "jobs"),
+    parse_strict=True,  # sluice/queue/scripts.py sends numbers only (ADR 0177)
 )
 
 CLAIM = Signature(
@@ -80,6 +81,7 @@ CLAIM = Signature(
     group=(("bucket", "str"), ("service_ms", "num")),  # per served queue, as KEYS[12..]
     reply=("bucket", "now", "expired", "reclaimed"),
     reply_group=("id", "input", "cost", "attempts", "enq"),
+    parse_strict=True,  # sluice/queue/scripts.py sends numbers only (ADR 0177)
 )
 
 COMPLETE = Signature(
@@ -106,6 +108,7 @@ COMPLETE = Signature(
         ("run_ms", "str"),  # stored as sent
     ),
     reply=("accepted", "stale"),
+    parse_strict=True,  # sluice/queue/scripts.py sends numbers only (ADR 0177)
 )
 
 RENEW = Signature(
