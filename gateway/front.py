@@ -18,10 +18,6 @@ missing or bad key), a body that fails to parse or validate (its messages replay
 the stack's lean path and then FastAPI answer it), a mounted root path. FastAPI's
 native telemetry is off in the gateway's app (gateway.app), so skipping its
 wrapper loses nothing.
-
-Under uvicorn's httptools protocol (the gateway's), a hot answer's status line and
-headers go out in the same socket write as its body (:func:`one_write`, ADR 0176):
-one ``send`` syscall a response instead of two.
 """
 
 from __future__ import annotations
@@ -36,7 +32,6 @@ from starlette.middleware.errors import ServerErrorMiddleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Message, Receive, Scope, Send
-from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
 from gateway.auth import SCOPE_KEY, check, presented_key
 from gateway.lean import Lean, LeanRoutes, read_body, replay
@@ -100,7 +95,7 @@ class HotFront:
             except Exception as exc:  # noqa: BLE001 - the app's handlers decide, as for a route
                 response = await self.lean.error_response(exc, scope, receive)
             status, started = response.status_code, True
-            await one_write(response, scope, receive, send)
+            await response(scope, receive, send)
         except Exception as exc:
             if not started:  # as ServerErrorMiddleware: the 500 answer, then raised on
                 await (await server_error(errors, scope, exc))(scope, receive, send)
@@ -109,57 +104,6 @@ class HotFront:
             if "route" in scope:
                 self.metrics.record(scope, status, start)
         return None
-
-
-class _HeadWithBody:
-    """A transport that holds its first write (the status line and headers) and
-    sends it with the next (the body) as one write; later writes pass through."""
-
-    __slots__ = ("real", "held", "first")
-
-    def __init__(self, real: Any) -> None:
-        self.real = real
-        self.held: bytes | None = None
-        self.first = True
-
-    def write(self, data: bytes) -> None:
-        if self.first:
-            self.first, self.held = False, data
-            return
-        if self.held is not None:
-            data, self.held = self.held + data, None
-        self.real.write(data)
-
-    def flush(self) -> None:
-        if self.held is not None:
-            held, self.held = self.held, None
-            self.real.write(held)
-
-    def close(self) -> None:
-        self.flush()
-        self.real.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.real, name)
-
-
-async def one_write(response: Response, scope: Scope, receive: Receive, send: Send) -> None:
-    """``response`` sent, its head and body in one socket write when ``send`` is
-    uvicorn's httptools cycle (its transport is swapped for the call); otherwise as
-    ``await response(scope, receive, send)``. The bytes, their order and uvicorn's
-    checks and state are the same either way: only the writes are fewer."""
-    cycle = getattr(send, "__self__", None)
-    if type(cycle) is not RequestResponseCycle:
-        await response(scope, receive, send)
-        return
-    real = cycle.transport
-    joined = _HeadWithBody(real)
-    cycle.transport = joined  # type: ignore[assignment]
-    try:
-        await response(scope, receive, send)
-    finally:
-        cycle.transport = real
-        joined.flush()
 
 
 async def server_error(errors: ServerErrorMiddleware, scope: Scope, exc: Exception) -> Response:
