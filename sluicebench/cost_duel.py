@@ -9,7 +9,10 @@ starts them), drives both with the same closed loop at once, and compares their
 gateways' CPU per job round by round: whatever the machine does falls on both.
 
     python sluicebench/cost_duel.py A B [--route predict] [--rounds 8] [--seconds 4]
-        [--concurrency 32] [--json FILE]
+        [--concurrency 32] [--route-b embeddings] [--json FILE]
+
+With ``--route-b`` the B stack is driven on another route: one checkout (A = B)
+compares two routes under the same load (``/v1/embeddings`` against predict).
 
 Prints each round's CPU per job (user + system, psutil) and B over A; then the
 geometric mean of the rounds' ratios. Run it twice with A and B swapped: the two
@@ -47,21 +50,32 @@ def _start(checkout: Path) -> Stack:
     return server, gw, wk, port
 
 
-async def _both(stacks: list[Stack], route: str, seconds: float, clients: int) -> list[Any]:
-    return list(await asyncio.gather(*(cb._drive(s[3], route, seconds, clients) for s in stacks)))
+async def _both(stacks: list[Stack], routes: list[str], seconds: float, clients: int) -> list[Any]:
+    drives = (cb._drive(s[3], r, seconds, clients) for s, r in zip(stacks, routes, strict=True))
+    return list(await asyncio.gather(*drives))
 
 
-def duel(a: Path, b: Path, route: str, rounds: int, seconds: float, clients: int) -> dict[str, Any]:
-    """Per round: each gateway's CPU us per job and B over A; then their summary."""
+def duel(
+    a: Path,
+    b: Path,
+    route: str,
+    rounds: int,
+    seconds: float,
+    clients: int,
+    route_b: str | None = None,
+) -> dict[str, Any]:
+    """Per round: each gateway's CPU us per job and B over A; then their summary.
+    ``route_b``: B's route when it is not A's (one checkout's two routes compared)."""
+    routes = [route, route_b or route]
     stacks: list[Stack] = []
     try:
         stacks = [_start(a), _start(b)]
-        asyncio.run(_both(stacks, route, 1.0, clients))  # warm-up
+        asyncio.run(_both(stacks, routes, 1.0, clients))  # warm-up
         procs = [psutil.Process(s[1].proc.pid) for s in stacks]
         out: list[dict[str, Any]] = []
         for i in range(rounds):
             before = [p.cpu_times() for p in procs]
-            counts = asyncio.run(_both(stacks, route, seconds, clients))
+            counts = asyncio.run(_both(stacks, routes, seconds, clients))
             after = [p.cpu_times() for p in procs]
             us = [
                 1e6 * (y.user + y.system - x.user - x.system) / max(c["jobs"], 1)
@@ -81,7 +95,7 @@ def duel(a: Path, b: Path, route: str, rounds: int, seconds: float, clients: int
     summary = {
         "a": str(a),
         "b": str(b),
-        "route": route,
+        "routes": routes,
         "rounds": out,
         "b_over_a_geomean": round(statistics.geometric_mean(ratios), 4),
         "a_us_mean": round(statistics.fmean(r["a_us"] for r in out), 1),
@@ -96,12 +110,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("a", type=Path)
     p.add_argument("b", type=Path)
     p.add_argument("--route", default="predict", choices=cb.ROUTES)
+    p.add_argument("--route-b", default=None, choices=cb.ROUTES, help="B's, when not A's")
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--seconds", type=float, default=4.0)
     p.add_argument("--concurrency", type=int, default=32)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
-    data = duel(args.a, args.b, args.route, args.rounds, args.seconds, args.concurrency)
+    data = duel(
+        args.a, args.b, args.route, args.rounds, args.seconds, args.concurrency, args.route_b
+    )
     if args.json is not None:
         args.json.write_text(json.dumps(data, indent=1) + "\n")
 
