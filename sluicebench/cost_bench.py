@@ -218,18 +218,67 @@ def idle_rates(gw: Proc, wk: Proc, r: redis.Redis, seconds: float) -> dict[str, 
     return _rates(a, b, time.perf_counter() - t0)
 
 
-def _phase(
-    gw: Proc, wk: Proc, r: redis.Redis, port: int, route: str, opts: dict[str, Any]
-) -> dict[str, Any]:
-    """One route, measured: each figure divided by the jobs that ended in it, less
-    the idle floor (``opts["idle"]``, per second) over the phase's wall time."""
-    asyncio.run(_drive(port, route, 1.0, opts["concurrency"]))  # warm-up
+def _less(b: Any, a: Any) -> Any:
+    """``b - a`` for two snapshots (numbers and dicts of numbers, field by field)."""
+    if isinstance(b, dict):
+        return {k: _less(v, a.get(k, 0) if isinstance(a, dict) else 0) for k, v in b.items()}
+    return b - a if isinstance(b, int | float) else b
+
+
+def _plus(x: Any, y: Any) -> Any:
+    """``x + y`` for two moves of :func:`_less`, a key one of them lacks read as 0."""
+    if isinstance(x, dict) or isinstance(y, dict):
+        x, y = (x if isinstance(x, dict) else {}), (y if isinstance(y, dict) else {})
+        return {k: _plus(x.get(k, 0), y.get(k, 0)) for k in {*x, *y}}
+    return x + y
+
+
+def _slice(
+    gw: Proc, wk: Proc, r: redis.Redis, port: int, route: str, seconds: float, clients: int
+) -> tuple[dict[str, Any], dict[str, int], float]:
+    """One stretch of one route: what every counter moved, the requests, the wall time."""
     a = _snap(gw, wk, r)
     t0 = time.perf_counter()
-    counts = asyncio.run(_drive(port, route, opts["seconds"], opts["concurrency"]))
+    counts = asyncio.run(_drive(port, route, seconds, clients))
     wall = time.perf_counter() - t0
-    b = _snap(gw, wk, r)
-    busy, idle = _rates(a, b, wall), opts["idle"]
+    return _less(_snap(gw, wk, r), a), counts, wall
+
+
+def _phases(
+    gw: Proc, wk: Proc, r: redis.Redis, port: int, opts: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Every route, each warmed up, then measured in ``opts["slices"]`` stretches taken
+    in turn (route A, B, A, B, ...): a load that drifts over the run falls on every
+    route alike, so routes compare like for like. Each figure is divided by the jobs
+    that ended in the route's stretches, less the idle floor (``opts["idle"]``, per
+    second) over their wall time."""
+    routes, n = opts["routes"], max(int(opts.get("slices", 1)), 1)
+    taken: dict[str, list[Any]] = {route: [] for route in routes}
+    for route in routes:
+        asyncio.run(_drive(port, route, 1.0, opts["concurrency"]))  # warm-up
+        if n == 1:  # each route measured right after its warm-up, as before slices
+            taken[route].append(
+                _slice(gw, wk, r, port, route, opts["seconds"], opts["concurrency"])
+            )
+    for _ in range(n if n > 1 else 0):
+        for route in routes:
+            taken[route].append(
+                _slice(gw, wk, r, port, route, opts["seconds"] / n, opts["concurrency"])
+            )
+    rows = []
+    for route, parts in taken.items():
+        moved, counts, wall = parts[0]
+        for d, c, w in parts[1:]:
+            moved, counts, wall = _plus(moved, d), _plus(counts, c), wall + w
+        rows.append(_row(route, moved, counts, wall, opts["idle"]))
+    return rows
+
+
+def _row(
+    route: str, moved: dict[str, Any], counts: dict[str, int], wall: float, idle: dict[str, float]
+) -> dict[str, Any]:
+    a, b = _less(moved, moved), moved  # the counters' moves, from zero
+    busy = _rates(a, b, wall)
     per_s = max(counts["jobs"], 1) / wall  # jobs/s: a rate over a rate is per job
     g0, g1, w0, w1, r0, r1 = a["gw"], b["gw"], a["wk"], b["wk"], a["r"], b["r"]
     jobs = max(counts["jobs"], 1)
@@ -289,8 +338,7 @@ def measure_checkout(checkout: Path, opts: dict[str, Any]) -> dict[str, Any]:
             try:
                 asyncio.run(_drive(port, opts["routes"][0], 1.0, 4))  # connections, imports
                 idle = idle_rates(gw, wk, r, opts["idle_seconds"])
-                for route in opts["routes"]:
-                    row = _phase(gw, wk, r, port, route, {**opts, "idle": idle})
+                for row in _phases(gw, wk, r, port, {**opts, "idle": idle}):
                     phases.append({"batch": batch, "idle_per_s": idle, **row})
                 if opts["profile_seconds"] > 0 and batch == opts["batch_sizes"][-1]:
                     profiles = {route: _profile(gw, port, route, opts) for route in opts["routes"]}
@@ -336,6 +384,7 @@ def main(
     other: Path | None,
     json_path: Path | None,
     idle_seconds: float = 3.0,
+    slices: int = 4,
 ) -> dict[str, Any]:
     from sluice.cli_common import write_json
     from sluice.errors import SluiceError
@@ -345,8 +394,8 @@ def main(
     chosen = [r.strip() for r in routes.split(",") if r.strip()]
     if not chosen or any(r not in ROUTES for r in chosen):
         raise SluiceError(f"routes must be some of {', '.join(ROUTES)}, got {routes!r}")
-    if seconds <= 0 or concurrency <= 0 or profile_seconds < 0:
-        raise SluiceError("need seconds > 0, concurrency > 0 and profile seconds >= 0")
+    if seconds <= 0 or concurrency <= 0 or profile_seconds < 0 or slices < 1:
+        raise SluiceError("need seconds > 0, concurrency > 0, profile seconds >= 0 and slices >= 1")
     opts = {
         "routes": chosen,
         "batch_sizes": parse_sizes(batch_sizes, "batch sizes"),
@@ -354,6 +403,7 @@ def main(
         "concurrency": concurrency,
         "profile_seconds": profile_seconds,
         "idle_seconds": idle_seconds,
+        "slices": slices,
         "batch_inputs": BATCH_INPUTS,
         "embedding_dim": DIM,
     }

@@ -28,6 +28,13 @@ def cost_cmd(
     idle_seconds: Annotated[
         float, typer.Option(help="Seconds of no load measured first (subtracted).")
     ] = 3.0,
+    slices: Annotated[
+        int,
+        typer.Option(
+            help="Stretches each route's seconds are cut into, the routes taken in turn "
+            "(A, B, A, B, ...) so that a drifting load falls on every route alike."
+        ),
+    ] = 4,
     json_path: JsonOpt = None,
 ) -> None:
     """What a job costs per route: gateway and Redis CPU, commands, round trips, profile."""
@@ -45,6 +52,7 @@ def cost_cmd(
             other,
             json_path,
             idle_seconds=idle_seconds,
+            slices=slices,
         )
     except SluiceError as e:
         fail(str(e))

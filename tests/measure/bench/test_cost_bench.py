@@ -34,3 +34,13 @@ def test_cost_bench_runs_and_writes_json(tmp_path: Path) -> None:
     assert set(prof) == {"predict", "batch"} and all(p["top"] for p in prof.values())
     assert len(data["this"]["projection"]) == 2 * 2  # two routes, two target rates
     assert "gateway_cpu_ms_per_job" in data["this"]["targets"]
+
+
+def test_cost_duel_runs_two_stacks_at_once(tmp_path: Path) -> None:
+    from sluicebench.cost_duel import duel
+
+    here = Path(__file__).resolve().parents[3]
+    data = duel(here, here, "predict", rounds=1, seconds=0.3, clients=2)
+    (r,) = data["rounds"]
+    assert min(r["jobs"]) > 0 and r["a_us"] > 0 and r["b_us"] > 0
+    assert data["b_over_a_geomean"] == r["b_over_a"]
