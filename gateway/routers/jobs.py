@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request
 from starlette.types import Scope
 
 from gateway import service
@@ -69,11 +69,14 @@ async def submit_batch(
     model: ModelName,
     body: BatchRequest,
     st: State,
-    response: Response,
     key: Caller,
     idempotency_key: IdempotencyKey = None,
-) -> dict[str, Any]:
-    """Queue many jobs in one Redis round trip (all or none); ids in input order."""
+) -> Json:
+    """Queue many jobs in one Redis round trip (all or none); ids in input order.
+
+    Answered as a ``Json`` response, as a single submit is: a returned dict would go
+    through FastAPI's ``jsonable_encoder``, item by item over every job view (16% of
+    the gateway's CPU on this route in ``sluice bench cost``)."""
     if len(body.inputs) > st.gw.max_batch_inputs:
         raise InvalidInput(
             f"inputs: {len(body.inputs)} items, the limit is {st.gw.max_batch_inputs}"
@@ -85,9 +88,8 @@ async def submit_batch(
         body.priority, body.deadline_ms, body.metadata, idempotency_key, owner, hook, digest
     )
     views, replayed = await service.submit(st, model, list(body.inputs), spec, batch=True)
-    if replayed:
-        response.headers["Idempotent-Replayed"] = "true"
-    return {"jobs": views}
+    headers = {"Idempotent-Replayed": "true"} if replayed else None
+    return Json({"jobs": views}, status_code=202, headers=headers)
 
 
 @router.get(

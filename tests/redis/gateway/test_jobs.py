@@ -104,6 +104,8 @@ async def test_idempotent_replay_returns_the_same_job(gw: Harness) -> None:
     assert [j["id"] for j in again.json()["jobs"]] == ids and len(set(ids)) == 2
     assert first.json()["jobs"][0]["id"] != third.json()["id"]  # batch keys are <key>:<i>
     assert again.headers.get("idempotent-replayed") == "true"
+    assert first.status_code == again.status_code == 202
+    assert "idempotent-replayed" not in first.headers
 
 
 async def test_idempotency_keys_replay_across_a_changed_partition_count(make_gateway) -> None:  # type: ignore[no-untyped-def]
