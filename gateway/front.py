@@ -1,10 +1,11 @@
 """The hot routes' plain requests answered before FastAPI's middleware stack (ADR 0174).
 
-The lean path (gateway.lean, ADR 0162) answers predict, job submits and
-``/v1/embeddings`` without FastAPI's router, but from under eight ASGI layers, each
-a coroutine per request and some a send wrapper per message: FastAPI's and
-Starlette's app calls, ServerErrorMiddleware, FastAPI's telemetry and body-limit
-wrappers, then the gateway's Metrics, AuthGuard and BodyGuard. :class:`GatewayApp`
+The lean path (gateway.lean, ADR 0162) answers predict, job submits,
+``/v1/embeddings`` and job reads (ADR 0178) without FastAPI's router, but from
+under eight ASGI layers, each a coroutine per request and some a send wrapper
+per message: FastAPI's and Starlette's app calls, ServerErrorMiddleware,
+FastAPI's telemetry and body-limit wrappers, then the gateway's Metrics,
+AuthGuard and BodyGuard. :class:`GatewayApp`
 (the gateway's FastAPI) gives a request that the lean path takes, and that every
 one of those layers would pass on untouched, to :class:`HotFront`, which does for
 it in one call what they would do: counts and times it as ``Metrics``, records the
@@ -58,9 +59,10 @@ class HotFront:
         taken = self.lean.take(scope)
         if taken is None:
             return None
-        length, chunked, _ = body_headers(scope["headers"])
-        if chunked or not length or not length.isdigit() or int(length) > self.max_bytes:
-            return None  # BodyGuard's to judge or to count as it arrives
+        if taken[0].body is not None:  # a GET the lean path takes has no body
+            length, chunked, _ = body_headers(scope["headers"])
+            if chunked or not length or not length.isdigit() or int(length) > self.max_bytes:
+                return None  # BodyGuard's to judge or to count as it arrives
         if self.keyring is not None:
             found = check(self.keyring, scope["path"], presented_key(scope))
             if isinstance(found, SluiceError):
@@ -86,11 +88,13 @@ class HotFront:
         try:
             seen: list[Message] = []
             try:
-                raw = await read_body(receive, seen)
-                body = self.lean._parse(lean, raw) if raw else None
-                if body is None:
-                    del scope["route"]
-                    return replay(seen, receive)
+                body = None
+                if lean.body is not None:
+                    raw = await read_body(receive, seen)
+                    body = self.lean._parse(lean, raw) if raw else None
+                    if body is None:
+                        del scope["route"]
+                        return replay(seen, receive)
                 response = await lean.serve(self.lean.state, scope, name, body, timeout)
             except Exception as exc:  # noqa: BLE001 - the app's handlers decide, as for a route
                 response = await self.lean.error_response(exc, scope, receive)

@@ -11,6 +11,11 @@ within their declared bounds. It then calls the function the FastAPI route calls
 (``predict_answer``, ``submit_answer``, ``embeddings_answer``), and an error
 raised there goes to the app's own exception handler, as from the router.
 
+``GET /v1/jobs/{job_id}`` (ADR 0178), the poll and long-poll that follow a
+submit, is answered here too when plain: a job id the route's path takes (no
+``/``, at most ``MAX_JOB_ID`` characters), no ``?wait=`` or one plain decimal in
+[0, ``MAX_WAIT_S``], no body; it calls ``job_answer`` as ``get_job`` does.
+
 Any other request on those paths (a body that fails to parse or validate, an
 unusual query, no body, another media type, a mounted root path, a client gone
 mid-body) falls through to FastAPI with the messages already read replayed, so
@@ -39,7 +44,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gateway.routers.embeddings import embeddings_answer
-from gateway.routers.jobs import submit_answer
+from gateway.routers.jobs import MAX_JOB_ID, MAX_WAIT_S, job_answer, submit_answer
 from gateway.routers.models import PREDICT_MAX_TIMEOUT_S, predict_answer
 from gateway.schemas import EmbeddingsRequest, JobRequest
 from gateway.state import GatewayState
@@ -47,6 +52,7 @@ from gateway.strict_json import MAX_DEPTH, loads, may_overflow
 
 MODELS = "/v1/models/"
 EMBEDDINGS = "/v1/embeddings"
+JOBS = "/v1/jobs/"
 MAX_MODEL_NAME = 64  # ModelName's max_length in the routers
 # ?timeout= as a plain decimal; anything else (exponents, signs, "inf") is FastAPI's to judge.
 _PLAIN_NUMBER = re.compile(r"(0|[1-9][0-9]{0,2})(\.[0-9]{1,6})?")
@@ -58,10 +64,11 @@ Handler = Callable[[Request, Exception], Awaitable[Response]]
 @dataclass(frozen=True, slots=True)
 class Lean:
     """One route answered here: its FastAPI route (for ``scope["route"]``, which
-    the metrics label with), its body model and what answers it."""
+    the metrics label with), its body model (None: a GET, no body read) and what
+    answers it."""
 
     route: APIRoute
-    body: type[BaseModel]
+    body: type[BaseModel] | None
     serve: Serve
     timeout: bool = False  # reads ?timeout= (predict); the others ignore the query, as FastAPI
 
@@ -78,39 +85,68 @@ def _embeddings(st: GatewayState, scope: Scope, _: str, body: Any, __: float | N
     return embeddings_answer(st, scope, body)
 
 
-def _post_route(routes: list[BaseRoute], path: str) -> APIRoute | None:
-    """The POST route at ``path``, looked for inside included routers too (FastAPI
+def _job(st: GatewayState, scope: Scope, job_id: str, _: Any, wait: float | None) -> Any:
+    return job_answer(st, scope, job_id, wait or 0.0)
+
+
+def _find_route(routes: list[BaseRoute], path: str, method: str) -> APIRoute | None:
+    """The ``method`` route at ``path``, looked for inside included routers too (FastAPI
     keeps them whole, and its router puts the router's own route in the scope)."""
     for r in routes:
-        if isinstance(r, APIRoute) and r.path == path and "POST" in (r.methods or ()):
+        if isinstance(r, APIRoute) and r.path == path and method in (r.methods or ()):
             return r
         inner = getattr(r, "original_router", None)
-        found = _post_route(inner.routes, path) if inner is not None else None
+        found = _find_route(inner.routes, path, method) if inner is not None else None
         if found is not None:
             return found
     return None
 
 
-def _route(api: FastAPI, path: str) -> APIRoute:
-    found = _post_route(api.routes, path)
+def _route(api: FastAPI, path: str, method: str = "POST") -> APIRoute:
+    found = _find_route(api.routes, path, method)
     if found is None:
-        raise LookupError(f"no POST route {path} to answer lean")
+        raise LookupError(f"no {method} route {path} to answer lean")
     return found
 
 
-def query_timeout(query: bytes) -> tuple[bool, float | None]:
-    """(handled here, the value): ``?timeout=`` absent, or once as a plain decimal
-    in (0, 60]; (False, None) for anything FastAPI should judge."""
+def _query_number(query: bytes, name: str) -> tuple[bool, float | None]:
+    """(handled here, the value): ``?name=`` absent, or once as a plain decimal;
+    (False, None) for anything FastAPI should judge."""
     if not query:
         return True, None
     pairs = parse_qsl(query.decode("latin-1"), keep_blank_values=True)
-    values = [v for k, v in pairs if k == "timeout"]
+    values = [v for k, v in pairs if k == name]
     if not values:
         return True, None
     if len(values) > 1 or not _PLAIN_NUMBER.fullmatch(values[0]):
         return False, None
-    value = float(values[0])
+    return True, float(values[0])
+
+
+def query_timeout(query: bytes) -> tuple[bool, float | None]:
+    """(handled here, the value): ``?timeout=`` absent, or once as a plain decimal
+    in (0, 60]; (False, ...) for anything FastAPI should judge."""
+    ok, value = _query_number(query, "timeout")
+    if value is None:
+        return ok, None
     return 0 < value <= PREDICT_MAX_TIMEOUT_S, value
+
+
+def query_wait(query: bytes) -> tuple[bool, float]:
+    """(handled here, the value): ``?wait=`` absent (0), or once as a plain decimal
+    in [0, MAX_WAIT_S]; (False, ...) for anything FastAPI should judge."""
+    ok, value = _query_number(query, "wait")
+    if value is None:
+        return ok, 0.0
+    return value <= MAX_WAIT_S, value
+
+
+def _has_body(headers: Any) -> bool:
+    """A declared body: a Content-Length other than 0, or Transfer-Encoding."""
+    for k, v in headers:
+        if (k == b"content-length" and v != b"0") or k == b"transfer-encoding":
+            return True
+    return False
 
 
 def _is_json(scope: Scope) -> bool:
@@ -193,6 +229,7 @@ class LeanRoutes:
             ),
             "jobs": Lean(_route(api, MODELS + "{model}/jobs"), JobRequest, _submit),
         }
+        self.job = Lean(_route(api, JOBS + "{job_id}", "GET"), None, _job)
         # The handlers FastAPI's ExceptionMiddleware uses (500/Exception stay with
         # ServerErrorMiddleware, outside: an error no handler takes goes on up to it).
         handlers: dict[Any, Handler] = dict(api.exception_handlers)
@@ -216,8 +253,13 @@ class LeanRoutes:
 
     def take(self, scope: Scope) -> tuple[Lean, str, float | None] | None:
         """The route, model name and ``?timeout=`` of a request this path may answer
-        (a JSON POST to a hot route, its query plain), before its body is read."""
-        if scope["type"] != "http" or scope["method"] != "POST" or scope.get("root_path"):
+        (a JSON POST to a hot route, its query plain), before its body is read; or
+        the job read, its id and ``?wait=`` (a plain GET /v1/jobs/{job_id})."""
+        if scope["type"] != "http" or scope.get("root_path"):
+            return None
+        if scope["method"] == "GET":
+            return self._take_read(scope)
+        if scope["method"] != "POST":
             return None
         found = self.match(scope["path"])
         if found is None:
@@ -228,20 +270,34 @@ class LeanRoutes:
             return None
         return lean, name, timeout
 
+    def _take_read(self, scope: Scope) -> tuple[Lean, str, float | None] | None:
+        path = scope["path"]
+        if not path.startswith(JOBS):
+            return None
+        job_id = path[len(JOBS) :]
+        if not 0 < len(job_id) <= MAX_JOB_ID or "/" in job_id:
+            return None  # not the route's (another route, or its 422 or 404)
+        ok, wait = query_wait(scope["query_string"])
+        if not ok or _has_body(scope["headers"]):
+            return None
+        return self.job, job_id, wait
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         taken = self.take(scope)
         if taken is None:
             return await self.app(scope, receive, send)
         lean, name, timeout = taken
         scope["route"] = lean.route  # as FastAPI's router would: the metrics' label
-        seen: list[Message] = []
-        try:
-            raw = await read_body(receive, seen)
-        except Exception as exc:  # noqa: BLE001 - a refusal of the body guard: its handler answers
-            return await self._answer_error(exc, scope, receive, send)
-        body = self._parse(lean, raw) if raw else None
-        if body is None:
-            return await self.app(scope, replay(seen, receive), send)
+        body = None
+        if lean.body is not None:
+            seen: list[Message] = []
+            try:
+                raw = await read_body(receive, seen)
+            except Exception as exc:  # noqa: BLE001 - a refusal of the body guard: its handler answers
+                return await self._answer_error(exc, scope, receive, send)
+            body = self._parse(lean, raw) if raw else None
+            if body is None:
+                return await self.app(scope, replay(seen, receive), send)
         try:
             response = await lean.serve(self.state, scope, name, body, timeout)
         except Exception as exc:  # noqa: BLE001 - the app's handlers decide, as for a route
@@ -250,6 +306,8 @@ class LeanRoutes:
 
     @staticmethod
     def _parse(lean: Lean, raw: bytes) -> BaseModel | None:
+        if lean.body is None:
+            return None
         try:
             return lean.body.model_validate(plain_loads(raw))
         except Exception:  # noqa: BLE001 - FastAPI answers whatever is wrong with it

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.types import Scope
 
 from gateway import service
-from gateway.auth import caller, header
+from gateway.auth import caller, header, owner_name
 from gateway.deps import IDEMPOTENCY_DOC, Caller, IdempotencyKey, State
 from gateway.responses import Json
 from gateway.schemas import (
@@ -26,7 +26,9 @@ from sluice.errors import InvalidInput
 
 router = APIRouter(prefix="/v1", tags=["jobs"], route_class=StrictJsonRoute)
 ModelName = Annotated[str, Path(description="A model named in the config.", max_length=64)]
-JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_length=256)]
+MAX_JOB_ID = 256
+JobId = Annotated[str, Path(description="The opaque id a submit returned.", max_length=MAX_JOB_ID)]
+MAX_WAIT_S = 60  # ?wait='s bound on GET /v1/jobs/{job_id}
 
 
 @router.post(
@@ -100,13 +102,21 @@ async def submit_batch(
 async def get_job(
     job_id: JobId,
     st: State,
-    key: Caller,
+    request: Request,
     wait: Annotated[
-        float, Query(ge=0, le=60, allow_inf_nan=False, description="Long-poll up to S seconds.")
+        float,
+        Query(ge=0, le=MAX_WAIT_S, allow_inf_nan=False, description="Long-poll up to S seconds."),
     ] = 0,
 ) -> Json:
     """A job's status, result or error, and timings; ``?wait=S`` answers as soon as it ends."""
-    owner = key.name if key else None
+    return await job_answer(st, request.scope, job_id, wait)
+
+
+async def job_answer(st: GatewayState, scope: Scope, job_id: str, wait: float) -> Json:
+    """What ``get_job`` answers, from the parsed request: the FastAPI route and the
+    lean path (gateway.lean, ADR 0178) both call it. The owner is the caller's key's
+    name (None on an open gateway): another key's job is not found."""
+    owner = owner_name(scope)
     rec = await (
         service.wait(st, job_id, wait, owner) if wait > 0 else service.get(st, job_id, owner)
     )

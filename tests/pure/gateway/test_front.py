@@ -71,6 +71,34 @@ async def test_plain_hot_requests_skip_the_stack_and_the_rest_go_down_it() -> No
             assert resp.status_code == status and inner.calls == before + 1
 
 
+async def test_plain_job_reads_skip_the_stack_and_the_rest_go_down_it() -> None:
+    """GET /v1/jobs/{job_id} (ADR 0178): a plain read, long-poll included, is answered
+    ahead of the stack and counted under its route; the rest go down the stack."""
+    async with gateway_app(lean=True) as (app, client):
+        job = (await client.post(JOBS, json={"input": "a b"})).json()["id"]
+        inner = app.middleware_stack.app = Counting(app.middleware_stack.app)
+        for query in ["", "?wait=0", "?wait=0.01", "?x=1"]:
+            resp = await client.get(f"/v1/jobs/{job}{query}")
+            assert resp.status_code == 200 and inner.calls == 0, query
+        assert (await client.get("/v1/jobs/nope")).status_code == 404  # the lean path's 404
+        assert inner.calls == 0
+        for path in [f"/v1/jobs/{job}?wait=61", f"/v1/jobs/{job}?wait=1e-2", "/v1/jobs/a/"]:
+            before = inner.calls
+            await client.get(path)
+            assert inner.calls == before + 1, path
+        before = inner.calls
+        await client.head(f"/v1/jobs/{job}")
+        await client.request("GET", f"/v1/jobs/{job}", content=b"{}", headers=JSON)
+        assert inner.calls == before + 2
+        counted = {
+            (s.labels["route"], s.labels["method"], s.labels["status"]): s.value
+            for m in app.state.gateway.metrics.requests.collect()
+            for s in m.samples
+            if s.name.endswith("_total")
+        }
+        assert counted[("/v1/jobs/{job_id}", "GET", "200")] == 6.0  # 4 here, 2 down the stack
+
+
 @pytest.mark.parametrize("lean", [True, False])
 async def test_an_error_no_handler_takes_is_the_500_answer_then_raised(
     lean: bool, monkeypatch: pytest.MonkeyPatch

@@ -6,8 +6,10 @@ have the same status, the same headers that matter and the same body (job ids
 and timings aside, which differ by nature). Good requests and bad ones: wrong
 types, unknown and extra fields, bad JSON, wrong media type, oversize, bad keys,
 unknown or too long model names, odd ``?timeout=`` values, idempotency replays
-and conflicts, a full queue, a wait that times out. The request metrics of the
-two apps must match too (the lean path labels its routes as the router does).
+and conflicts, a full queue, a wait that times out; job reads (``GET
+/v1/jobs/{job_id}``, ADR 0178) with and without API keys, odd ``?wait=`` values
+and ids. The request metrics of the two apps must match too (the lean path
+labels its routes as the router does).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from gateway.app import create_app
-from gateway.lean import query_timeout
+from gateway.lean import query_timeout, query_wait
 from gateway.state import GatewayState
 from sluice.apikeys import hash_key
 from sluice.config import SluiceConfig, parse_config
@@ -52,9 +54,9 @@ JSON = {"content-type": "application/json"}
 LONG_NAME = "x" * 65
 
 
-def config() -> SluiceConfig:
+def config(keys: bool = True) -> SluiceConfig:
     """``m`` and ``emb`` are served by the test's worker; ``slow`` never is; ``full``
-    holds one job."""
+    holds one job. ``keys=False``: an open gateway."""
     model = {
         "handler": "synthetic",
         "buckets": [32, 128, 512],
@@ -77,6 +79,8 @@ def config() -> SluiceConfig:
                     {"name": "alice", "hash": hash_key(ALICE)},
                     {"name": "bob", "hash": hash_key(BOB), "max_priority": "normal"},
                 ]
+                if keys
+                else []
             },
         }
     )
@@ -90,11 +94,11 @@ class Side:
 
 
 @asynccontextmanager
-async def side(lean: bool) -> AsyncIterator[Side]:
+async def side(lean: bool, keys: bool = True) -> AsyncIterator[Side]:
     server = fakeredis.FakeServer()
     r = fake_aioredis.FakeRedis(server=server, decode_responses=True)
     worker = fake_aioredis.FakeRedis(server=server, decode_responses=True)
-    cfg = config()
+    cfg = config(keys)
     app = create_app(cfg, redis=r, lean=lean)
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(app.router.lifespan_context(app))
@@ -283,6 +287,71 @@ async def test_every_case_answers_alike_through_both_paths() -> None:
         assert ("status", "200") in {k[2] for k in _request_counts(lean)}
 
 
+# GET /v1/jobs/{job_id}: (case, path with {queued}/{done} for the side's job ids, headers,
+# method, body). Sent with Alice's key unless the headers say otherwise.
+READS: list[tuple[str, str, dict[str, str], str, bytes]] = [
+    ("read queued", "/v1/jobs/{queued}", {}, "GET", b""),
+    ("read queued wait=0", "/v1/jobs/{queued}?wait=0", {}, "GET", b""),
+    ("read queued waits out", "/v1/jobs/{queued}?wait=0.05", {}, "GET", b""),
+    ("read queued wait=0.000", "/v1/jobs/{queued}?wait=0.000", {}, "GET", b""),
+    ("read done", "/v1/jobs/{done}", {}, "GET", b""),
+    ("read done wait", "/v1/jobs/{done}?wait=5", {}, "GET", b""),
+    ("read done wait=60", "/v1/jobs/{done}?wait=60", {}, "GET", b""),
+    ("read done other query", "/v1/jobs/{done}?x=1&wait=1", {}, "GET", b""),
+    ("read unknown id", "/v1/jobs/{queued}x", {}, "GET", b""),
+    ("read odd id", "/v1/jobs/nope", {}, "GET", b""),
+    ("read spaced id", "/v1/jobs/a%20b", {}, "GET", b""),
+    ("read id too long", "/v1/jobs/" + "x" * 257, {}, "GET", b""),
+    ("read trailing slash", "/v1/jobs/{done}/", {}, "GET", b""),
+    ("read wait=61", "/v1/jobs/{queued}?wait=61", {}, "GET", b""),
+    ("read wait=60.000001", "/v1/jobs/{queued}?wait=60.000001", {}, "GET", b""),
+    ("read wait=-1", "/v1/jobs/{queued}?wait=-1", {}, "GET", b""),
+    ("read wait=abc", "/v1/jobs/{queued}?wait=abc", {}, "GET", b""),
+    ("read wait=inf", "/v1/jobs/{queued}?wait=inf", {}, "GET", b""),
+    ("read wait=nan", "/v1/jobs/{queued}?wait=nan", {}, "GET", b""),
+    ("read wait=1e-2", "/v1/jobs/{queued}?wait=1e-2", {}, "GET", b""),
+    ("read wait empty", "/v1/jobs/{queued}?wait=", {}, "GET", b""),
+    ("read wait twice", "/v1/jobs/{done}?wait=1&wait=2", {}, "GET", b""),
+    ("read with a body", "/v1/jobs/{done}", JSON, "GET", b'{"a": 1}'),
+    ("read HEAD", "/v1/jobs/{done}", {}, "HEAD", b""),
+    ("read as bob", "/v1/jobs/{done}", bearer(BOB), "GET", b""),
+    ("read as bob waits", "/v1/jobs/{queued}?wait=0.05", bearer(BOB), "GET", b""),
+    ("read no key", "/v1/jobs/{done}", {"authorization": ""}, "GET", b""),
+    ("read bad key", "/v1/jobs/{done}", {"authorization": "Bearer nope"}, "GET", b""),
+]
+
+
+async def _read_answers(s: Side) -> list[tuple[str, Any]]:
+    """Each read of READS on side ``s``, after a job left queued and one ended."""
+    sent = {**JSON, **bearer(ALICE)}
+    queued = await s.client.post("/v1/models/slow/jobs", json={"input": "a"}, headers=sent)
+    done = await s.client.post(JOBS, json={"input": "b c"}, headers=sent)
+    await serve(s, "m", 1)
+    ids = {"queued": queued.json()["id"], "done": done.json()["id"]}
+    out = []
+    for name, path, headers, method, body in READS:
+        given_headers = {k: v for k, v in {**sent, **headers}.items() if v}
+        resp = await s.client.request(
+            method, path.format(**ids), headers=given_headers, content=body
+        )
+        out.append((name, shape(resp)))
+    return out
+
+
+@pytest.mark.parametrize("keys", [True, False], ids=["keys", "open"])
+async def test_job_reads_answer_alike_through_both_paths(keys: bool) -> None:
+    async with side(lean=True, keys=keys) as lean, side(lean=False, keys=keys) as routed:
+        got, want = await _read_answers(lean), await _read_answers(routed)
+        for (name, g), (_, w) in zip(got, want, strict=True):
+            assert g == w, name
+        assert _request_counts(lean) == _request_counts(routed)
+    answers = dict(got)
+    assert answers["read done"][0] == 200 and answers["read done"][2]["result"]
+    assert answers["read queued waits out"][2]["status"] == "queued"
+    assert answers["read wait=61"][0] == answers["read id too long"][0] == 422
+    assert answers["read as bob"][0] == (404 if keys else 200)
+
+
 def test_the_lean_path_declares_nothing_new_in_the_schema() -> None:
     redis = fake_aioredis.FakeRedis(server=fakeredis.FakeServer(), decode_responses=True)
     lean = create_app(config(), redis=redis, lean=True)
@@ -290,35 +359,44 @@ def test_the_lean_path_declares_nothing_new_in_the_schema() -> None:
     assert lean.openapi() == routed.openapi()
 
 
+NAMES = st.sampled_from(["timeout", "wait"])
+NUMBER = st.text(alphabet="0123456789.e+-nafi_ ", max_size=8)
 QUERIES = st.one_of(
     st.text(max_size=30),
-    st.builds("timeout={}".format, st.text(alphabet="0123456789.e+-nafi_ ", max_size=8)),
-    st.builds("timeout={}&timeout={}".format, st.integers(0, 99), st.integers(0, 99)),
+    st.builds("{}={}".format, NAMES, NUMBER),
+    st.builds("{0}={1}&{0}={2}".format, NAMES, st.integers(0, 99), st.integers(0, 99)),
+    st.builds("x={}&{}={}".format, NUMBER, NAMES, NUMBER),
 )
 
 
 @given(QUERIES)
 @budget(0.5, suppress_health_check=[HealthCheck.too_slow])
-def test_query_timeout_takes_only_what_fastapi_takes_the_same(query: str) -> None:
-    """Whatever the lean path takes from a query, FastAPI's parsing agrees with."""
+def test_query_numbers_take_only_what_fastapi_takes_the_same(query: str) -> None:
+    """Whatever the lean path takes from a query (predict's ``?timeout=``, a job
+    read's ``?wait=``), FastAPI's parsing agrees with."""
     from pydantic import TypeAdapter, ValidationError
     from starlette.datastructures import QueryParams
 
+    from gateway.routers.jobs import MAX_WAIT_S
     from gateway.routers.models import PREDICT_MAX_TIMEOUT_S
 
     raw = query.encode("latin-1", "ignore")
-    ok, value = query_timeout(raw)
-    if not ok:
-        return
-    given_value = QueryParams(raw.decode("latin-1")).get("timeout")
-    if given_value is None:
-        assert value is None
-        return
-    try:
-        parsed = TypeAdapter(float).validate_python(given_value)
-    except ValidationError:
-        pytest.fail(f"the lean path took {given_value!r}, which FastAPI refuses")
-    assert parsed == value and 0 < parsed <= PREDICT_MAX_TIMEOUT_S
+    for name, (ok, value), low in [
+        ("timeout", query_timeout(raw), 0.0),
+        ("wait", query_wait(raw), -1.0),
+    ]:
+        if not ok:
+            continue
+        given_value = QueryParams(raw.decode("latin-1")).get(name)
+        if given_value is None:
+            assert value == (None if name == "timeout" else 0.0)
+            continue
+        try:
+            parsed = TypeAdapter(float).validate_python(given_value)
+        except ValidationError:
+            pytest.fail(f"the lean path took {name}={given_value!r}, which FastAPI refuses")
+        top = PREDICT_MAX_TIMEOUT_S if name == "timeout" else MAX_WAIT_S
+        assert parsed == value and low < parsed <= top
 
 
 @pytest.mark.parametrize(
