@@ -106,7 +106,13 @@ _SHARED_BEGIN, _SHARED_END = "-- (shared helpers)\n", "-- (end of shared helpers
 # A top-level helper of the shared part: a function (to the first `end` in column 0)
 # or a one-line local of one name.
 _HELPER = re.compile(r"^local function (\w+)\(.*?^end\n|^local (\w+) = [^\n]*\n", re.M | re.S)
-_COMMENT = re.compile(r"--[^\n]*")
+# A quoted string (kept whole, so a `--` inside it starts no comment) or a comment.
+_STRING_OR_COMMENT = re.compile(r"'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|--[^\n]*")
+
+
+def _uncommented(text: str) -> str:
+    """``text`` less its comments; strings stay (a name in one still counts as named)."""
+    return _STRING_OR_COMMENT.sub(lambda m: "" if m.group(0).startswith("--") else m.group(0), text)
 
 
 def drop_unused(text: str) -> str:
@@ -118,7 +124,7 @@ def drop_unused(text: str) -> str:
     0177). Dropped until none is left unnamed (a helper only a dropped helper named
     goes too); a name in a comment does not count. The marks are left in place."""
     while True:
-        words = Counter(_WORD.findall(_COMMENT.sub("", text)))
+        words = Counter(_WORD.findall(_uncommented(text)))
         drop = []
         for begin in re.finditer(re.escape(_SHARED_BEGIN), text):
             end = text.index(_SHARED_END, begin.end())
@@ -127,7 +133,9 @@ def drop_unused(text: str) -> str:
                 opened = block.count("{") + block.count("(")
                 if m.group(2) and opened != block.count("}") + block.count(")"):
                     continue  # a one-line start of a longer statement: kept
-                own = _WORD.findall(_COMMENT.sub("", block)).count(name)
+                if m.group(1) and "\nlocal function " in block:
+                    continue  # a one-line function ran on into the next one: both kept
+                own = _WORD.findall(_uncommented(block)).count(name)
                 if words[name] == own:
                     drop.append((m.start(), m.end()))
         if not drop:

@@ -42,11 +42,21 @@ Stack = tuple[RedisServer, cb.Proc, cb.Proc, int]
 
 
 def _start(checkout: Path) -> Stack:
+    """One checkout's Redis, gateway and worker; what started is stopped if a later
+    step fails (nothing is left running on the shared machine)."""
     server = start_redis()
-    tmp = Path(tempfile.mkdtemp(prefix="sluice-duel-"))
-    gw, port = cb._start_gateway(checkout, server.url, tmp)
-    wk = cb._spawn(checkout, ["worker", server.url, "32", str(cb.DIM)], tmp / "w.json")
-    wk.ready()
+    started: list[Any] = [server]
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix="sluice-duel-"))
+        gw, port = cb._start_gateway(checkout, server.url, tmp)
+        started.append(gw)
+        wk = cb._spawn(checkout, ["worker", server.url, "32", str(cb.DIM)], tmp / "w.json")
+        started.append(wk)
+        wk.ready()
+    except BaseException:
+        for proc in reversed(started):
+            proc.stop()
+        raise
     return server, gw, wk, port
 
 
@@ -69,7 +79,8 @@ def duel(
     routes = [route, route_b or route]
     stacks: list[Stack] = []
     try:
-        stacks = [_start(a), _start(b)]
+        for checkout in (a, b):
+            stacks.append(_start(checkout))  # one whose partner fails to start is stopped
         asyncio.run(_both(stacks, routes, 1.0, clients))  # warm-up
         procs = [psutil.Process(s[1].proc.pid) for s in stacks]
         out: list[dict[str, Any]] = []

@@ -74,11 +74,10 @@ async def submit_batch(
     key: Caller,
     idempotency_key: IdempotencyKey = None,
 ) -> Json:
-    """Queue many jobs in one Redis round trip (all or none); ids in input order.
-
-    Answered as a ``Json`` response, as a single submit is: a returned dict would go
-    through FastAPI's ``jsonable_encoder``, item by item over every job view (16% of
-    the gateway's CPU on this route in ``sluice bench cost``)."""
+    """Queue many jobs in one Redis round trip (all or none); ids in input order."""
+    # Answered as a Json response, as a single submit is: a returned dict would go
+    # through FastAPI's jsonable_encoder item by item over every job view (16% of the
+    # gateway's CPU on this route in `sluice bench cost`).
     if len(body.inputs) > st.gw.max_batch_inputs:
         raise InvalidInput(
             f"inputs: {len(body.inputs)} items, the limit is {st.gw.max_batch_inputs}"

@@ -55,3 +55,44 @@ def disagreements(sig: Signature, body: str) -> list[str]:
         if sig.reply_group and "reply_group(" not in body:
             unused.append("reply_group")
     return read_by_hand + bad + unused
+
+
+def sent_scripts() -> dict[str, tuple[str, Signature, str]]:
+    """Every script: (its package, its declaration, its source as sent to Redis)."""
+    from sluice import registry
+    from sluice.admin import ops as admin_ops
+    from sluice.admin import signatures as admin
+    from sluice.bulk import ops as bulk_ops
+    from sluice.bulk import signatures as bulk
+    from sluice.generate import ops as generate_ops
+    from sluice.generate import signatures as generate
+    from sluice.queue import signatures as queue
+    from sluice.queue.scripts import script_source
+    from sluice.webhooks import ops as webhook_ops
+    from sluice.webhooks import signatures as webhooks
+
+    return {
+        **{
+            f"queue/{n}": ("sluice.queue", s, script_source(n)) for n, s in queue.SIGNATURES.items()
+        },
+        **{
+            f"bulk/{n}": ("sluice.bulk", s, bulk_ops.scripts()[f"bulk_{n}"])
+            for n, s in bulk.SIGNATURES.items()
+        },
+        **{
+            f"webhooks/{n}": ("sluice.webhooks", s, webhook_ops.scripts()[f"webhook_{n}"])
+            for n, s in webhooks.SIGNATURES.items()
+        },
+        **{
+            f"generate/{n}": ("sluice.generate", s, generate_ops.scripts()[f"generate_{n}"])
+            for n, s in generate.SIGNATURES.items()
+        },
+        **{
+            f"admin/{n}": ("sluice.admin", s, admin_ops.scripts()[f"admin_{n}"])
+            for n, s in admin.SIGNATURES.items()
+        },
+        **{
+            f"lua/{n}": ("sluice", s, registry.script_source(n))
+            for n, s in registry.SIGNATURES.items()
+        },
+    }

@@ -58,6 +58,12 @@ def test_a_closed_loop_cuts_what_outlives_its_drain() -> None:
     reqs = requests(40, 1, 1000)
     with served(stub(hang_over=100)) as port:
         target = Target(f"http://127.0.0.1:{port}", "tiny")
-        loop = asyncio.run(closed_loop(target, iter(reqs), 2, 0.3, 0.0, drain_s=0.5))
+        # 2 s to send in: the loop's clock starts before its HTTP client is built, and
+        # on a loaded machine a 0.3 s window passed before either client sent anything.
+        # Requests 4 and 6 of this seed ask for 256 tokens and hang; the tiny ones
+        # before them end in milliseconds, so both clients are hung long before 2 s.
+        loop = asyncio.run(closed_loop(target, iter(reqs), 2, 2.0, 0.0, drain_s=0.5))
+    assert [r.max_tokens for r in reqs[:7]] == [16, 64, 64, 16, 256, 16, 256]  # the seed's
     assert loop.cut >= 1  # a 256-token request hangs: its client is cut, not waited for
+    assert loop.traces  # the requests before it were answered
     assert all(t.max_tokens <= 100 for t in loop.traces)
