@@ -26,7 +26,7 @@ import fakeredis
 import httpx
 import pytest
 from fakeredis import aioredis as fake_aioredis
-from hypothesis import HealthCheck, given
+from hypothesis import HealthCheck, example, given
 from hypothesis import strategies as st
 
 from gateway.app import create_app
@@ -370,6 +370,10 @@ QUERIES = st.one_of(
 
 
 @given(QUERIES)
+@example("wait=-1").via("each route's lower bound")
+@example("wait=-0.5").via("each route's lower bound")
+@example("timeout=-1").via("each route's lower bound")
+@example("timeout=0").via("each route's lower bound")
 @budget(0.5, suppress_health_check=[HealthCheck.too_slow])
 def test_query_numbers_take_only_what_fastapi_takes_the_same(query: str) -> None:
     """Whatever the lean path takes from a query (predict's ``?timeout=``, a job
@@ -381,9 +385,10 @@ def test_query_numbers_take_only_what_fastapi_takes_the_same(query: str) -> None
     from gateway.routers.models import PREDICT_MAX_TIMEOUT_S
 
     raw = query.encode("latin-1", "ignore")
-    for name, (ok, value), low in [
-        ("timeout", query_timeout(raw), 0.0),
-        ("wait", query_wait(raw), -1.0),
+    # The routes' own bounds: ?timeout= in (0, top] (gt=0), ?wait= in [0, top] (ge=0).
+    for name, (ok, value), zero_ok in [
+        ("timeout", query_timeout(raw), False),
+        ("wait", query_wait(raw), True),
     ]:
         if not ok:
             continue
@@ -396,7 +401,7 @@ def test_query_numbers_take_only_what_fastapi_takes_the_same(query: str) -> None
         except ValidationError:
             pytest.fail(f"the lean path took {name}={given_value!r}, which FastAPI refuses")
         top = PREDICT_MAX_TIMEOUT_S if name == "timeout" else MAX_WAIT_S
-        assert parsed == value and low < parsed <= top
+        assert parsed == value and (0 <= parsed if zero_ok else 0 < parsed) and parsed <= top
 
 
 @pytest.mark.parametrize(
